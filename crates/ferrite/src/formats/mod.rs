@@ -1,0 +1,1 @@
+//! Model file formats: GGUF (read and write) and safetensors directories.

@@ -1,0 +1,2 @@
+//! ferrite: run transformer models on the CPU.
+pub mod formats;
