@@ -1,1 +1,7 @@
 //! Model file formats: GGUF (read and write) and safetensors directories.
+
+mod error;
+pub mod gguf;
+pub mod safetensors;
+
+pub use error::FormatError;

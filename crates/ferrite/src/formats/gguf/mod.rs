@@ -1,0 +1,226 @@
+//! GGUF, the single-file model format of llama.cpp / ggml (versions 2 and 3,
+//! little-endian): a header of typed key/value metadata and tensor
+//! descriptions, then an aligned data section holding the tensors.
+//!
+//! Spec: ggml-org/ggml `docs/gguf.md`. The reader treats every file as
+//! hostile (see [`read`]); the writer ([`write`]) lays files out the way
+//! llama.cpp and the `gguf` Python package do, so that reading a file and
+//! writing it back gives the same bytes.
+
+mod read;
+mod value;
+mod write;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use ferrite_kernels::GgmlType;
+use memmap2::Mmap;
+
+pub use read::{parse_header, MAX_ARRAY_NESTING, MAX_DIMS};
+pub use value::{Array, Value, ValueType};
+pub use write::{write_gguf, TensorToWrite};
+
+use super::FormatError;
+
+/// The four bytes every GGUF file starts with.
+pub const MAGIC: [u8; 4] = *b"GGUF";
+/// Alignment of tensor data when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// The metadata key that overrides [`DEFAULT_ALIGNMENT`].
+pub const KEY_ALIGNMENT: &str = "general.alignment";
+
+/// Metadata key/value pairs in file order, with lookup by key.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Metadata {
+    entries: Vec<(String, Value)>,
+    index: HashMap<String, usize>,
+}
+
+impl Metadata {
+    /// Appends a pair; returns false (and changes nothing) if the key exists.
+    pub fn insert(&mut self, key: String, value: Value) -> bool {
+        if self.index.contains_key(&key) {
+            return false;
+        }
+        self.index.insert(key.clone(), self.entries.len());
+        self.entries.push((key, value));
+        true
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.index.get(key).map(|&i| &self.entries[i].1)
+    }
+
+    /// Pairs in file order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Value::as_str)
+    }
+
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        self.get(key).and_then(Value::as_u64)
+    }
+
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        self.get(key).and_then(Value::as_f64)
+    }
+}
+
+/// One tensor's description from the header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// Dimensions in ggml order: `dims[0]` is the row length (contiguous),
+    /// `dims[1]` the number of rows, and so on.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    /// Offset of the data from the start of the data section.
+    pub offset: u64,
+    /// Bytes of data, computed from `dims` and `ty` (checked at parse time).
+    pub size: u64,
+}
+
+impl TensorInfo {
+    /// Number of values (the product of `dims`; checked not to overflow).
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}
+
+/// Everything in a GGUF file but the tensor data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GgufHeader {
+    pub version: u32,
+    pub metadata: Metadata,
+    pub tensors: Vec<TensorInfo>,
+    /// Alignment of tensor offsets and of the data section.
+    pub alignment: u64,
+    /// Absolute file offset of the data section.
+    pub data_offset: u64,
+}
+
+impl GgufHeader {
+    /// `general.architecture`, if present.
+    pub fn architecture(&self) -> Option<&str> {
+        self.metadata.get_str("general.architecture")
+    }
+
+    pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+}
+
+/// A GGUF file opened read-only and memory-mapped: the parsed header plus
+/// zero-copy views of the tensor data.
+pub struct GgufFile {
+    path: PathBuf,
+    bytes: Bytes,
+    pub header: GgufHeader,
+    by_name: HashMap<String, usize>,
+}
+
+/// The bytes of a file: mapped from disk, or owned (tests, fuzzing).
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A tensor's description and its bytes, borrowed from the file.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    pub info: &'a TensorInfo,
+    pub data: &'a [u8],
+}
+
+impl GgufFile {
+    /// Opens and validates `path`. Errors name the file and the field.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, FormatError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let file = File::open(path).map_err(|e| FormatError::new(&shown, "", e.to_string()))?;
+        // SAFETY: the map is read-only and private to this process. Like every
+        // mmap-based loader we rely on the file not being truncated by another
+        // process while it is mapped; nothing here writes through the map.
+        let map =
+            unsafe { Mmap::map(&file) }.map_err(|e| FormatError::new(&shown, "", e.to_string()))?;
+        Self::from_bytes_inner(path.to_path_buf(), Bytes::Mapped(map))
+    }
+
+    /// Parses an in-memory file; `name` is used in error messages.
+    pub fn from_vec(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<GgufFile, FormatError> {
+        Self::from_bytes_inner(name.into(), Bytes::Owned(bytes))
+    }
+
+    fn from_bytes_inner(path: PathBuf, bytes: Bytes) -> Result<GgufFile, FormatError> {
+        let header = parse_header(bytes.as_slice(), &path.display().to_string())?;
+        let by_name = header
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Ok(GgufFile {
+            path,
+            bytes,
+            header,
+            by_name,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        &self.header.metadata
+    }
+
+    /// The tensor named `name`, with its data.
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        let &i = self.by_name.get(name)?;
+        Some(self.view(&self.header.tensors[i]))
+    }
+
+    /// Every tensor in header order, with its data.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
+        self.header.tensors.iter().map(|t| self.view(t))
+    }
+
+    fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
+        // The parser checked data_offset + offset + size <= file length and
+        // that these fit in usize, so the range is in bounds.
+        let start = (self.header.data_offset + info.offset) as usize;
+        let end = start + info.size as usize;
+        TensorView {
+            info,
+            data: &self.bytes.as_slice()[start..end],
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! A Hugging Face model directory: `config.json` plus `model.safetensors`, or
+//! shards listed in `model.safetensors.index.json`. Files are memory-mapped;
+//! each header is parsed and validated by the `safetensors` crate (offsets
+//! contiguous, sizes matching shapes, buffer length exact).
+//!
+//! Format: huggingface/safetensors README ("Format").
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use ferrite_kernels::GgmlType;
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+
+use super::FormatError;
+
+/// Most shards an index may name (a guard against hostile index files).
+const MAX_SHARDS: usize = 4096;
+
+/// One tensor of a safetensors directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StTensorInfo {
+    pub name: String,
+    /// Shape in safetensors (row-major, PyTorch) order: the last dimension is
+    /// contiguous. Note this is the reverse of ggml's order.
+    pub shape: Vec<usize>,
+    /// The dtype as safetensors spells it (`F32`, `BF16`, ...).
+    pub dtype: String,
+    /// The same type in ggml terms, where one exists.
+    pub ty: Option<GgmlType>,
+    shard: usize,
+    /// Absolute byte range of the data within its shard file.
+    start: usize,
+    end: usize,
+}
+
+impl StTensorInfo {
+    pub fn n_elements(&self) -> u64 {
+        self.shape.iter().map(|&d| d as u64).product()
+    }
+
+    pub fn size(&self) -> u64 {
+        (self.end - self.start) as u64
+    }
+}
+
+/// A memory-mapped safetensors model directory.
+pub struct SafetensorsDir {
+    dir: PathBuf,
+    /// `config.json`, parsed (an empty object if the file is absent).
+    pub config: serde_json::Value,
+    shards: Vec<(PathBuf, Mmap)>,
+    /// Tensors sorted by name.
+    pub tensors: Vec<StTensorInfo>,
+    by_name: HashMap<String, usize>,
+}
+
+fn ggml_type_of(dtype: Dtype) -> Option<GgmlType> {
+    Some(match dtype {
+        Dtype::F32 => GgmlType::F32,
+        Dtype::F16 => GgmlType::F16,
+        Dtype::BF16 => GgmlType::Bf16,
+        Dtype::F64 => GgmlType::F64,
+        Dtype::I8 => GgmlType::I8,
+        Dtype::I16 => GgmlType::I16,
+        Dtype::I32 => GgmlType::I32,
+        Dtype::I64 => GgmlType::I64,
+        _ => return None,
+    })
+}
+
+fn io_err(path: &Path, e: impl ToString) -> FormatError {
+    FormatError::new(path.display().to_string(), "", e.to_string())
+}
+
+/// Reads and parses a JSON file.
+pub fn read_json(path: &Path) -> Result<serde_json::Value, FormatError> {
+    let text = std::fs::read(path).map_err(|e| io_err(path, e))?;
+    serde_json::from_slice(&text)
+        .map_err(|e| FormatError::new(path.display().to_string(), "", format!("invalid JSON: {e}")))
+}
+
+impl SafetensorsDir {
+    /// True if `dir` looks like a safetensors model directory.
+    pub fn is_model_dir(dir: &Path) -> bool {
+        dir.join("model.safetensors").is_file()
+            || dir.join("model.safetensors.index.json").is_file()
+    }
+
+    /// Opens a model directory, or a single `.safetensors` file.
+    pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsDir, FormatError> {
+        let path = path.as_ref();
+        let (dir, shard_names) = if path.is_file() {
+            let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (dir, vec![name])
+        } else if path.join("model.safetensors.index.json").is_file() {
+            (
+                path.to_path_buf(),
+                shards_from_index(&path.join("model.safetensors.index.json"))?,
+            )
+        } else if path.join("model.safetensors").is_file() {
+            (path.to_path_buf(), vec!["model.safetensors".to_string()])
+        } else {
+            return Err(io_err(
+                path,
+                "no model.safetensors or model.safetensors.index.json here",
+            ));
+        };
+
+        let config_path = dir.join("config.json");
+        let config = if config_path.is_file() {
+            read_json(&config_path)?
+        } else {
+            serde_json::Value::Object(Default::default())
+        };
+
+        let mut shards = Vec::new();
+        let mut tensors = Vec::new();
+        let mut by_name = HashMap::new();
+        for name in shard_names {
+            let shard_path = dir.join(&name);
+            let file = File::open(&shard_path).map_err(|e| io_err(&shard_path, e))?;
+            // SAFETY: read-only private map; as with every mmap loader we rely
+            // on the file not being truncated while mapped.
+            let map = unsafe { Mmap::map(&file) }.map_err(|e| io_err(&shard_path, e))?;
+            let (header_len, meta) = SafeTensors::read_metadata(&map).map_err(|e| {
+                FormatError::new(shard_path.display().to_string(), "header", format!("{e:?}"))
+            })?;
+            // read_metadata checked 8 + header_len + data == file length.
+            let data_start = 8 + header_len;
+            for (tname, info) in meta.tensors() {
+                let (s, e) = info.data_offsets;
+                let (start, end) = match (data_start.checked_add(s), data_start.checked_add(e)) {
+                    (Some(a), Some(b)) if a <= b && b <= map.len() => (a, b),
+                    _ => {
+                        return Err(FormatError::new(
+                            shard_path.display().to_string(),
+                            format!("tensor '{tname}'"),
+                            "data offsets outside the file",
+                        ))
+                    }
+                };
+                if by_name.insert(tname.clone(), tensors.len()).is_some() {
+                    return Err(FormatError::new(
+                        shard_path.display().to_string(),
+                        format!("tensor '{tname}'"),
+                        "appears in more than one shard",
+                    ));
+                }
+                tensors.push(StTensorInfo {
+                    name: tname,
+                    shape: info.shape.clone(),
+                    dtype: format!("{:?}", info.dtype),
+                    ty: ggml_type_of(info.dtype),
+                    shard: shards.len(),
+                    start,
+                    end,
+                });
+            }
+            shards.push((shard_path, map));
+        }
+        tensors.sort_by(|a, b| a.name.cmp(&b.name));
+        let by_name = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Ok(SafetensorsDir {
+            dir,
+            config,
+            shards,
+            tensors,
+            by_name,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Paths of the shard files.
+    pub fn shard_paths(&self) -> impl Iterator<Item = &Path> {
+        self.shards.iter().map(|(p, _)| p.as_path())
+    }
+
+    pub fn tensor_info(&self, name: &str) -> Option<&StTensorInfo> {
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The bytes of a tensor (little-endian, row-major).
+    pub fn tensor_data(&self, info: &StTensorInfo) -> &[u8] {
+        // start..end was checked against this shard's length at open.
+        &self.shards[info.shard].1[info.start..info.end]
+    }
+}
+
+/// The shard file names listed in an index's `weight_map`, each once.
+fn shards_from_index(index: &Path) -> Result<Vec<String>, FormatError> {
+    let json = read_json(index)?;
+    let shown = index.display().to_string();
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| FormatError::new(&shown, "weight_map", "missing or not an object"))?;
+    let mut names = BTreeSet::new();
+    for (tensor, file) in map {
+        let file = file.as_str().ok_or_else(|| {
+            FormatError::new(&shown, format!("weight_map['{tensor}']"), "not a string")
+        })?;
+        // A shard must be a plain file name in the same directory.
+        if file.is_empty()
+            || file.contains('/')
+            || file.contains('\\')
+            || file == ".."
+            || file == "."
+        {
+            return Err(FormatError::new(
+                &shown,
+                format!("weight_map['{tensor}']"),
+                format!("'{file}' is not a file name in this directory"),
+            ));
+        }
+        names.insert(file.to_string());
+        if names.len() > MAX_SHARDS {
+            return Err(FormatError::new(
+                &shown,
+                "weight_map",
+                "too many shard files",
+            ));
+        }
+    }
+    Ok(names.into_iter().collect())
+}
