@@ -8,6 +8,34 @@
 
 use std::fmt;
 
+mod float;
+pub mod q2_k;
+pub mod q3_k;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
+pub mod q8_0;
+pub mod q8_1;
+pub mod q8_k;
+
+pub use float::{bf16_bits_from_f32, f16_bits_from_f32};
+pub use q2_k::BlockQ2K;
+pub use q3_k::BlockQ3K;
+pub use q4_0::BlockQ4_0;
+pub use q4_1::BlockQ4_1;
+pub use q4_k::BlockQ4K;
+pub use q5_0::BlockQ5_0;
+pub use q5_1::BlockQ5_1;
+pub use q5_k::BlockQ5K;
+pub use q6_k::BlockQ6K;
+pub use q8_0::BlockQ8_0;
+pub use q8_1::BlockQ8_1;
+pub use q8_k::BlockQ8K;
+
 /// Number of values in a "legacy" quantization block (Q4_0 ... Q8_1).
 pub const QK: usize = 32;
 /// Number of values in a k-quant super-block (Q2_K ... Q8_K).
@@ -18,6 +46,10 @@ pub const QK_K: usize = 256;
 /// Every type that can appear in a GGUF file is listed, so that headers of
 /// files using formats we cannot compute with yet still parse and `inspect`.
 /// Ids that ggml has retired (4, 5, 31-33, 36-38) are not types.
+///
+/// Note: Q8_1 is 36 bytes (`sizeof(block_q8_1)` in ggml: f16 d, f16 s,
+/// 32 x i8); the `gguf` Python package's size table says 40, a leftover of
+/// an older layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum GgmlType {
@@ -53,15 +85,17 @@ pub enum GgmlType {
     Tq1_0 = 34,
     Tq2_0 = 35,
     Mxfp4 = 39,
+    Nvfp4 = 40,
+    Q1_0 = 41,
 }
 
 /// Every type, in id order.
-pub const ALL_TYPES: [GgmlType; 32] = {
+pub const ALL_TYPES: [GgmlType; 34] = {
     use GgmlType::*;
     [
         F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K, Iq2Xxs, Iq2Xs,
         Iq3Xxs, Iq1S, Iq4Nl, Iq3S, Iq2S, Iq4Xs, I8, I16, I32, I64, F64, Iq1M, Bf16, Tq1_0, Tq2_0,
-        Mxfp4,
+        Mxfp4, Nvfp4, Q1_0,
     ]
 };
 
@@ -145,6 +179,8 @@ impl GgmlType {
             Tq1_0 => ("TQ1_0", QK_K, 2 + (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64),
             Tq2_0 => ("TQ2_0", QK_K, 2 + QK_K / 4),
             Mxfp4 => ("MXFP4", QK, 1 + QK / 2),
+            Nvfp4 => ("NVFP4", 64, 4 + 32),
+            Q1_0 => ("Q1_0", 128, 2 + 128 / 8),
         }
     }
 }
