@@ -1,1 +1,37 @@
-fn main() {}
+//! `ferrite`: one binary for every job. Each subcommand lives in its own
+//! module under `commands/`; this file only parses arguments and reports
+//! errors as one line on stderr with a non-zero exit.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "ferrite", version, about = "Run transformer models on the CPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show what a model file or directory holds: architecture,
+    /// hyper-parameters, tokenizer, tensors.
+    Inspect(commands::inspect::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => commands::inspect::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferrite: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,3 +1,4 @@
 //! ferrite: run transformer models on the CPU.
 pub mod formats;
+pub mod inspect;
 pub mod model_path;

