@@ -50,8 +50,15 @@ pub struct Report {
 }
 
 impl Report {
+    /// Values in floating-point or quantized tensors. Integer tensors (such
+    /// as BERT's `position_ids` buffer) are not parameters.
     pub fn parameter_count(&self) -> u64 {
-        self.tensors.iter().map(|t| t.n_elements).sum()
+        const INTEGER_TYPES: [&str; 6] = ["I8", "I16", "I32", "I64", "U8", "BOOL"];
+        self.tensors
+            .iter()
+            .filter(|t| !INTEGER_TYPES.contains(&t.ty.as_str()))
+            .map(|t| t.n_elements)
+            .sum()
     }
 
     /// (type, tensor count, bytes) per type, most bytes first.
@@ -62,7 +69,10 @@ impl Report {
             e.0 += 1;
             e.1 += t.bytes;
         }
-        let mut rows: Vec<_> = by_type.into_iter().map(|(k, (n, b))| (k.to_string(), n, b)).collect();
+        let mut rows: Vec<_> = by_type
+            .into_iter()
+            .map(|(k, (n, b))| (k.to_string(), n, b))
+            .collect();
         rows.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
         rows
     }
@@ -143,7 +153,10 @@ pub fn inspect_gguf(file: &GgufFile) -> Result<Report, FormatError> {
         tokenizer_kind: meta.get_str("tokenizer.ggml.model").map(str::to_string),
         tokenizer_size,
         chat_template: meta.get("tokenizer.chat_template").is_some(),
-        metadata: meta.iter().map(|(k, v)| (k.to_string(), value_to_json(v))).collect(),
+        metadata: meta
+            .iter()
+            .map(|(k, v)| (k.to_string(), value_to_json(v)))
+            .collect(),
         tensors,
         file_size: file.bytes().len() as u64,
     })
@@ -169,26 +182,40 @@ fn inspect_safetensors(path: &Path) -> Result<Report, FormatError> {
     let (tokenizer_kind, tokenizer_size) = if tokenizer_path.is_file() {
         let tok = read_json(&tokenizer_path)?;
         let model = tok.get("model");
-        let kind = model.and_then(|m| m.get("type")).and_then(Json::as_str).map(str::to_string);
+        let kind = model
+            .and_then(|m| m.get("type"))
+            .and_then(Json::as_str)
+            .map(str::to_string);
         let vocab = model.and_then(|m| m.get("vocab"));
         let base = vocab
-            .and_then(|v| v.as_object().map(|o| o.len()).or_else(|| v.as_array().map(|a| a.len())))
+            .and_then(|v| {
+                v.as_object()
+                    .map(|o| o.len())
+                    .or_else(|| v.as_array().map(|a| a.len()))
+            })
             .unwrap_or(0);
         // Added tokens not already in the vocabulary also count.
-        let added = tok.get("added_tokens").and_then(Json::as_array).map_or(0, |a| {
-            a.iter()
-                .filter(|t| {
-                    let content = t.get("content").and_then(Json::as_str).unwrap_or("");
-                    !vocab.and_then(Json::as_object).is_some_and(|o| o.contains_key(content))
-                })
-                .count()
-        });
+        let added = tok
+            .get("added_tokens")
+            .and_then(Json::as_array)
+            .map_or(0, |a| {
+                a.iter()
+                    .filter(|t| {
+                        let content = t.get("content").and_then(Json::as_str).unwrap_or("");
+                        !vocab
+                            .and_then(Json::as_object)
+                            .is_some_and(|o| o.contains_key(content))
+                    })
+                    .count()
+            });
         (kind, Some((base + added) as u64))
     } else {
         (None, None)
     };
     let chat_template = dir.join("tokenizer_config.json").is_file()
-        && read_json(&dir.join("tokenizer_config.json"))?.get("chat_template").is_some();
+        && read_json(&dir.join("tokenizer_config.json"))?
+            .get("chat_template")
+            .is_some();
 
     let tensors = st
         .tensors
@@ -196,7 +223,9 @@ fn inspect_safetensors(path: &Path) -> Result<Report, FormatError> {
         .map(|t| TensorRow {
             name: t.name.clone(),
             shape: t.shape.iter().map(|&d| d as u64).collect(),
-            ty: t.ty.map_or_else(|| t.dtype.clone(), |ty| ty.name().to_string()),
+            ty: t
+                .ty
+                .map_or_else(|| t.dtype.clone(), |ty| ty.name().to_string()),
             bytes: t.size(),
             n_elements: t.n_elements(),
         })
@@ -296,9 +325,12 @@ pub fn tensor_values(path: &Path, name: &str, n: usize) -> Result<Vec<f32>, Stri
         let info = st
             .tensor_info(name)
             .ok_or_else(|| format!("{}: no tensor named '{name}'", path.display()))?;
-        let ty = info
-            .ty
-            .ok_or_else(|| format!("tensor '{name}': dtype {} cannot be shown as f32", info.dtype))?;
+        let ty = info.ty.ok_or_else(|| {
+            format!(
+                "tensor '{name}': dtype {} cannot be shown as f32",
+                info.dtype
+            )
+        })?;
         decode(ty, st.tensor_data(info), info.n_elements())
     } else {
         let file = GgufFile::open(path).map_err(|e| e.to_string())?;

@@ -41,7 +41,9 @@ fn check_model(short_name: &str) {
         let [name, ty, n, sha] = cols[..] else {
             panic!("bad golden line: {line}")
         };
-        let t = file.tensor(name).unwrap_or_else(|| panic!("no tensor {name}"));
+        let t = file
+            .tensor(name)
+            .unwrap_or_else(|| panic!("no tensor {name}"));
         assert_eq!(t.info.ty.name(), ty, "{name}: type");
         assert_eq!(t.info.n_elements().to_string(), n, "{name}: element count");
         let got = dequantized_sha256(t.info.ty, t.data);
@@ -50,7 +52,11 @@ fn check_model(short_name: &str) {
         }
         checked += 1;
     }
-    assert_eq!(checked, file.header.tensors.len(), "every tensor has a golden");
+    assert_eq!(
+        checked,
+        file.header.tensors.len(),
+        "every tensor has a golden"
+    );
     assert!(
         mismatches.is_empty(),
         "{} of {checked} tensors differ from gguf.quants: {mismatches:?}",

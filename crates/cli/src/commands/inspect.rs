@@ -34,9 +34,12 @@ pub fn run(args: Args) -> Result<(), String> {
         for v in tensor_values(&path, name, args.values)? {
             // `{:?}` is Rust's shortest representation that reads back to
             // the same f32 (e.g. 0.1, 1e-5, -0.0, NaN, inf).
-            writeln!(out, "{v:?}").map_err(|e| e.to_string())?;
+            let written = writeln!(out, "{v:?}");
+            if written.is_err() {
+                return super::output_result(written);
+            }
         }
-        return out.flush().map_err(|e| e.to_string());
+        return super::output_result(out.flush());
     }
     let is_gguf = path.is_file() && path.extension().is_none_or(|e| e != "safetensors");
     let (report, gguf) = if is_gguf {
@@ -52,7 +55,7 @@ pub fn run(args: Args) -> Result<(), String> {
     } else {
         print_text(&mut out, &report, gguf.as_ref(), args.full)
     };
-    written.and_then(|()| out.flush()).map_err(|e| e.to_string())
+    super::output_result(written.and_then(|()| out.flush()))
 }
 
 fn human_bytes(n: u64) -> String {
@@ -79,20 +82,43 @@ fn human_count(n: u64) -> String {
     }
 }
 
-fn print_text(out: &mut impl Write, r: &Report, gguf: Option<&GgufFile>, full: bool) -> io::Result<()> {
+fn print_text(
+    out: &mut impl Write,
+    r: &Report,
+    gguf: Option<&GgufFile>,
+    full: bool,
+) -> io::Result<()> {
     let format = match r.gguf_version {
         Some(v) => format!("GGUF v{v}"),
         None => "safetensors".to_string(),
     };
-    writeln!(out, "file          {} ({format}, {})", r.path, human_bytes(r.file_size))?;
-    writeln!(out, "architecture  {}", r.architecture.as_deref().unwrap_or("(not stated)"))?;
-    writeln!(out, "parameters    {} ({})", human_count(r.parameter_count()), r.parameter_count())?;
+    writeln!(
+        out,
+        "file          {} ({format}, {})",
+        r.path,
+        human_bytes(r.file_size)
+    )?;
+    writeln!(
+        out,
+        "architecture  {}",
+        r.architecture.as_deref().unwrap_or("(not stated)")
+    )?;
+    writeln!(
+        out,
+        "parameters    {} ({})",
+        human_count(r.parameter_count()),
+        r.parameter_count()
+    )?;
     match (&r.tokenizer_kind, r.tokenizer_size) {
         (Some(kind), Some(n)) => writeln!(out, "tokenizer     {kind}, {n} tokens")?,
         (Some(kind), None) => writeln!(out, "tokenizer     {kind}")?,
         _ => writeln!(out, "tokenizer     (none)")?,
     }
-    writeln!(out, "chat template {}", if r.chat_template { "yes" } else { "no" })?;
+    writeln!(
+        out,
+        "chat template {}",
+        if r.chat_template { "yes" } else { "no" }
+    )?;
 
     writeln!(out, "\nhyper-parameters")?;
     for (k, v) in &r.hyperparameters {
@@ -102,7 +128,11 @@ fn print_text(out: &mut impl Write, r: &Report, gguf: Option<&GgufFile>, full: b
     writeln!(out, "\nblock types")?;
     for (ty, n, bytes) in r.type_histogram() {
         let share = 100.0 * bytes as f64 / r.file_size.max(1) as f64;
-        writeln!(out, "  {ty:<8} {n:>5} tensors {:>12} {share:>5.1}%", human_bytes(bytes))?;
+        writeln!(
+            out,
+            "  {ty:<8} {n:>5} tensors {:>12} {share:>5.1}%",
+            human_bytes(bytes)
+        )?;
     }
 
     if let Some(file) = gguf {
@@ -119,11 +149,25 @@ fn print_text(out: &mut impl Write, r: &Report, gguf: Option<&GgufFile>, full: b
     }
 
     writeln!(out, "\ntensors ({})", r.tensors.len())?;
-    let width = r.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-    writeln!(out, "  {:<width$} {:<22} {:<8} {:>12}", "name", "shape", "type", "bytes")?;
+    let width = r
+        .tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        out,
+        "  {:<width$} {:<22} {:<8} {:>12}",
+        "name", "shape", "type", "bytes"
+    )?;
     for t in &r.tensors {
         let shape = format!("{:?}", t.shape);
-        writeln!(out, "  {:<width$} {shape:<22} {:<8} {:>12}", t.name, t.ty, t.bytes)?;
+        writeln!(
+            out,
+            "  {:<width$} {shape:<22} {:<8} {:>12}",
+            t.name, t.ty, t.bytes
+        )?;
     }
     Ok(())
 }

@@ -1,2 +1,13 @@
 //! One module per subcommand.
 pub mod inspect;
+
+use std::io;
+
+/// The outcome of writing to stdout: a closed pipe (`ferrite ... | head`)
+/// is a normal way for a reader to stop, not an error.
+pub fn output_result(r: io::Result<()>) -> Result<(), String> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(|e| format!("writing output: {e}")),
+    }
+}
