@@ -20,12 +20,15 @@ enum Command {
     /// Show what a model file or directory holds: architecture,
     /// hyper-parameters, tokenizer, tensors.
     Inspect(commands::inspect::Args),
+    /// Print the token ids of a text as one JSON array (as llama-tokenize does).
+    Tokenize(commands::tokenize::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => commands::inspect::run(args),
+        Command::Tokenize(args) => commands::tokenize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

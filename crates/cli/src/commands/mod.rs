@@ -1,5 +1,6 @@
 //! One module per subcommand.
 pub mod inspect;
+pub mod tokenize;
 
 use std::io;
 
