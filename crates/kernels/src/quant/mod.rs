@@ -5,6 +5,10 @@
 //! integers). The layouts mirror ggml's `ggml-common.h` and the reference
 //! (de)quantizers in ggml's `ggml-quants.c`; every module here is plain scalar
 //! code that is always compiled and serves as the reference for SIMD kernels.
+//! Upstream: <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
+//!
+//! [`dequantize`] and [`quantize`] are the entry points; the block structs
+//! can also be viewed in place over file bytes with [`as_blocks`].
 
 use std::fmt;
 
@@ -143,6 +147,37 @@ impl GgmlType {
         (n / bs).checked_mul(self.type_size() as u64)
     }
 
+    /// Whether [`dequantize`] supports this type.
+    pub fn can_dequantize(self) -> bool {
+        use GgmlType::*;
+        matches!(
+            self,
+            F32 | F16
+                | Bf16
+                | Q4_0
+                | Q4_1
+                | Q5_0
+                | Q5_1
+                | Q8_0
+                | Q8_1
+                | Q2K
+                | Q3K
+                | Q4K
+                | Q5K
+                | Q6K
+                | Q8K
+        )
+    }
+
+    /// Whether [`quantize`] supports this type.
+    pub fn can_quantize(self) -> bool {
+        use GgmlType::*;
+        matches!(
+            self,
+            F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8K
+        )
+    }
+
     /// (name, values per block, bytes per block), from ggml's type traits.
     fn traits(self) -> (&'static str, usize, usize) {
         use GgmlType::*;
@@ -188,5 +223,223 @@ impl GgmlType {
 impl fmt::Display for GgmlType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// Which direction of conversion an error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantOp {
+    Dequantize,
+    Quantize,
+}
+
+/// Why a (de)quantization request was refused. Nothing here panics on
+/// malformed input; every length problem ends up as one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantError {
+    /// This conversion is not implemented for the type.
+    Unsupported { ty: GgmlType, op: QuantOp },
+    /// The number of values is not a whole number of blocks.
+    PartialBlock { ty: GgmlType, values: usize },
+    /// The byte buffer does not hold exactly the blocks for the values
+    /// (`expected` is `None` when that size does not even fit in `usize`).
+    ByteLength {
+        ty: GgmlType,
+        values: usize,
+        expected: Option<usize>,
+        actual: usize,
+    },
+}
+
+impl fmt::Display for QuantError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            QuantError::Unsupported { ty, op } => {
+                let what = match op {
+                    QuantOp::Dequantize => "dequantizing",
+                    QuantOp::Quantize => "quantizing",
+                };
+                write!(f, "{what} {ty} is not supported")
+            }
+            QuantError::PartialBlock { ty, values } => write!(
+                f,
+                "{values} values are not a whole number of {ty} blocks of {}",
+                ty.block_size()
+            ),
+            QuantError::ByteLength {
+                ty,
+                values,
+                expected: Some(e),
+                actual,
+            } => {
+                write!(f, "{values} {ty} values take {e} bytes, got {actual}")
+            }
+            QuantError::ByteLength {
+                ty,
+                values,
+                expected: None,
+                actual,
+            } => write!(
+                f,
+                "{values} {ty} values take more bytes than fit in memory, got {actual}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for QuantError {}
+
+/// A block struct that may be viewed in place over any bytes.
+///
+/// # Safety
+///
+/// Implementors must be `#[repr(C)]` structs whose fields are all `u8` or
+/// `i8` arrays (or structs of them): alignment 1, no padding, and every bit
+/// pattern a valid value. [`as_blocks`] relies on this.
+pub unsafe trait Block: Copy + 'static {}
+
+/// Views `bytes` as a slice of blocks, without copying; `None` unless the
+/// length is a whole number of blocks. Works at any address (alignment 1).
+pub fn as_blocks<B: Block>(bytes: &[u8]) -> Option<&[B]> {
+    const { assert!(std::mem::align_of::<B>() == 1 && std::mem::size_of::<B>() > 0) };
+    let size = std::mem::size_of::<B>();
+    if bytes.len() % size != 0 {
+        return None;
+    }
+    // SAFETY: `B: Block` guarantees alignment 1 (also asserted above at
+    // compile time), no padding and no invalid bit patterns, so any
+    // initialized bytes are valid `B`s at any address; the length is a
+    // whole number of blocks, so the slice covers exactly `bytes`, and the
+    // returned borrow keeps `bytes` borrowed for as long as it lives.
+    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size) })
+}
+
+/// Mutable version of [`as_blocks`].
+pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> Option<&mut [B]> {
+    const { assert!(std::mem::align_of::<B>() == 1 && std::mem::size_of::<B>() > 0) };
+    let size = std::mem::size_of::<B>();
+    if bytes.len() % size != 0 {
+        return None;
+    }
+    // SAFETY: as in `as_blocks`; in addition every bit pattern written
+    // through a `B` is a valid `u8`, and the exclusive borrow of `bytes` is
+    // moved into the result, so there is no aliasing.
+    Some(unsafe {
+        std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<B>(), bytes.len() / size)
+    })
+}
+
+/// The number of bytes `values` values of type `t` take, checking that they
+/// are whole blocks.
+fn checked_bytes(t: GgmlType, values: usize, actual: usize) -> Result<usize, QuantError> {
+    let bs = t.block_size();
+    if values % bs != 0 {
+        return Err(QuantError::PartialBlock { ty: t, values });
+    }
+    let expected = (values / bs).checked_mul(t.type_size());
+    match expected {
+        Some(e) if e == actual => Ok(e),
+        _ => Err(QuantError::ByteLength {
+            ty: t,
+            values,
+            expected,
+            actual,
+        }),
+    }
+}
+
+/// Dequantizes `dst.len()` values of type `t` from `src`, which must be
+/// exactly the bytes of those values (whole blocks). Bit-exact with ggml's
+/// `dequantize_row_*` / `ggml_*_to_fp32_row` (Q8_1, for which ggml has no
+/// dequantizer, as `q * d` like Q8_0).
+pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    use GgmlType::*;
+    if !t.can_dequantize() {
+        return Err(QuantError::Unsupported {
+            ty: t,
+            op: QuantOp::Dequantize,
+        });
+    }
+    checked_bytes(t, dst.len(), src.len())?;
+    match t {
+        F32 => float::f32_to_f32(src, dst),
+        F16 => float::f16_to_f32(src, dst),
+        Bf16 => float::bf16_to_f32(src, dst),
+        Q4_0 => blocks_to_f32(src, dst, BlockQ4_0::to_f32),
+        Q4_1 => blocks_to_f32(src, dst, BlockQ4_1::to_f32),
+        Q5_0 => blocks_to_f32(src, dst, BlockQ5_0::to_f32),
+        Q5_1 => blocks_to_f32(src, dst, BlockQ5_1::to_f32),
+        Q8_0 => blocks_to_f32(src, dst, BlockQ8_0::to_f32),
+        Q8_1 => blocks_to_f32(src, dst, BlockQ8_1::to_f32),
+        Q2K => blocks_to_f32(src, dst, BlockQ2K::to_f32),
+        Q3K => blocks_to_f32(src, dst, BlockQ3K::to_f32),
+        Q4K => blocks_to_f32(src, dst, BlockQ4K::to_f32),
+        Q5K => blocks_to_f32(src, dst, BlockQ5K::to_f32),
+        Q6K => blocks_to_f32(src, dst, BlockQ6K::to_f32),
+        Q8K => blocks_to_f32(src, dst, BlockQ8K::to_f32),
+        _ => {
+            return Err(QuantError::Unsupported {
+                ty: t,
+                op: QuantOp::Dequantize,
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Quantizes `src` to type `t` into `dst`, which must be exactly the bytes
+/// of `src.len()` values (whole blocks). Byte-exact with ggml's
+/// `quantize_row_*_ref` / `ggml_fp32_to_*_row`.
+pub fn quantize(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    use GgmlType::*;
+    if !t.can_quantize() {
+        return Err(QuantError::Unsupported {
+            ty: t,
+            op: QuantOp::Quantize,
+        });
+    }
+    checked_bytes(t, src.len(), dst.len())?;
+    match t {
+        F32 => float::f32_from_f32(src, dst),
+        F16 => float::f16_from_f32(src, dst),
+        Bf16 => float::bf16_from_f32(src, dst),
+        Q4_0 => blocks_from_f32(src, dst, BlockQ4_0::from_f32),
+        Q4_1 => blocks_from_f32(src, dst, BlockQ4_1::from_f32),
+        Q5_0 => blocks_from_f32(src, dst, BlockQ5_0::from_f32),
+        Q5_1 => blocks_from_f32(src, dst, BlockQ5_1::from_f32),
+        Q8_0 => blocks_from_f32(src, dst, BlockQ8_0::from_f32),
+        Q8_1 => blocks_from_f32(src, dst, BlockQ8_1::from_f32),
+        Q8K => blocks_from_f32(src, dst, BlockQ8K::from_f32),
+        _ => {
+            return Err(QuantError::Unsupported {
+                ty: t,
+                op: QuantOp::Quantize,
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Runs a block's `to_f32` over every block of `src`. The caller has checked
+/// that `src` holds exactly `dst.len() / N` blocks.
+fn blocks_to_f32<B: Block, const N: usize>(src: &[u8], dst: &mut [f32], f: fn(&B, &mut [f32; N])) {
+    let blocks = as_blocks::<B>(src).unwrap_or_default();
+    debug_assert_eq!(blocks.len() * N, dst.len());
+    for (b, out) in blocks.iter().zip(dst.chunks_exact_mut(N)) {
+        // `chunks_exact_mut(N)` only yields chunks of exactly N values.
+        let out: &mut [f32; N] = out.try_into().expect("chunk of N values");
+        f(b, out);
+    }
+}
+
+/// Runs a block's `from_f32` over every block of `src`. The caller has
+/// checked that `dst` holds exactly `src.len() / N` blocks.
+fn blocks_from_f32<B: Block, const N: usize>(src: &[f32], dst: &mut [u8], f: fn(&[f32; N]) -> B) {
+    let blocks = as_blocks_mut::<B>(dst).unwrap_or_default();
+    debug_assert_eq!(blocks.len() * N, src.len());
+    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(N)) {
+        // `chunks_exact(N)` only yields chunks of exactly N values.
+        let x: &[f32; N] = x.try_into().expect("chunk of N values");
+        *b = f(x);
     }
 }
