@@ -22,6 +22,10 @@ enum Command {
     Inspect(commands::inspect::Args),
     /// Print the token ids of a text as one JSON array (as llama-tokenize does).
     Tokenize(commands::tokenize::Args),
+    /// Continue a prompt with a language model, streaming the text.
+    Run(commands::run::Args),
+    /// Chat with a language model on the terminal (Ctrl-D ends).
+    Chat(commands::chat::Args),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +33,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => commands::inspect::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Chat(args) => commands::chat::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

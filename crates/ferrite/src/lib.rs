@@ -1,4 +1,13 @@
 //! ferrite: run transformer models on the CPU.
+pub mod error;
 pub mod formats;
+pub mod generate;
 pub mod inspect;
+pub mod layers;
 pub mod model_path;
+pub mod models;
+pub mod parallel;
+pub mod tensor;
+pub mod tokenize;
+
+pub use error::Error;

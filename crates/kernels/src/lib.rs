@@ -4,6 +4,7 @@
 //! plain scalar reference implementation that is always compiled; faster
 //! (SIMD) versions, when they exist, are tested against it.
 
+pub mod dot;
 pub mod quant;
 
 pub use quant::GgmlType;

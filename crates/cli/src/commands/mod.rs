@@ -1,5 +1,8 @@
 //! One module per subcommand.
+pub mod chat;
+pub mod common;
 pub mod inspect;
+pub mod run;
 pub mod tokenize;
 
 use std::io;

@@ -2,6 +2,7 @@
 
 mod error;
 pub mod gguf;
+pub mod names;
 pub mod safetensors;
 
 pub use error::FormatError;

@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-mod float;
+pub(crate) mod float;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;

@@ -1,0 +1,132 @@
+//! Options and set-up shared by the generation commands (`run`, `chat`).
+
+use std::sync::Arc;
+
+use ferrite::formats::gguf::GgufFile;
+use ferrite::generate::sampler::SamplerOptions;
+use ferrite::model_path;
+use ferrite::models::{load_causal_lm, CausalLm};
+use ferrite::parallel::Threads;
+use ferrite::tokenize::Tokenizer;
+
+/// The model generation commands use when none is named.
+pub const DEFAULT_CHAT_MODEL: &str = "smollm2";
+
+/// Sampling options, named as llama.cpp names them.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Temperature; 0 picks the most likely token every time (greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep only the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the most likely tokens up to this total probability (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than this fraction of the most likely (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise repeating any of the last --repeat-last-n tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalties consider.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Subtracted from the logit of any recent token (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence of a recent token (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Add BIAS to token ID's logit, as ID=BIAS or ID+BIAS / ID-BIAS
+    /// (`-inf` forbids it). Repeatable.
+    #[arg(long = "logit-bias", value_name = "ID=BIAS", value_parser = parse_logit_bias)]
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Random seed: the same seed, prompt and options give the same text.
+    #[arg(long, default_value_t = 0x5EED)]
+    pub seed: u64,
+}
+
+fn parse_logit_bias(s: &str) -> Result<(u32, f32), String> {
+    let split = s
+        .find(['=', '+', '-'])
+        .ok_or_else(|| format!("'{s}' is not ID=BIAS"))?;
+    let (id, rest) = s.split_at(split);
+    let id: u32 = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad token id in '{s}'"))?;
+    let bias_text = rest.strip_prefix('=').unwrap_or(rest).trim();
+    let bias = match bias_text {
+        "-inf" | "-infinity" => f32::NEG_INFINITY,
+        t => t.parse().map_err(|_| format!("bad bias in '{s}'"))?,
+    };
+    Ok((id, bias))
+}
+
+impl SamplingArgs {
+    pub fn options(&self) -> Result<SamplerOptions, String> {
+        let opts = SamplerOptions {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            logit_bias: self.logit_bias.clone(),
+            seed: self.seed,
+        };
+        opts.validate()?;
+        Ok(opts)
+    }
+}
+
+/// Model, context and thread options.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// Threads for the matrix products (default: one per core).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Context size in tokens (default and maximum: the model's).
+    #[arg(long = "ctx", short = 'c')]
+    pub ctx: Option<usize>,
+}
+
+impl ModelArgs {
+    pub fn threads(&self) -> Threads {
+        match self.threads {
+            Some(n) => Threads::new(n),
+            None => Threads::all_cores(),
+        }
+    }
+}
+
+/// A loaded decoder model and its tokenizer.
+pub struct Loaded {
+    pub file: Arc<GgufFile>,
+    pub model: Box<dyn CausalLm>,
+    pub tokenizer: Tokenizer,
+}
+
+/// Loads a model by path or short name (`None`: the default chat model).
+pub fn load(model: Option<&str>) -> Result<Loaded, String> {
+    let path = model_path::resolve(model.unwrap_or(DEFAULT_CHAT_MODEL))?;
+    if path.is_dir() {
+        return Err(format!(
+            "{}: a directory; text generation needs a GGUF file",
+            path.display()
+        ));
+    }
+    let file = Arc::new(GgufFile::open(&path).map_err(|e| e.to_string())?);
+    let tokenizer =
+        Tokenizer::from_gguf(file.metadata()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let model = load_causal_lm(file.clone()).map_err(|e| e.to_string())?;
+    Ok(Loaded {
+        file,
+        model,
+        tokenizer,
+    })
+}

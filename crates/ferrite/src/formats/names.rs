@@ -1,0 +1,67 @@
+//! Tensor names of llama.cpp's GGUF files, in one place (`llama-arch.cpp`'s
+//! tensor name table). Model code asks for `names::attn_q(l)`, never formats
+//! a name itself.
+
+pub const TOKEN_EMBD: &str = "token_embd.weight";
+pub const OUTPUT_NORM: &str = "output_norm.weight";
+pub const OUTPUT: &str = "output.weight";
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
+
+fn blk(layer: usize, what: &str) -> String {
+    format!("blk.{layer}.{what}.weight")
+}
+
+pub fn attn_norm(layer: usize) -> String {
+    blk(layer, "attn_norm")
+}
+pub fn attn_q(layer: usize) -> String {
+    blk(layer, "attn_q")
+}
+pub fn attn_k(layer: usize) -> String {
+    blk(layer, "attn_k")
+}
+pub fn attn_v(layer: usize) -> String {
+    blk(layer, "attn_v")
+}
+pub fn attn_output(layer: usize) -> String {
+    blk(layer, "attn_output")
+}
+/// Per-head RMSNorm of queries (Gemma 3, Qwen 3).
+pub fn attn_q_norm(layer: usize) -> String {
+    blk(layer, "attn_q_norm")
+}
+/// Per-head RMSNorm of keys (Gemma 3, Qwen 3).
+pub fn attn_k_norm(layer: usize) -> String {
+    blk(layer, "attn_k_norm")
+}
+/// Norm after the attention block (Gemma 2/3).
+pub fn post_attention_norm(layer: usize) -> String {
+    blk(layer, "post_attention_norm")
+}
+pub fn ffn_norm(layer: usize) -> String {
+    blk(layer, "ffn_norm")
+}
+pub fn ffn_gate(layer: usize) -> String {
+    blk(layer, "ffn_gate")
+}
+pub fn ffn_up(layer: usize) -> String {
+    blk(layer, "ffn_up")
+}
+pub fn ffn_down(layer: usize) -> String {
+    blk(layer, "ffn_down")
+}
+/// Norm after the MLP block (Gemma 2/3).
+pub fn post_ffw_norm(layer: usize) -> String {
+    blk(layer, "post_ffw_norm")
+}
+
+/// Metadata keys of an architecture's hyper-parameters: `{arch}.{what}`.
+pub struct ArchKeys<'a> {
+    pub arch: &'a str,
+}
+
+impl ArchKeys<'_> {
+    pub fn key(&self, what: &str) -> String {
+        format!("{}.{what}", self.arch)
+    }
+}

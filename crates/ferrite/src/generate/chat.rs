@@ -1,0 +1,193 @@
+//! Chat prompts: a model's `tokenizer.chat_template` (Jinja, as Hugging Face
+//! writes them) rendered with `minijinja` in a sandbox, or a built-in ChatML
+//! template for models that have none.
+//!
+//! Templates come from model files and are untrusted: rendering runs with a
+//! fuel (instruction) limit, a recursion limit and an output-size limit, and
+//! every failure is an error, never a panic.
+
+use std::fmt;
+use std::io;
+
+use minijinja::{Environment, Error as JinjaError, ErrorKind};
+use serde::Serialize;
+
+/// The metadata key holding a GGUF file's chat template.
+pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
+
+/// ChatML, the fallback when a model carries no template.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}\
+{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}\
+{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// Instructions a render may execute.
+const FUEL: u64 = 5_000_000;
+/// Largest rendered prompt, in bytes.
+const MAX_OUTPUT: usize = 16 << 20;
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Message {
+        Message {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct TemplateError(String);
+
+impl fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "chat template: {}", self.0)
+    }
+}
+
+impl std::error::Error for TemplateError {}
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; `bos_token` / `eos_token` are the texts templates
+    /// may refer to.
+    pub fn new(
+        source: &str,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<ChatTemplate, TemplateError> {
+        let mut env = Environment::new();
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(64);
+        // Python string methods (`.strip()`, `.startswith()`, ...) that
+        // Hugging Face templates use.
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, JinjaError> {
+                Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
+        env.add_function("strftime_now", |_fmt: String| -> String {
+            // Deterministic output: templates that stamp today's date get a
+            // fixed one instead of the clock.
+            "01 Jan 2025".to_string()
+        });
+        env.add_template_owned("chat", source.to_string())
+            .map_err(|e| TemplateError(e.to_string()))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// The built-in ChatML template.
+    pub fn chatml() -> ChatTemplate {
+        // The constant is valid Jinja (a unit test renders it).
+        Self::new(CHATML_TEMPLATE, "", "<|im_end|>").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Renders a conversation; with `add_generation_prompt` the text ends
+    /// where the assistant's reply begins.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let template = self
+            .env
+            .get_template("chat")
+            .map_err(|e| TemplateError(e.to_string()))?;
+        let ctx = minijinja::context! {
+            messages => messages
+                .iter()
+                .map(|m| minijinja::context! { role => m.role.as_str(), content => m.content.as_str() })
+                .collect::<Vec<_>>(),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        let mut out = LimitedWriter {
+            buf: Vec::new(),
+            limit: MAX_OUTPUT,
+        };
+        template
+            .render_captured_to(ctx, &mut out)
+            .map_err(|e| TemplateError(e.to_string()))?;
+        String::from_utf8(out.buf).map_err(|_| TemplateError("rendered text is not UTF-8".into()))
+    }
+}
+
+/// A writer that fails once more than `limit` bytes have been written.
+struct LimitedWriter {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl io::Write for LimitedWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + data.len() > self.limit {
+            return Err(io::Error::other(format!(
+                "output exceeds {} bytes",
+                self.limit
+            )));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_renders() {
+        let t = ChatTemplate::chatml();
+        let text = t.render(&[Message::new("user", "Hi")], true).unwrap();
+        assert_eq!(
+            text,
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn hostile_templates_fail_cleanly() {
+        let endless = "{% for i in range(100000000) %}{{ i }}{% endfor %}";
+        let t = ChatTemplate::new(endless, "", "").unwrap();
+        assert!(t.render(&[], false).is_err());
+        let recursive = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+        let t = ChatTemplate::new(recursive, "", "").unwrap();
+        assert!(t.render(&[], false).is_err());
+        let raises = "{{ raise_exception('no system role') }}";
+        let t = ChatTemplate::new(raises, "", "").unwrap();
+        let err = t.render(&[], false).unwrap_err().to_string();
+        assert!(err.contains("no system role"), "{err}");
+        assert!(ChatTemplate::new("{% for %}", "", "").is_err());
+    }
+
+    #[test]
+    fn python_string_methods_work() {
+        let src = "{{ messages[0]['content'].strip().upper() }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(
+            t.render(&[Message::new("user", "  hi ")], false).unwrap(),
+            "HI"
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! A generation session: one sequence's KV cache kept across calls, the
+//! prefill of a prompt (reusing whatever prefix the cache already holds),
+//! and the decode loop with its stop conditions.
+
+use std::time::{Duration, Instant};
+
+use crate::generate::sampler::Sampler;
+use crate::models::decoder::{DecoderState, Logits};
+use crate::models::CausalLm;
+use crate::parallel::Threads;
+use crate::tokenize::Tokenizer;
+use crate::Error;
+
+/// Limits of one generation call.
+#[derive(Clone, Debug, Default)]
+pub struct GenerateOptions {
+    /// Most tokens to generate (`None`: until end of generation or a full
+    /// context).
+    pub max_tokens: Option<usize>,
+    /// Stop as soon as the text contains one of these; it is not returned.
+    pub stop: Vec<String>,
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced an end-of-generation token (EOS, end of turn).
+    EndOfGeneration,
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// A stop string appeared.
+    StopString,
+    /// The context is full.
+    ContextFull,
+    /// The caller's callback asked to stop.
+    Cancelled,
+}
+
+/// Counts and timings of one prompt + generation.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens found in the cache already (not recomputed).
+    pub reused_tokens: usize,
+    pub prompt_time: Duration,
+    pub generated_tokens: usize,
+    pub generation_time: Duration,
+}
+
+impl Stats {
+    fn rate(n: usize, t: Duration) -> f64 {
+        if t.is_zero() {
+            0.0
+        } else {
+            n as f64 / t.as_secs_f64()
+        }
+    }
+
+    /// One line for stderr.
+    pub fn summary(&self) -> String {
+        let fed = self.prompt_tokens - self.reused_tokens;
+        format!(
+            "prompt: {} tokens ({} new), {:.1} tok/s | generated: {} tokens, {:.1} tok/s",
+            self.prompt_tokens,
+            fed,
+            Self::rate(fed, self.prompt_time),
+            self.generated_tokens,
+            Self::rate(
+                self.generated_tokens.saturating_sub(1),
+                self.generation_time
+            ),
+        )
+    }
+}
+
+/// A model, its tokenizer and one sequence's state.
+pub struct Session<'a> {
+    model: &'a dyn CausalLm,
+    tokenizer: &'a Tokenizer,
+    state: DecoderState,
+    /// The tokens whose keys and values the cache holds, in order.
+    tokens: Vec<u32>,
+    /// Logits after the last token of `tokens`.
+    logits: Vec<f32>,
+    pub stats: Stats,
+}
+
+impl<'a> Session<'a> {
+    /// A session with room for `n_ctx` positions (capped at the model's
+    /// training context).
+    pub fn new(
+        model: &'a dyn CausalLm,
+        tokenizer: &'a Tokenizer,
+        n_ctx: Option<usize>,
+        threads: Threads,
+    ) -> Result<Session<'a>, Error> {
+        let n_ctx = n_ctx
+            .unwrap_or(model.n_ctx_train())
+            .min(model.n_ctx_train());
+        Ok(Session {
+            model,
+            tokenizer,
+            state: model.new_state(n_ctx, threads)?,
+            tokens: Vec::new(),
+            logits: Vec::new(),
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.state.cache.n_ctx
+    }
+
+    /// The tokens the cache holds.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The logits after the last token fed.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Makes the cache hold exactly `prompt`, recomputing only what differs
+    /// from what it holds now (at least the last token, for its logits).
+    pub fn set_prompt(&mut self, prompt: &[u32]) -> Result<(), Error> {
+        if prompt.is_empty() {
+            return Err(Error::Input("the prompt is empty (no tokens)".into()));
+        }
+        if prompt.len() > self.n_ctx() {
+            return Err(Error::Input(format!(
+                "the prompt is {} tokens, longer than the context of {} tokens",
+                prompt.len(),
+                self.n_ctx()
+            )));
+        }
+        let common = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let keep = common.min(prompt.len() - 1);
+        self.tokens.truncate(keep);
+        self.state.cache.truncate(keep);
+        let start = Instant::now();
+        self.model.forward(
+            &prompt[keep..],
+            &mut self.state,
+            Logits::Last,
+            &mut self.logits,
+        )?;
+        self.tokens.extend_from_slice(&prompt[keep..]);
+        self.stats = Stats {
+            prompt_tokens: prompt.len(),
+            reused_tokens: keep,
+            prompt_time: start.elapsed(),
+            ..Stats::default()
+        };
+        Ok(())
+    }
+
+    /// Generates after the current prompt, calling `on_text` with each piece
+    /// of text as soon as it is complete UTF-8 and cannot be the start of a
+    /// stop string. `on_text` returns false to stop.
+    pub fn generate(
+        &mut self,
+        sampler: &mut Sampler,
+        opts: &GenerateOptions,
+        mut on_text: impl FnMut(&str) -> bool,
+    ) -> Result<StopReason, Error> {
+        if self.tokens.is_empty() {
+            return Err(Error::Input("generate called before set_prompt".into()));
+        }
+        for &t in &self.tokens {
+            sampler.accept(t);
+        }
+        let mut decoder = self.tokenizer.stream_decoder(true);
+        let mut pending = String::new();
+        let start = Instant::now();
+        let mut generated = 0;
+        let reason = loop {
+            if opts.max_tokens.is_some_and(|m| generated >= m) {
+                break StopReason::MaxTokens;
+            }
+            let token = sampler.sample(&self.logits);
+            if self.tokenizer.is_end_of_generation(token) {
+                break StopReason::EndOfGeneration;
+            }
+            sampler.accept(token);
+            generated += 1;
+            pending.push_str(&decoder.push(token));
+            if let Some(cut) = find_stop(&pending, &opts.stop) {
+                pending.truncate(cut);
+                on_text(&pending);
+                pending.clear();
+                break StopReason::StopString;
+            }
+            let safe = pending.len() - held_back(&pending, &opts.stop);
+            if safe > 0 {
+                let keep_going = on_text(&pending[..safe]);
+                pending.drain(..safe);
+                if !keep_going {
+                    break StopReason::Cancelled;
+                }
+            }
+            if self.tokens.len() >= self.n_ctx() {
+                break StopReason::ContextFull;
+            }
+            self.model
+                .forward(&[token], &mut self.state, Logits::Last, &mut self.logits)?;
+            self.tokens.push(token);
+        };
+        if reason != StopReason::StopString {
+            pending.push_str(&decoder.finish());
+            if !pending.is_empty() {
+                on_text(&pending);
+            }
+        }
+        self.stats.generated_tokens = generated;
+        self.stats.generation_time = start.elapsed();
+        Ok(reason)
+    }
+}
+
+/// Byte offset of the first stop string in `text`, if any.
+fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
+}
+
+/// How many bytes at the end of `text` could be the start of a stop string
+/// (and so must not be shown yet). Always on a character boundary.
+fn held_back(text: &str, stops: &[String]) -> usize {
+    let mut held = 0;
+    for stop in stops {
+        for (i, _) in stop.char_indices().skip(1) {
+            if text.ends_with(&stop[..i]) {
+                held = held.max(i);
+            }
+        }
+    }
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_string_helpers() {
+        let stops = vec!["</s>".to_string(), "User:".to_string()];
+        assert_eq!(find_stop("hello User: x", &stops), Some(6));
+        assert_eq!(find_stop("hello", &stops), None);
+        assert_eq!(held_back("hello Us", &stops), 2);
+        assert_eq!(held_back("hello <", &stops), 1);
+        assert_eq!(held_back("hello", &stops), 0);
+        assert_eq!(held_back("é", &["éa".to_string()]), 2);
+    }
+}

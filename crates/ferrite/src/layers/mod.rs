@@ -1,0 +1,7 @@
+//! Building blocks shared by every architecture: normalisation, rotary
+//! positions, attention over a KV cache, activations.
+
+pub mod activation;
+pub mod attention;
+pub mod norm;
+pub mod rope;

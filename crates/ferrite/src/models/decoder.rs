@@ -1,0 +1,206 @@
+//! What every decoder-only model needs around its layers: the per-sequence
+//! state (KV cache, scratch buffers, threads), and the loop that feeds a
+//! prompt through in chunks and computes the logits that were asked for.
+//!
+//! Buffers are sized once for the largest chunk, so decoding allocates
+//! nothing per token.
+
+use std::ops::Range;
+
+use crate::generate::kv_cache::KvCache;
+use crate::layers::attention::attention_scratch_len;
+use crate::layers::rope::Rope;
+use crate::parallel::Threads;
+use crate::tensor::QuantizedActs;
+use crate::Error;
+
+/// Most tokens processed in one forward chunk (prompts are split into
+/// chunks of this size; results do not depend on it).
+pub const MAX_CHUNK: usize = 256;
+
+/// Which logits a forward pass produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token's (generation).
+    Last,
+    /// Every token's, in order (evaluation).
+    All,
+}
+
+/// Sizes that fix the buffers of a decoder model.
+#[derive(Clone, Copy, Debug)]
+pub struct DecoderDims {
+    pub dim: usize,
+    pub q_dim: usize,
+    pub kv_dim: usize,
+    pub ffn_dim: usize,
+    pub head_dim: usize,
+    /// Rotated pairs per head (`rope dims / 2`).
+    pub rope_pairs: usize,
+    pub n_layers: usize,
+}
+
+/// Scratch buffers for one chunk of up to [`MAX_CHUNK`] tokens.
+pub struct Workspace {
+    pub x: Vec<f32>,            // (chunk, dim) residual stream
+    pub xn: Vec<f32>,           // (chunk, dim) normed input of a block
+    pub q: Vec<f32>,            // (chunk, q_dim)
+    pub k: Vec<f32>,            // (chunk, kv_dim)
+    pub v: Vec<f32>,            // (chunk, kv_dim)
+    pub att: Vec<f32>,          // (chunk, q_dim) attention output
+    pub proj: Vec<f32>,         // (chunk, dim) block output before the residual add
+    pub gate: Vec<f32>,         // (chunk, ffn_dim)
+    pub up: Vec<f32>,           // (chunk, ffn_dim)
+    pub attn_scratch: Vec<f32>, // (threads, n_ctx + head_dim)
+    pub acts: QuantizedActs,
+    pub rope: RopeTable,
+}
+
+/// RoPE angles of the tokens of a chunk.
+pub struct RopeTable {
+    cos: Vec<f32>, // (chunk, pairs)
+    sin: Vec<f32>, // (chunk, pairs)
+    pairs: usize,
+}
+
+impl RopeTable {
+    fn new(pairs: usize) -> RopeTable {
+        RopeTable {
+            cos: vec![0.0; MAX_CHUNK * pairs],
+            sin: vec![0.0; MAX_CHUNK * pairs],
+            pairs,
+        }
+    }
+
+    /// Fills the (cos, sin) table for `n` tokens at positions `pos0..`.
+    pub fn fill(&mut self, rope: &Rope, pos0: usize, n: usize) {
+        let p = self.pairs;
+        for t in 0..n {
+            let (c, s) = (t * p, (t + 1) * p);
+            rope.cos_sin(pos0 + t, &mut self.cos[c..s], &mut self.sin[c..s]);
+        }
+    }
+
+    /// The (cos, sin) rows of token `t` of the chunk.
+    pub fn at(&self, t: usize) -> (&[f32], &[f32]) {
+        let p = self.pairs;
+        (&self.cos[t * p..(t + 1) * p], &self.sin[t * p..(t + 1) * p])
+    }
+}
+
+impl Workspace {
+    fn new(d: DecoderDims, n_ctx: usize, threads: usize) -> Workspace {
+        let c = MAX_CHUNK;
+        Workspace {
+            x: vec![0.0; c * d.dim],
+            xn: vec![0.0; c * d.dim],
+            q: vec![0.0; c * d.q_dim],
+            k: vec![0.0; c * d.kv_dim],
+            v: vec![0.0; c * d.kv_dim],
+            att: vec![0.0; c * d.q_dim],
+            proj: vec![0.0; c * d.dim],
+            gate: vec![0.0; c * d.ffn_dim],
+            up: vec![0.0; c * d.ffn_dim],
+            attn_scratch: vec![0.0; threads * attention_scratch_len(n_ctx, d.head_dim)],
+            acts: QuantizedActs::default(),
+            rope: RopeTable::new(d.rope_pairs),
+        }
+    }
+}
+
+/// One sequence's state: its KV cache, scratch buffers and threads.
+pub struct DecoderState {
+    pub cache: KvCache,
+    pub ws: Workspace,
+    pub threads: Threads,
+}
+
+impl DecoderState {
+    /// A state for `n_ctx` positions; layer `l` keeps `capacities[l]` of them.
+    pub fn new(
+        d: DecoderDims,
+        n_ctx: usize,
+        capacities: &[usize],
+        threads: Threads,
+    ) -> Result<DecoderState, Error> {
+        if n_ctx == 0 {
+            return Err(Error::Input("the context size must be at least 1".into()));
+        }
+        Ok(DecoderState {
+            cache: KvCache::new(d.kv_dim, n_ctx, capacities),
+            ws: Workspace::new(d, n_ctx, threads.count()),
+            threads,
+        })
+    }
+
+    /// Positions used so far.
+    pub fn len(&self) -> usize {
+        self.cache.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.len == 0
+    }
+
+    /// Runs `tokens` through the model in chunks: `body(chunk, pos0, state)`
+    /// leaves the chunk's final hidden states in `ws.x`; `head(rows, state,
+    /// out)` turns the hidden states of chunk rows `rows` into logits.
+    /// `logits` receives one row of `n_vocab` per token (`All`) or one row
+    /// (`Last`).
+    pub fn run_chunks<B, H>(
+        &mut self,
+        tokens: &[u32],
+        which: Logits,
+        n_vocab: usize,
+        logits: &mut Vec<f32>,
+        mut body: B,
+        mut head: H,
+    ) -> Result<(), Error>
+    where
+        B: FnMut(&[u32], usize, &mut DecoderState) -> Result<(), Error>,
+        H: FnMut(Range<usize>, &mut DecoderState, &mut [f32]) -> Result<(), Error>,
+    {
+        if tokens.is_empty() {
+            return Err(Error::Input("no tokens to process".into()));
+        }
+        let room = self.cache.n_ctx - self.cache.len;
+        if tokens.len() > room {
+            return Err(Error::Input(format!(
+                "{} tokens do not fit in the context: {} of {} positions are used",
+                tokens.len(),
+                self.cache.len,
+                self.cache.n_ctx
+            )));
+        }
+        let rows_out = match which {
+            Logits::All => tokens.len(),
+            Logits::Last => 1,
+        };
+        logits.clear();
+        logits.resize(rows_out * n_vocab, 0.0);
+        let n_chunks = tokens.len().div_ceil(MAX_CHUNK);
+        for (i, chunk) in tokens.chunks(MAX_CHUNK).enumerate() {
+            let pos0 = self.cache.len;
+            body(chunk, pos0, self)?;
+            self.cache.len += chunk.len();
+            match which {
+                Logits::All => {
+                    let out = &mut logits[i * MAX_CHUNK * n_vocab..][..chunk.len() * n_vocab];
+                    head(0..chunk.len(), self, out)?;
+                }
+                Logits::Last if i + 1 == n_chunks => {
+                    head(chunk.len() - 1..chunk.len(), self, logits)?
+                }
+                Logits::Last => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `x += y`.
+pub fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,252 @@
+//! Weights as the model code sees them: a [`Linear`] matrix in any block
+//! format, and an [`Embedding`] table, both borrowing their bytes from the
+//! memory-mapped model file.
+//!
+//! One model file serves every weight format: the format is data (a
+//! [`GgmlType`]), and the matmul picks the matching dot product from the
+//! kernels crate.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use ferrite_kernels::dot::{vec_dot_kernel, VecDotKernel};
+use ferrite_kernels::quant::{dequantize, quantize};
+use ferrite_kernels::GgmlType;
+
+use crate::formats::gguf::GgufFile;
+use crate::parallel::{DisjointSlice, Threads};
+use crate::Error;
+
+/// Bytes of one tensor inside a shared, memory-mapped file.
+#[derive(Clone)]
+pub struct TensorBytes {
+    file: Arc<GgufFile>,
+    range: Range<usize>,
+}
+
+impl TensorBytes {
+    pub fn bytes(&self) -> &[u8] {
+        // The range was taken from a validated tensor view of this file.
+        &self.file.bytes()[self.range.clone()]
+    }
+}
+
+/// A named tensor's shape, type and bytes, fetched from a GGUF file with the
+/// shape checked against what the model expects.
+pub struct Loader {
+    file: Arc<GgufFile>,
+}
+
+impl Loader {
+    pub fn new(file: Arc<GgufFile>) -> Loader {
+        Loader { file }
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// Whether the file has tensor `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.file.tensor(name).is_some()
+    }
+
+    /// Tensor `name` with exactly the dims `dims` (ggml order).
+    fn get(&self, name: &str, dims: &[u64]) -> Result<(GgmlType, TensorBytes), Error> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| Error::model(self.source(), format!("missing tensor '{name}'")))?;
+        if t.info.dims != dims {
+            return Err(Error::model(
+                self.source(),
+                format!(
+                    "tensor '{name}' has shape {:?}, expected {dims:?}",
+                    t.info.dims
+                ),
+            ));
+        }
+        let start = t.data.as_ptr() as usize - self.file.bytes().as_ptr() as usize;
+        let range = start..start + t.data.len();
+        let bytes = TensorBytes {
+            file: self.file.clone(),
+            range,
+        };
+        Ok((t.info.ty, bytes))
+    }
+
+    fn source(&self) -> String {
+        self.file.path().display().to_string()
+    }
+
+    /// A `rows x cols` matrix stored as `name` (ggml dims `[cols, rows]`).
+    pub fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, Error> {
+        let (ty, bytes) = self.get(name, &[cols as u64, rows as u64])?;
+        let kernel = vec_dot_kernel(ty).ok_or_else(|| {
+            Error::model(
+                self.source(),
+                format!("tensor '{name}': no matmul kernel for type {ty}"),
+            )
+        })?;
+        Ok(Linear {
+            ty,
+            rows,
+            cols,
+            row_bytes: bytes.bytes().len() / rows,
+            bytes,
+            kernel,
+        })
+    }
+
+    /// A vector of `n` values stored as `name`, dequantized to f32.
+    pub fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, Error> {
+        let (ty, bytes) = self.get(name, &[n as u64])?;
+        let mut out = vec![0f32; n];
+        dequantize(ty, bytes.bytes(), &mut out)
+            .map_err(|e| Error::model(self.source(), format!("tensor '{name}': {e}")))?;
+        Ok(out)
+    }
+
+    /// An embedding table of `n_vocab` rows of `dim` values.
+    pub fn embedding(&self, name: &str, n_vocab: usize, dim: usize) -> Result<Embedding, Error> {
+        let (ty, bytes) = self.get(name, &[dim as u64, n_vocab as u64])?;
+        if !ty.can_dequantize() {
+            return Err(Error::model(
+                self.source(),
+                format!("tensor '{name}': cannot dequantize type {ty}"),
+            ));
+        }
+        Ok(Embedding {
+            ty,
+            dim,
+            n_vocab,
+            bytes,
+        })
+    }
+}
+
+/// An embedding table: row `i` is the vector of token `i`.
+pub struct Embedding {
+    pub ty: GgmlType,
+    pub dim: usize,
+    pub n_vocab: usize,
+    bytes: TensorBytes,
+}
+
+impl Embedding {
+    /// Writes the vector of `token` into `out` (`dim` values).
+    pub fn lookup(&self, token: u32, out: &mut [f32]) -> Result<(), Error> {
+        let t = token as usize;
+        if t >= self.n_vocab {
+            return Err(Error::Input(format!(
+                "token id {token} is outside the vocabulary of {}",
+                self.n_vocab
+            )));
+        }
+        let row_bytes = self.bytes.bytes().len() / self.n_vocab;
+        let row = &self.bytes.bytes()[t * row_bytes..(t + 1) * row_bytes];
+        dequantize(self.ty, row, out).map_err(|e| Error::Input(e.to_string()))
+    }
+}
+
+/// A weight matrix of `rows` output features by `cols` input features, each
+/// row stored contiguously in block format `ty`.
+pub struct Linear {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    row_bytes: usize,
+    bytes: TensorBytes,
+    kernel: VecDotKernel,
+}
+
+/// Activations quantized into the format a weight type's dot product
+/// takes, one row per token. Reused across matmuls to avoid allocation.
+#[derive(Default)]
+pub struct QuantizedActs {
+    ty: Option<GgmlType>,
+    cols: usize,
+    row_bytes: usize,
+    /// Backed by u64 so that f32 activations are 4-byte aligned.
+    buf: Vec<u64>,
+}
+
+impl QuantizedActs {
+    /// Quantizes `n_tokens` rows of `cols` values from `x` into format `ty`.
+    pub fn quantize(&mut self, ty: GgmlType, x: &[f32], cols: usize) -> Result<(), Error> {
+        let n_tokens = x.len() / cols;
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .ok_or_else(|| Error::Input(format!("{cols} values are not whole {ty} blocks")))?
+            as usize;
+        let words = (n_tokens * row_bytes).div_ceil(8);
+        if self.buf.len() < words {
+            self.buf.resize(words, 0);
+        }
+        self.ty = Some(ty);
+        self.cols = cols;
+        self.row_bytes = row_bytes;
+        let bytes = self.bytes_mut();
+        for (src, dst) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)) {
+            quantize(ty, src, dst).map_err(|e| Error::Input(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.buf.len() * 8;
+        // SAFETY: a u64 slice is valid as bytes of 8x the length; u8 has no
+        // alignment or validity requirements and the borrow is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<u8>(), len) }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let len = self.buf.len() * 8;
+        // SAFETY: as in bytes_mut, for a shared borrow.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), len) }
+    }
+
+    fn row(&self, t: usize) -> &[u8] {
+        &self.bytes()[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+}
+
+impl Linear {
+    /// `out[t][r] = sum_c W[r][c] * x[t][c]` for every token `t` of `x`
+    /// (`n_tokens x cols`), into `out` (`n_tokens x rows`).
+    ///
+    /// Deterministic by construction: every output value is one dot product
+    /// of one weight row with one activation row, computed by the same kernel
+    /// in the same order whatever the thread count or batch size. Threads
+    /// split the output rows, never a reduction.
+    pub fn matmul(
+        &self,
+        x: &[f32],
+        out: &mut [f32],
+        acts: &mut QuantizedActs,
+        threads: &Threads,
+    ) -> Result<(), Error> {
+        let n_tokens = x.len() / self.cols;
+        debug_assert_eq!(x.len(), n_tokens * self.cols);
+        debug_assert_eq!(out.len(), n_tokens * self.rows);
+        acts.quantize(self.kernel.act_type, x, self.cols)?;
+        let w = self.bytes.bytes();
+        let acts = &*acts;
+        let rows = self.rows;
+        let out = DisjointSlice::new(out);
+        threads.split(rows, |row_range| {
+            for t in 0..n_tokens {
+                let a = acts.row(t);
+                for r in row_range.clone() {
+                    let w_row = &w[r * self.row_bytes..(r + 1) * self.row_bytes];
+                    let v = (self.kernel.dot)(w_row, a);
+                    // SAFETY: each row index r belongs to exactly one
+                    // thread's range, so index t * rows + r is written by
+                    // this thread only.
+                    unsafe { out.write(t * rows + r, v) };
+                }
+            }
+        });
+        Ok(())
+    }
+}

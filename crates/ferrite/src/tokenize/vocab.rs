@@ -1,0 +1,570 @@
+//! The vocabulary a GGUF file describes under `tokenizer.ggml.*`: token
+//! texts, types, scores, merges, special ids and the add-BOS/EOS flags,
+//! checked and turned into the tables the tokenizers use.
+//!
+//! Mirrors the vocabulary loader of llama.cpp (`src/llama-vocab.cpp`,
+//! `llama_vocab::impl::load`): the same per-type defaults (SPM: BOS 1, EOS 2,
+//! UNK 0, add BOS; BPE: BOS = EOS = 11), empty token texts renamed
+//! `[EMPTY_<id>]`, end-of-generation and FIM tokens found by their text and
+//! promoted to control tokens, control tokens named `*unused*` marked unused.
+//! Where llama.cpp only warns about a bad file (an id out of range, a scores
+//! array of the wrong length) we refuse it with an error naming the key.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::formats::gguf::{Array, Metadata, Value};
+
+use super::bpe::PreTokenizerKind;
+use super::TokenizerError;
+
+pub(crate) const KEY_MODEL: &str = "tokenizer.ggml.model";
+pub(crate) const KEY_PRE: &str = "tokenizer.ggml.pre";
+pub(crate) const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
+pub(crate) const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
+pub(crate) const KEY_SCORES: &str = "tokenizer.ggml.scores";
+pub(crate) const KEY_MERGES: &str = "tokenizer.ggml.merges";
+const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+const KEY_ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+const KEY_BOS: &str = "tokenizer.ggml.bos_token_id";
+const KEY_EOS: &str = "tokenizer.ggml.eos_token_id";
+const KEY_EOT: &str = "tokenizer.ggml.eot_token_id";
+const KEY_EOM: &str = "tokenizer.ggml.eom_token_id";
+const KEY_UNK: &str = "tokenizer.ggml.unknown_token_id";
+const KEY_PAD: &str = "tokenizer.ggml.padding_token_id";
+const KEY_FIM_PRE: &str = "tokenizer.ggml.fim_pre_token_id";
+const KEY_FIM_SUF: &str = "tokenizer.ggml.fim_suf_token_id";
+const KEY_FIM_MID: &str = "tokenizer.ggml.fim_mid_token_id";
+const KEY_FIM_PAD: &str = "tokenizer.ggml.fim_pad_token_id";
+const KEY_FIM_REP: &str = "tokenizer.ggml.fim_rep_token_id";
+const KEY_FIM_SEP: &str = "tokenizer.ggml.fim_sep_token_id";
+
+/// Token texts that end generation (llama.cpp's list, matched exactly).
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+const EOT_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
+];
+const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
+const FIM_PRE_TEXTS: &[&str] = &[
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+];
+const FIM_SUF_TEXTS: &[&str] = &[
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+];
+const FIM_MID_TEXTS: &[&str] = &[
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+];
+const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
+const FIM_REP_TEXTS: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
+const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+
+/// Token attributes (llama.cpp's `llama_token_attr`, the subset tokenizing
+/// and decoding look at). A token of undefined type has none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Attr(u8);
+
+impl Attr {
+    pub const UNKNOWN: Attr = Attr(1);
+    pub const UNUSED: Attr = Attr(2);
+    pub const NORMAL: Attr = Attr(4);
+    pub const CONTROL: Attr = Attr(8);
+    pub const USER_DEFINED: Attr = Attr(16);
+    pub const BYTE: Attr = Attr(32);
+
+    /// The attribute of a `tokenizer.ggml.token_type` value.
+    fn from_token_type(t: i32) -> Attr {
+        match t {
+            1 => Attr::NORMAL,
+            2 => Attr::UNKNOWN,
+            3 => Attr::CONTROL,
+            4 => Attr::USER_DEFINED,
+            5 => Attr::UNUSED,
+            6 => Attr::BYTE,
+            _ => Attr::default(),
+        }
+    }
+
+    /// True if any flag of `other` is set.
+    pub fn any(self, other: Attr) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    fn insert(&mut self, other: Attr) {
+        self.0 |= other.0;
+    }
+}
+
+impl std::ops::BitOr for Attr {
+    type Output = Attr;
+    fn bitor(self, rhs: Attr) -> Attr {
+        Attr(self.0 | rhs.0)
+    }
+}
+
+/// The tokenizer algorithm `tokenizer.ggml.model` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Algorithm {
+    /// `llama`: SentencePiece-style merges by score with byte fallback.
+    Spm,
+    /// `gpt2`: byte-level BPE with a pre-tokenizer regex.
+    Bpe(PreTokenizerKind),
+}
+
+/// Ids of the tokens with a role.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SpecialIds {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub eot: Option<u32>,
+    pub eom: Option<u32>,
+    pub unk: Option<u32>,
+    pub pad: Option<u32>,
+    pub fim_pre: Option<u32>,
+    pub fim_suf: Option<u32>,
+    pub fim_mid: Option<u32>,
+    pub fim_pad: Option<u32>,
+    pub fim_rep: Option<u32>,
+    pub fim_sep: Option<u32>,
+}
+
+/// A checked vocabulary.
+pub(crate) struct Vocab {
+    pub algorithm: Algorithm,
+    /// Token texts by id (never empty strings).
+    pub texts: Vec<String>,
+    pub attrs: Vec<Attr>,
+    /// SPM merge scores by id (zeros when the file has none).
+    pub scores: Vec<f32>,
+    pub text_to_id: HashMap<String, u32>,
+    /// BPE merges in rank order (empty for SPM).
+    pub merges: Vec<(String, String)>,
+    pub special: SpecialIds,
+    pub eog: BTreeSet<u32>,
+    pub add_bos: bool,
+    pub add_eos: bool,
+    pub add_space_prefix: bool,
+    /// BPE: the whole pre-token is looked up before merging.
+    pub ignore_merges: bool,
+    /// Decoding removes spaces before `?!.,` and some apostrophes.
+    pub clean_spaces: bool,
+}
+
+impl Vocab {
+    pub fn from_gguf(md: &Metadata) -> Result<Vocab, TokenizerError> {
+        let model = get_str(md, KEY_MODEL)?.ok_or(TokenizerError::missing(KEY_MODEL))?;
+        let pre = get_str(md, KEY_PRE)?.unwrap_or("");
+
+        let texts = string_array(md, KEY_TOKENS)?.ok_or(TokenizerError::missing(KEY_TOKENS))?;
+        let n = texts.len();
+        if n == 0 {
+            return Err(TokenizerError::new(KEY_TOKENS, "the vocabulary is empty"));
+        }
+        if u32::try_from(n).is_err() {
+            return Err(TokenizerError::new(
+                KEY_TOKENS,
+                format!("{n} tokens do not fit u32 ids"),
+            ));
+        }
+
+        let mut special = SpecialIds::default();
+        let (algorithm, mut add_bos, mut add_space_prefix, ignore_merges, clean_spaces);
+        match model {
+            "llama" => {
+                algorithm = Algorithm::Spm;
+                special.bos = Some(1);
+                special.eos = Some(2);
+                special.unk = Some(0);
+                add_bos = true;
+                add_space_prefix = true;
+                ignore_merges = false;
+                clean_spaces = false;
+            }
+            "gpt2" => {
+                let kind = PreTokenizerKind::from_name(pre).ok_or_else(|| {
+                    TokenizerError::new(
+                        KEY_PRE,
+                        format!(
+                            "unsupported pre-tokenizer '{pre}' (supported: {})",
+                            PreTokenizerKind::SUPPORTED
+                        ),
+                    )
+                })?;
+                algorithm = Algorithm::Bpe(kind);
+                special.bos = Some(11);
+                special.eos = Some(11);
+                add_bos = kind.adds_bos();
+                add_space_prefix = false;
+                ignore_merges = kind.ignores_merges();
+                clean_spaces = kind.cleans_spaces();
+            }
+            other => {
+                return Err(TokenizerError::new(
+                    KEY_MODEL,
+                    format!("unsupported tokenizer model '{other}' (supported: gpt2, llama)"),
+                ))
+            }
+        }
+        // Defaults that fall outside the vocabulary are dropped, as llama.cpp does.
+        for id in [&mut special.bos, &mut special.eos, &mut special.unk] {
+            if id.is_some_and(|i| i as usize >= n) {
+                *id = None;
+            }
+        }
+        if let Some(v) = get_bool(md, KEY_ADD_SPACE_PREFIX)? {
+            add_space_prefix = v;
+        }
+
+        let mut texts = texts.to_vec();
+        let mut text_to_id = HashMap::with_capacity(n);
+        for (i, text) in texts.iter_mut().enumerate() {
+            if text.is_empty() {
+                *text = format!("[EMPTY_{i}]");
+            }
+            // `n` fits u32 (checked above).
+            if let Some(first) = text_to_id.insert(text.clone(), i as u32) {
+                return Err(TokenizerError::new(
+                    KEY_TOKENS,
+                    format!("tokens {first} and {i} have the same text {text:?}"),
+                ));
+            }
+        }
+
+        let scores = match md.get(KEY_SCORES) {
+            None => vec![0.0; n],
+            Some(Value::Array(Array::F32(v))) => v.clone(),
+            Some(Value::Array(Array::I32(v))) => v.iter().map(|&s| s as f32).collect(),
+            Some(v) => {
+                return Err(TokenizerError::wrong_type(
+                    KEY_SCORES,
+                    "an f32 or i32 array",
+                    v,
+                ))
+            }
+        };
+        check_len(KEY_SCORES, scores.len(), n)?;
+
+        let mut attrs = match md.get(KEY_TOKEN_TYPE) {
+            None => vec![Attr::NORMAL; n],
+            Some(Value::Array(Array::I32(v))) => {
+                v.iter().map(|&t| Attr::from_token_type(t)).collect()
+            }
+            Some(v) => {
+                return Err(TokenizerError::wrong_type(
+                    KEY_TOKEN_TYPE,
+                    "an i32 array",
+                    v,
+                ))
+            }
+        };
+        check_len(KEY_TOKEN_TYPE, attrs.len(), n)?;
+        for (i, (text, attr)) in texts.iter().zip(&attrs).enumerate() {
+            if attr.any(Attr::BYTE) && parse_byte_token(text).is_none() {
+                return Err(TokenizerError::new(
+                    KEY_TOKEN_TYPE,
+                    format!("token {i} is typed as a byte but its text {text:?} is not <0xNN>"),
+                ));
+            }
+        }
+
+        let merges = match algorithm {
+            Algorithm::Spm => Vec::new(),
+            Algorithm::Bpe(_) => read_merges(md)?,
+        };
+
+        let ids = [
+            (KEY_BOS, &mut special.bos),
+            (KEY_EOS, &mut special.eos),
+            (KEY_EOT, &mut special.eot),
+            (KEY_EOM, &mut special.eom),
+            (KEY_UNK, &mut special.unk),
+            (KEY_PAD, &mut special.pad),
+            (KEY_FIM_PRE, &mut special.fim_pre),
+            (KEY_FIM_SUF, &mut special.fim_suf),
+            (KEY_FIM_MID, &mut special.fim_mid),
+            (KEY_FIM_PAD, &mut special.fim_pad),
+            (KEY_FIM_REP, &mut special.fim_rep),
+            (KEY_FIM_SEP, &mut special.fim_sep),
+        ];
+        for (key, slot) in ids {
+            if let Some(id) = get_id(md, key, n)? {
+                *slot = Some(id);
+            }
+        }
+
+        if let Some(v) = get_bool(md, KEY_ADD_BOS)? {
+            add_bos = v;
+        }
+        let add_eos = get_bool(md, KEY_ADD_EOS)?.unwrap_or(false);
+        if add_bos && special.bos.is_none() {
+            return Err(TokenizerError::new(
+                KEY_BOS,
+                "BOS is to be added but the vocabulary has no BOS token",
+            ));
+        }
+        if add_eos && special.eos.is_none() {
+            return Err(TokenizerError::new(
+                KEY_EOS,
+                "EOS is to be added but the vocabulary has no EOS token",
+            ));
+        }
+
+        let eog = find_roles(&texts, &text_to_id, &mut attrs, &mut special);
+
+        Ok(Vocab {
+            algorithm,
+            texts,
+            attrs,
+            scores,
+            text_to_id,
+            merges,
+            special,
+            eog,
+            add_bos,
+            add_eos,
+            add_space_prefix,
+            ignore_merges,
+            clean_spaces,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    pub fn attr(&self, id: u32) -> Attr {
+        self.attrs.get(id as usize).copied().unwrap_or_default()
+    }
+
+    pub fn id(&self, text: &str) -> Option<u32> {
+        self.text_to_id.get(text).copied()
+    }
+}
+
+/// The byte a `<0xNN>` token stands for.
+pub(crate) fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// Finds EOT/EOM/FIM tokens by text where the file does not name them,
+/// builds the end-of-generation set and adjusts attributes the way llama.cpp
+/// does. Where several tokens of a role match, llama.cpp takes whichever its
+/// hash map yields first; we take the lowest id.
+fn find_roles(
+    texts: &[String],
+    text_to_id: &HashMap<String, u32>,
+    attrs: &mut [Attr],
+    special: &mut SpecialIds,
+) -> BTreeSet<u32> {
+    let find = |candidates: &[&str]| {
+        candidates
+            .iter()
+            .filter_map(|t| text_to_id.get(*t).copied())
+            .min()
+    };
+    let roles = [
+        (&mut special.eot, EOT_TEXTS),
+        (&mut special.eom, EOM_TEXTS),
+        (&mut special.fim_pre, FIM_PRE_TEXTS),
+        (&mut special.fim_suf, FIM_SUF_TEXTS),
+        (&mut special.fim_mid, FIM_MID_TEXTS),
+        (&mut special.fim_pad, FIM_PAD_TEXTS),
+        (&mut special.fim_rep, FIM_REP_TEXTS),
+        (&mut special.fim_sep, FIM_SEP_TEXTS),
+    ];
+    for (slot, candidates) in roles {
+        if slot.is_none() {
+            if let Some(id) = find(candidates) {
+                *slot = Some(id);
+                attrs[id as usize].insert(Attr::CONTROL);
+            }
+        }
+    }
+
+    for (text, attr) in texts.iter().zip(attrs.iter_mut()) {
+        if attr.any(Attr::CONTROL) && text.contains("unused") {
+            attr.insert(Attr::UNUSED);
+        }
+    }
+
+    let mut eog: BTreeSet<u32> = [special.fim_pad, special.fim_rep, special.fim_sep]
+        .into_iter()
+        .flatten()
+        .collect();
+    for text in EOG_TEXTS {
+        if let Some(&id) = text_to_id.get(*text) {
+            eog.insert(id);
+            attrs[id as usize].insert(Attr::CONTROL);
+        }
+    }
+    // gpt-oss: these are always rendered.
+    for text in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+        if let Some(&id) = text_to_id.get(text) {
+            attrs[id as usize] = Attr::USER_DEFINED;
+        }
+    }
+    eog.extend(
+        [special.eos, special.eot, special.eom]
+            .into_iter()
+            .flatten(),
+    );
+
+    // o200k_harmony / solar-open: `<|end|>` ends a message, not generation.
+    let has = |eog: &BTreeSet<u32>, t: &str| eog.iter().any(|&id| texts[id as usize] == t);
+    let has_call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
+    if has(&eog, "<|end|>") && has_call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
+        if let Some(&id) = text_to_id.get("<|end|>") {
+            eog.remove(&id);
+            attrs[id as usize] = Attr::USER_DEFINED;
+        }
+    }
+    // A plain `</s>` where the model has its own end markers.
+    if has(&eog, "</s>") && (has(&eog, "<|tool_response>") || has(&eog, "<|plamo:eos|>")) {
+        if let Some(&id) = text_to_id.get("</s>") {
+            eog.remove(&id);
+            attrs[id as usize] = Attr::NORMAL;
+        }
+    }
+    eog
+}
+
+fn read_merges(md: &Metadata) -> Result<Vec<(String, String)>, TokenizerError> {
+    let list = string_array(md, KEY_MERGES)?.ok_or(TokenizerError::missing(KEY_MERGES))?;
+    let mut seen = std::collections::HashSet::with_capacity(list.len());
+    let mut merges = Vec::with_capacity(list.len());
+    for (index, text) in list.iter().enumerate() {
+        // The separator is the first space after the first byte, so that a
+        // left part may itself be a space.
+        let split = text.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1);
+        let Some(pos) = split else {
+            return Err(TokenizerError::new(
+                KEY_MERGES,
+                format!("entry {index} ({text:?}) is not two tokens separated by a space"),
+            ));
+        };
+        let pair = (text[..pos].to_string(), text[pos + 1..].to_string());
+        // The first occurrence of a pair sets its rank.
+        if seen.insert(pair.clone()) {
+            merges.push(pair);
+        }
+    }
+    Ok(merges)
+}
+
+fn check_len(key: &'static str, len: usize, n: usize) -> Result<(), TokenizerError> {
+    if len != n {
+        return Err(TokenizerError::new(
+            key,
+            format!("has {len} entries but the vocabulary has {n} tokens"),
+        ));
+    }
+    Ok(())
+}
+
+fn get_str<'a>(md: &'a Metadata, key: &'static str) -> Result<Option<&'a str>, TokenizerError> {
+    match md.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(TokenizerError::wrong_type(key, "a string", v)),
+    }
+}
+
+fn get_bool(md: &Metadata, key: &'static str) -> Result<Option<bool>, TokenizerError> {
+    match md.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(TokenizerError::wrong_type(key, "a bool", v)),
+    }
+}
+
+fn string_array<'a>(
+    md: &'a Metadata,
+    key: &'static str,
+) -> Result<Option<&'a [String]>, TokenizerError> {
+    match md.get(key) {
+        None => Ok(None),
+        Some(Value::Array(Array::String(v))) => Ok(Some(v)),
+        Some(v) => Err(TokenizerError::wrong_type(key, "a string array", v)),
+    }
+}
+
+/// A token id key: absent, or a non-negative integer below `n`.
+fn get_id(md: &Metadata, key: &'static str, n: usize) -> Result<Option<u32>, TokenizerError> {
+    let Some(v) = md.get(key) else {
+        return Ok(None);
+    };
+    let id = v
+        .as_u64()
+        .ok_or_else(|| TokenizerError::wrong_type(key, "a non-negative integer", v))?;
+    if id >= n as u64 {
+        return Err(TokenizerError::new(
+            key,
+            format!("token id {id} is out of range (the vocabulary has {n} tokens)"),
+        ));
+    }
+    // id < n <= u32::MAX + 1.
+    Ok(Some(id as u32))
+}

@@ -1,0 +1,125 @@
+//! Scalar reference dot products of one weight row with one activation row,
+//! the inner loop of every matmul; mirrors the `vec_dot` / `vec_dot_type`
+//! pairs of ggml's CPU type traits (`type_traits_cpu` in ggml-cpu.c) and the
+//! portable kernels `ggml_vec_dot_*_generic` in ggml-cpu/quants.c of
+//! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
+//!
+//! The activations are first quantized (with [`crate::quant::quantize`]) to
+//! the format the weight type pairs with, [`VecDotKernel::act_type`]:
+//!
+//! | weights                      | activations |
+//! |------------------------------|-------------|
+//! | Q4_0, Q5_0, Q8_0             | Q8_0        |
+//! | Q4_1, Q5_1                   | Q8_1        |
+//! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K | Q8_K        |
+//! | F32, F16, BF16               | F32         |
+//!
+//! ggml pairs F16 weights with F16 activations and BF16 with BF16; we keep
+//! float activations in f32 (one activation format for all float weights,
+//! and no rounding of the activations), so our F16/BF16 results are slightly
+//! *more* exact than ggml's and not bit-identical to them.
+//!
+//! # The summation order is part of the contract
+//!
+//! A row's dot product must have the same bits however the matmul is split,
+//! and the SIMD kernels that will replace these must reproduce them exactly,
+//! so the order of every floating-point operation is fixed here:
+//!
+//! - Quantized types: per block, an exact integer dot product (i32; the
+//!   bounds noted at each kernel rule out overflow for *any* bytes), then
+//!   one f32 term per block, accumulated in block order from `0.0`:
+//!   `sum += (d_w * d_x) * (isum as f32)` for Q4_0/Q5_0/Q8_0,
+//!   `sum += (d_w * d_x) * (isum as f32) + m_w * s_x` for Q4_1/Q5_1,
+//!   `sum += (d_x * d_w) * (isum as f32) - (d_x * dmin_w) * (msum as f32)`
+//!   for Q2_K/Q4_K/Q5_K and `sum += (d_w * d_x) * (isum as f32)` for
+//!   Q3_K/Q6_K, where `isum` already includes the small per-group scales.
+//!   Inside a block only integers are added, so a SIMD kernel may add them
+//!   in any order.
+//! - Float types: 32 independent f32 lanes, value `i` going to lane
+//!   `i % 32` (a short last chunk fills lanes from 0), then the lanes are
+//!   folded in halves (`lane[i] += lane[i + 16]`, then 8, 4, 2, 1). That is
+//!   four 8-wide or two 16-wide vector accumulators and the usual
+//!   horizontal sum.
+//!
+//! Products and sums are rounded separately (never a fused multiply-add);
+//! Rust does not contract `a * b + c` on its own, and SIMD versions must use
+//! separate multiply and add instructions to match.
+//!
+//! Compared with ggml's generic kernels: the legacy kernels write the same
+//! expressions except Q4_0 (ggml rounds `(isum * d_w) * d_x`), though a C
+//! compiler may fuse them into multiply-adds; the k-quant
+//! kernels have the same integer parts, but ggml spreads the f32 part of
+//! Q3_K..Q6_K over eight partial sums, where we add one term per block.
+//! Like ggml's generic kernels, Q2_K, Q4_K and Q5_K take the min term from
+//! the activations' precomputed `bsums`, Q3_K and Q6_K do not use them.
+//!
+//! Every kernel only reads whole blocks from the front of each slice and
+//! stops at the end of the shorter one, so mismatched lengths give a
+//! meaningless number, never a panic or an out-of-bounds read.
+
+mod float;
+mod k_quants;
+mod legacy;
+
+use crate::quant::{as_blocks, Block};
+use crate::GgmlType;
+
+/// A weight-row x activation-row dot product for one weight type.
+#[derive(Clone, Copy)]
+pub struct VecDotKernel {
+    /// The format the activations must be quantized to (with `quant::quantize`) before calling `dot`.
+    pub act_type: GgmlType,
+    /// dot(weight_row_bytes, activation_row_bytes) -> f32. Both slices hold the same number of values
+    /// (whole blocks) in their respective formats. Must never panic or read out of bounds on any input whose
+    /// lengths are consistent; on inconsistent lengths it may return a garbage value but must not panic/UB.
+    pub dot: fn(&[u8], &[u8]) -> f32,
+}
+
+/// The scalar reference kernel for weights of type `w`, or None if we have none.
+pub fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
+    use GgmlType::*;
+    fn kernel(act_type: GgmlType, dot: fn(&[u8], &[u8]) -> f32) -> Option<VecDotKernel> {
+        Some(VecDotKernel { act_type, dot })
+    }
+    match w {
+        F32 => kernel(F32, float::f32_f32),
+        F16 => kernel(F32, float::f16_f32),
+        Bf16 => kernel(F32, float::bf16_f32),
+        Q4_0 => kernel(Q8_0, legacy::q4_0_q8_0),
+        Q5_0 => kernel(Q8_0, legacy::q5_0_q8_0),
+        Q8_0 => kernel(Q8_0, legacy::q8_0_q8_0),
+        Q4_1 => kernel(Q8_1, legacy::q4_1_q8_1),
+        Q5_1 => kernel(Q8_1, legacy::q5_1_q8_1),
+        Q2K => kernel(Q8K, k_quants::q2_k_q8_k),
+        Q3K => kernel(Q8K, k_quants::q3_k_q8_k),
+        Q4K => kernel(Q8K, k_quants::q4_k_q8_k),
+        Q5K => kernel(Q8K, k_quants::q5_k_q8_k),
+        Q6K => kernel(Q8K, k_quants::q6_k_q8_k),
+        _ => None,
+    }
+}
+
+/// The whole blocks at the front of `bytes` (a trailing partial block is
+/// ignored).
+fn whole_blocks<B: Block>(bytes: &[u8]) -> &[B] {
+    let whole = bytes.len() - bytes.len() % std::mem::size_of::<B>();
+    // `whole` is a multiple of the block size, so `as_blocks` cannot fail.
+    as_blocks(&bytes[..whole]).unwrap_or_default()
+}
+
+/// The block-by-block skeleton of every quantized kernel: `term` gives one
+/// block pair's contribution, added to an f32 sum in block order.
+#[inline(always)]
+fn sum_blocks<W: Block, A: Block>(w: &[u8], a: &[u8], term: impl Fn(&W, &A) -> f32) -> f32 {
+    let mut sum = 0.0f32;
+    for (wb, ab) in whole_blocks::<W>(w).iter().zip(whole_blocks::<A>(a)) {
+        sum += term(wb, ab);
+    }
+    sum
+}
+
+/// Integer dot product of two equally long runs of small integers.
+#[inline(always)]
+fn idot(w: impl IntoIterator<Item = i32>, a: &[i8]) -> i32 {
+    w.into_iter().zip(a).map(|(w, &a)| w * i32::from(a)).sum()
+}
