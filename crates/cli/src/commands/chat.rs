@@ -117,7 +117,7 @@ pub fn run(args: Args) -> Result<(), String> {
         if let Some(e) = write_error {
             return super::output_result(Err(e));
         }
-        super::output_result(writeln!(out))?;
+        super::output_result(writeln!(out).and_then(|()| out.flush()))?;
         eprintln!("{}", session.stats.summary());
         messages.push(Message::new("assistant", reply.trim()));
     }

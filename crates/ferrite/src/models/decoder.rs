@@ -113,6 +113,7 @@ pub struct DecoderState {
     pub cache: KvCache,
     pub ws: Workspace,
     pub threads: Threads,
+    chunk_size: usize,
 }
 
 impl DecoderState {
@@ -130,7 +131,14 @@ impl DecoderState {
             cache: KvCache::new(d.kv_dim, n_ctx, capacities),
             ws: Workspace::new(d, n_ctx, threads.count()),
             threads,
+            chunk_size: MAX_CHUNK,
         })
+    }
+
+    /// Processes prompts in chunks of `n` tokens (1..=[`MAX_CHUNK`]).
+    /// Results are identical for every chunk size; this exists to test that.
+    pub fn set_chunk_size(&mut self, n: usize) {
+        self.chunk_size = n.clamp(1, MAX_CHUNK);
     }
 
     /// Positions used so far.
@@ -178,14 +186,15 @@ impl DecoderState {
         };
         logits.clear();
         logits.resize(rows_out * n_vocab, 0.0);
-        let n_chunks = tokens.len().div_ceil(MAX_CHUNK);
-        for (i, chunk) in tokens.chunks(MAX_CHUNK).enumerate() {
+        let size = self.chunk_size;
+        let n_chunks = tokens.len().div_ceil(size);
+        for (i, chunk) in tokens.chunks(size).enumerate() {
             let pos0 = self.cache.len;
             body(chunk, pos0, self)?;
             self.cache.len += chunk.len();
             match which {
                 Logits::All => {
-                    let out = &mut logits[i * MAX_CHUNK * n_vocab..][..chunk.len() * n_vocab];
+                    let out = &mut logits[i * size * n_vocab..][..chunk.len() * n_vocab];
                     head(0..chunk.len(), self, out)?;
                 }
                 Logits::Last if i + 1 == n_chunks => {
