@@ -1,24 +1,235 @@
-//! Splitting work across threads by output rows.
+//! Splitting work across threads by output rows, on a persistent pool.
 //!
-//! This is the simple version: scoped threads started per call. The worker
-//! pool of the speed issue replaces the inside of [`Threads::split`] without
-//! changing its contract: each item is processed by exactly one thread, in a
-//! fixed way that does not depend on the thread count, so results are
-//! bit-identical for any number of threads.
+//! Decoding a small model issues hundreds of small parallel operations per
+//! token, so starting threads per operation would cost more than the work.
+//! [`Threads`] keeps `n - 1` workers alive; the calling thread is worker 0.
+//! A call publishes one job, the workers (spinning briefly, then parked)
+//! pick it up, each runs its fixed contiguous range, and the call returns
+//! when all are done.
+//!
+//! Contract that keeps results deterministic: each item is processed by
+//! exactly one thread, and what a thread computes for an item does not
+//! depend on which thread it is or how many there are. Results are therefore
+//! bit-identical for any thread count.
 
+use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 
-/// How many threads to use for row-parallel work.
-#[derive(Clone, Debug)]
+/// Spin iterations a worker waits for the next job before parking.
+const SPIN_LIMIT: u32 = 1 << 14;
+
+thread_local! {
+    /// Set while this thread runs a pool job: nested calls run inline.
+    static IN_JOB: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A job as the workers see it: a type-erased borrowed closure.
+#[derive(Clone, Copy)]
+struct Job {
+    f: *const (dyn Fn(usize, Range<usize>) + Sync),
+    n_items: usize,
+}
+
+struct Shared {
+    n_threads: usize,
+    /// Bumped once per job; workers wait for it to change.
+    generation: AtomicU64,
+    /// The current job; written only while no worker is reading it.
+    job: UnsafeCell<Option<Job>>,
+    /// Workers that have not finished the current job.
+    pending: AtomicUsize,
+    shutdown: AtomicBool,
+    sleepers: AtomicUsize,
+    park_lock: Mutex<()>,
+    park_cvar: Condvar,
+}
+
+// SAFETY: `job` is written by the dispatching thread only between jobs
+// (after `pending` reached zero and before `generation` is bumped), and read
+// by workers only after they observed the bump (Acquire) and before they
+// decrement `pending` (Release). The closure it points to is `Sync`.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the raw pointer is only dereferenced under that protocol.
+unsafe impl Send for Shared {}
+
+/// The range of `n_items` that thread `i` of `n` runs.
+fn range_of(i: usize, n: usize, n_items: usize) -> Range<usize> {
+    let per = n_items.div_ceil(n);
+    (i * per).min(n_items)..((i + 1) * per).min(n_items)
+}
+
+struct Pool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// Serialises callers: one job at a time.
+    dispatch: Mutex<()>,
+}
+
+impl Pool {
+    fn new(n_threads: usize) -> Pool {
+        let shared = Arc::new(Shared {
+            n_threads,
+            generation: AtomicU64::new(0),
+            job: UnsafeCell::new(None),
+            pending: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            park_lock: Mutex::new(()),
+            park_cvar: Condvar::new(),
+        });
+        let workers = (1..n_threads)
+            .map(|i| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("ferrite-worker-{i}"))
+                    .spawn(move || worker_loop(&shared, i))
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        Pool {
+            shared,
+            workers,
+            dispatch: Mutex::new(()),
+        }
+    }
+
+    fn run(&self, n_items: usize, f: &(dyn Fn(usize, Range<usize>) + Sync)) {
+        let _one_at_a_time = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &*self.shared;
+        // SAFETY: the pointer's lifetime is erased, but this function does
+        // not return before every worker has finished with it (pending == 0
+        // below), so `f` outlives all uses.
+        let f_static: *const (dyn Fn(usize, Range<usize>) + Sync) =
+            unsafe { std::mem::transmute(f) };
+        // SAFETY: no worker reads `job` now: the previous job completed
+        // (pending was 0 when the last call returned) and the generation has
+        // not been bumped yet.
+        unsafe {
+            *s.job.get() = Some(Job {
+                f: f_static,
+                n_items,
+            })
+        };
+        s.pending.store(s.n_threads - 1, Ordering::SeqCst);
+        s.generation.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.park_cvar.notify_all();
+        }
+        run_part(f, 0, s.n_threads, n_items);
+        let mut spins = 0u32;
+        while s.pending.load(Ordering::Acquire) != 0 {
+            spins = spins.saturating_add(1);
+            if spins < SPIN_LIMIT {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+fn run_part(f: &(dyn Fn(usize, Range<usize>) + Sync), i: usize, n: usize, n_items: usize) {
+    let range = range_of(i, n, n_items);
+    if !range.is_empty() {
+        IN_JOB.with(|flag| flag.set(true));
+        f(i, range);
+        IN_JOB.with(|flag| flag.set(false));
+    }
+}
+
+fn worker_loop(s: &Shared, index: usize) {
+    let mut seen = 0u64;
+    loop {
+        // Wait for a new generation: spin, then park.
+        let mut spins = 0u32;
+        loop {
+            let g = s.generation.load(Ordering::Acquire);
+            if g != seen {
+                seen = g;
+                break;
+            }
+            if s.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            spins += 1;
+            if spins < SPIN_LIMIT {
+                std::hint::spin_loop();
+                continue;
+            }
+            let guard = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
+            let guard = s
+                .park_cvar
+                .wait_while(guard, |_| {
+                    s.generation.load(Ordering::SeqCst) == seen
+                        && !s.shutdown.load(Ordering::SeqCst)
+                })
+                .unwrap_or_else(|e| e.into_inner());
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
+            drop(guard);
+            spins = 0;
+        }
+        if s.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: the dispatcher wrote `job` before bumping the generation we
+        // just observed with Acquire, and will not touch it again until we
+        // decrement `pending`.
+        let job = unsafe { *s.job.get() };
+        if let Some(job) = job {
+            // SAFETY: the dispatcher keeps the closure alive until pending
+            // reaches zero, which happens only after this call returns.
+            let f = unsafe { &*job.f };
+            run_part(f, index, s.n_threads, job.n_items);
+        }
+        s.pending.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        {
+            let _g = self
+                .shared
+                .park_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.shared.park_cvar.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// A handle to a pool of `count()` threads (the caller included). Cheap to
+/// clone; the workers stop when the last handle is dropped.
+#[derive(Clone)]
 pub struct Threads {
     n: usize,
+    pool: Option<Arc<Pool>>,
+}
+
+impl std::fmt::Debug for Threads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Threads({})", self.n)
+    }
 }
 
 impl Threads {
-    /// `n` threads (at least 1).
+    /// A pool of `n` threads (at least 1; 1 means run on the caller only).
     pub fn new(n: usize) -> Threads {
-        Threads { n: n.max(1) }
+        let n = n.max(1);
+        Threads {
+            n,
+            pool: (n > 1).then(|| Arc::new(Pool::new(n))),
+        }
     }
 
     /// One thread per available core.
@@ -37,22 +248,22 @@ impl Threads {
     }
 
     /// As [`Threads::split`], also passing the index (`0..count()`) of the
-    /// thread running each range, for per-thread scratch space.
+    /// thread running each range, for per-thread scratch space. Thread `i`
+    /// always gets the same range for the same `n_items`.
     pub fn split_indexed<F: Fn(usize, Range<usize>) + Sync>(&self, n_items: usize, f: F) {
-        let n = self.n.min(n_items.max(1));
-        if n == 1 {
-            f(0, 0..n_items);
-            return;
-        }
-        let per = n_items.div_ceil(n);
-        std::thread::scope(|s| {
-            let f = &f;
-            for i in 1..n {
-                let range = (i * per).min(n_items)..((i + 1) * per).min(n_items);
-                s.spawn(move || f(i, range));
+        match &self.pool {
+            Some(pool) if n_items > 1 && !IN_JOB.with(|flag| flag.get()) => pool.run(n_items, &f),
+            _ => {
+                // One thread, or a nested call from inside a job: run every
+                // thread's range here, in order.
+                for i in 0..self.n {
+                    let range = range_of(i, self.n, n_items);
+                    if !range.is_empty() {
+                        f(i, range);
+                    }
+                }
             }
-            f(0, 0..per.min(n_items));
-        });
+        }
     }
 }
 
@@ -63,9 +274,9 @@ pub struct DisjointSlice<'a, T> {
     _borrow: PhantomData<&'a mut [T]>,
 }
 
-// SAFETY: the wrapper only hands out writes through `write`, whose contract
-// requires callers on different threads to use disjoint indices; T: Send
-// makes moving values into another thread's view sound.
+// SAFETY: the wrapper only hands out writes through `write` / `segment`,
+// whose contracts require callers on different threads to use disjoint
+// indices; T: Send makes moving values into another thread's view sound.
 unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Send for DisjointSlice<'_, T> {}
@@ -104,5 +315,63 @@ impl<'a, T> DisjointSlice<'a, T> {
         );
         // SAFETY: in bounds (checked); exclusivity is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn every_item_once_for_any_thread_count() {
+        for n in 1..=5 {
+            let threads = Threads::new(n);
+            for n_items in [0, 1, 2, 3, 7, 64, 1000] {
+                let counts: Vec<AtomicU32> = (0..n_items).map(|_| AtomicU32::new(0)).collect();
+                threads.split(n_items, |r| {
+                    for i in r {
+                        counts[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                assert!(
+                    counts.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                    "n={n} items={n_items}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn many_small_jobs_and_nested_calls() {
+        let threads = Threads::new(3);
+        let total = AtomicU32::new(0);
+        for _ in 0..2000 {
+            threads.split(4, |r| {
+                threads.split(2, |inner| {
+                    total.fetch_add((r.len() * inner.len()) as u32, Ordering::Relaxed);
+                });
+            });
+        }
+        assert_eq!(total.load(Ordering::Relaxed), 2000 * 4 * 2);
+    }
+
+    #[test]
+    fn pool_shared_between_callers() {
+        let threads = Threads::new(2);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                let t = threads.clone();
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        let sum = AtomicU32::new(0);
+                        t.split(10, |r| {
+                            sum.fetch_add(r.len() as u32, Ordering::Relaxed);
+                        });
+                        assert_eq!(sum.load(Ordering::Relaxed), 10);
+                    }
+                });
+            }
+        });
     }
 }
