@@ -215,3 +215,39 @@ pub(crate) fn char_to_byte_table() -> Vec<Option<u8>> {
     }
     table
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_level_mapping_matches_gpt2() {
+        assert_eq!(byte_level_char(b' '), 'Ġ');
+        assert_eq!(byte_level_char(b'\n'), 'Ċ');
+        assert_eq!(byte_level_char(0), 'Ā');
+        assert_eq!(byte_level_char(0xAD), 'Ń');
+        assert_eq!(byte_level_char(b'a'), 'a');
+        assert_eq!(byte_level_char(0xFF), 'ÿ');
+        let table = char_to_byte_table();
+        for b in 0..=255u8 {
+            assert_eq!(table[byte_level_char(b) as usize], Some(b));
+        }
+        assert_eq!(table.iter().flatten().count(), 256);
+    }
+
+    #[test]
+    fn pre_tokenizer_names() {
+        assert_eq!(
+            PreTokenizerKind::from_name("smollm"),
+            Some(PreTokenizerKind::DigitsThenGpt2 {
+                clean_spaces: false
+            })
+        );
+        assert!(PreTokenizerKind::from_name("llama-bpe").is_some_and(|k| k.adds_bos()));
+        assert_eq!(
+            PreTokenizerKind::from_name(""),
+            Some(PreTokenizerKind::Default)
+        );
+        assert_eq!(PreTokenizerKind::from_name("tekken"), None);
+    }
+}

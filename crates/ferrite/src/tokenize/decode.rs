@@ -232,3 +232,28 @@ impl<'t> StreamDecoder<'t> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::clean_spaces;
+
+    fn cleaned(s: &str) -> String {
+        let mut v = s.as_bytes().to_vec();
+        clean_spaces(&mut v);
+        String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn clean_spaces_passes() {
+        assert_eq!(cleaned("a , b ' c 's d 't"), "a, b'c's d 't");
+        assert_eq!(
+            cleaned("Hi ! Why ? Yes . we 're they 've I 'm it 'll"),
+            "Hi! Why? Yes. we're they've I'm it 'll"
+        );
+        // After a lone apostrophe loses its spaces, the next character no
+        // longer follows a space.
+        assert_eq!(cleaned("x ' 's"), "x''s");
+        assert_eq!(cleaned(""), "");
+        assert_eq!(cleaned(" ."), ".");
+    }
+}

@@ -2,6 +2,7 @@
 //! the same token ids as llama.cpp (`llama_tokenize` / `llama-tokenize`).
 //!
 //! - [`vocab`]: reading and checking the vocabulary (llama.cpp `llama_vocab::impl::load`);
+//! - [`roles`]: end-of-generation, end-of-turn and FIM tokens by text;
 //! - [`special`]: cutting special-token texts out of the input (`tokenizer_st_partition`);
 //! - [`bpe`]: `gpt2` byte-level BPE on the HF `tokenizers` crate (`llm_tokenizer_bpe`);
 //! - [`spm`]: `llama` SentencePiece-style merges by score (`llm_tokenizer_spm`);
@@ -13,6 +14,7 @@
 
 mod bpe;
 mod decode;
+mod roles;
 mod special;
 mod spm;
 mod vocab;

@@ -5,8 +5,7 @@
 //! Mirrors the vocabulary loader of llama.cpp (`src/llama-vocab.cpp`,
 //! `llama_vocab::impl::load`): the same per-type defaults (SPM: BOS 1, EOS 2,
 //! UNK 0, add BOS; BPE: BOS = EOS = 11), empty token texts renamed
-//! `[EMPTY_<id>]`, end-of-generation and FIM tokens found by their text and
-//! promoted to control tokens, control tokens named `*unused*` marked unused.
+//! `[EMPTY_<id>]`, then the token roles of [`super::roles`].
 //! Where llama.cpp only warns about a bad file (an id out of range, a scores
 //! array of the wrong length) we refuse it with an error naming the key.
 
@@ -15,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::formats::gguf::{Array, Metadata, Value};
 
 use super::bpe::PreTokenizerKind;
+use super::roles::find_roles;
 use super::TokenizerError;
 
 pub(crate) const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -38,85 +38,6 @@ const KEY_FIM_MID: &str = "tokenizer.ggml.fim_mid_token_id";
 const KEY_FIM_PAD: &str = "tokenizer.ggml.fim_pad_token_id";
 const KEY_FIM_REP: &str = "tokenizer.ggml.fim_rep_token_id";
 const KEY_FIM_SEP: &str = "tokenizer.ggml.fim_sep_token_id";
-
-/// Token texts that end generation (llama.cpp's list, matched exactly).
-const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<|flush|>",
-    "<|calls|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "[EOS]",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<eos>",
-    "<turn|>",
-    "<|tool_response>",
-    "<｜end▁of▁sentence｜>",
-    "[e~[",
-];
-const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "<｜end▁of▁sentence｜>",
-    "<end_of_utterance>",
-];
-const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
-const FIM_PRE_TEXTS: &[&str] = &[
-    "<|fim_prefix|>",
-    "<fim-prefix>",
-    "<fim_prefix>",
-    "<｜fim▁begin｜>",
-    "<PRE>",
-    "▁<PRE>",
-    "<|code_prefix|>",
-    "<|prefix|>",
-];
-const FIM_SUF_TEXTS: &[&str] = &[
-    "<|fim_suffix|>",
-    "<fim-suffix>",
-    "<fim_suffix>",
-    "<｜fim▁hole｜>",
-    "<SUF>",
-    "▁<SUF>",
-    "<|code_suffix|>",
-    "<|suffix|>",
-];
-const FIM_MID_TEXTS: &[&str] = &[
-    "<|fim_middle|>",
-    "<fim-middle>",
-    "<fim_middle>",
-    "<｜fim▁end｜>",
-    "<MID>",
-    "▁<MID>",
-    "<|code_middle|>",
-    "<|middle|>",
-];
-const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
-const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 
 /// Token attributes (llama.cpp's `llama_token_attr`, the subset tokenizing
 /// and decoding look at). A token of undefined type has none.
@@ -149,7 +70,7 @@ impl Attr {
         self.0 & other.0 != 0
     }
 
-    fn insert(&mut self, other: Attr) {
+    pub fn insert(&mut self, other: Attr) {
         self.0 |= other.0;
     }
 }
@@ -407,88 +328,6 @@ pub(crate) fn parse_byte_token(text: &str) -> Option<u8> {
         return None;
     }
     u8::from_str_radix(hex, 16).ok()
-}
-
-/// Finds EOT/EOM/FIM tokens by text where the file does not name them,
-/// builds the end-of-generation set and adjusts attributes the way llama.cpp
-/// does. Where several tokens of a role match, llama.cpp takes whichever its
-/// hash map yields first; we take the lowest id.
-fn find_roles(
-    texts: &[String],
-    text_to_id: &HashMap<String, u32>,
-    attrs: &mut [Attr],
-    special: &mut SpecialIds,
-) -> BTreeSet<u32> {
-    let find = |candidates: &[&str]| {
-        candidates
-            .iter()
-            .filter_map(|t| text_to_id.get(*t).copied())
-            .min()
-    };
-    let roles = [
-        (&mut special.eot, EOT_TEXTS),
-        (&mut special.eom, EOM_TEXTS),
-        (&mut special.fim_pre, FIM_PRE_TEXTS),
-        (&mut special.fim_suf, FIM_SUF_TEXTS),
-        (&mut special.fim_mid, FIM_MID_TEXTS),
-        (&mut special.fim_pad, FIM_PAD_TEXTS),
-        (&mut special.fim_rep, FIM_REP_TEXTS),
-        (&mut special.fim_sep, FIM_SEP_TEXTS),
-    ];
-    for (slot, candidates) in roles {
-        if slot.is_none() {
-            if let Some(id) = find(candidates) {
-                *slot = Some(id);
-                attrs[id as usize].insert(Attr::CONTROL);
-            }
-        }
-    }
-
-    for (text, attr) in texts.iter().zip(attrs.iter_mut()) {
-        if attr.any(Attr::CONTROL) && text.contains("unused") {
-            attr.insert(Attr::UNUSED);
-        }
-    }
-
-    let mut eog: BTreeSet<u32> = [special.fim_pad, special.fim_rep, special.fim_sep]
-        .into_iter()
-        .flatten()
-        .collect();
-    for text in EOG_TEXTS {
-        if let Some(&id) = text_to_id.get(*text) {
-            eog.insert(id);
-            attrs[id as usize].insert(Attr::CONTROL);
-        }
-    }
-    // gpt-oss: these are always rendered.
-    for text in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-        if let Some(&id) = text_to_id.get(text) {
-            attrs[id as usize] = Attr::USER_DEFINED;
-        }
-    }
-    eog.extend(
-        [special.eos, special.eot, special.eom]
-            .into_iter()
-            .flatten(),
-    );
-
-    // o200k_harmony / solar-open: `<|end|>` ends a message, not generation.
-    let has = |eog: &BTreeSet<u32>, t: &str| eog.iter().any(|&id| texts[id as usize] == t);
-    let has_call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
-    if has(&eog, "<|end|>") && has_call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
-        if let Some(&id) = text_to_id.get("<|end|>") {
-            eog.remove(&id);
-            attrs[id as usize] = Attr::USER_DEFINED;
-        }
-    }
-    // A plain `</s>` where the model has its own end markers.
-    if has(&eog, "</s>") && (has(&eog, "<|tool_response>") || has(&eog, "<|plamo:eos|>")) {
-        if let Some(&id) = text_to_id.get("</s>") {
-            eog.remove(&id);
-            attrs[id as usize] = Attr::NORMAL;
-        }
-    }
-    eog
 }
 
 fn read_merges(md: &Metadata) -> Result<Vec<(String, String)>, TokenizerError> {

@@ -1,0 +1,169 @@
+//! Comparing a decoder model with llama.cpp's goldens (testdata/llama/,
+//! made by scripts/make-llama-goldens.py).
+
+use ferrite::models::decoder::Logits;
+use ferrite::models::open_causal_lm;
+use ferrite::parallel::Threads;
+use serde_json::Value;
+
+fn golden_json(name: &str) -> Value {
+    let path = super::testdata().join("llama").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy continuations vs llama.cpp's. Every case must match exactly or
+/// diverge only where llama.cpp itself had a near tie: our token is its
+/// second choice and its top-2 margin is below `max_tie_margin`.
+pub fn check_greedy(short_name: &str, max_tie_margin: f32) {
+    let golden = golden_json(&format!("{short_name}-greedy.json"));
+    let (_file, model) = open_causal_lm(&super::real_model(short_name)).unwrap();
+    let mut exact = 0;
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    let cases = golden.as_array().unwrap();
+    for case in cases {
+        let prompt = ids(&case["prompt_ids"]);
+        let want = ids(&case["tokens"]);
+        let mut st = model
+            .new_state(prompt.len() + want.len() + 1, Threads::new(2))
+            .unwrap();
+        let mut logits = Vec::new();
+        model
+            .forward(&prompt, &mut st, Logits::Last, &mut logits)
+            .unwrap();
+        let mut got = Vec::new();
+        for _ in 0..want.len() {
+            let t = argmax(&logits);
+            got.push(t);
+            model
+                .forward(&[t], &mut st, Logits::Last, &mut logits)
+                .unwrap();
+        }
+        match got.iter().zip(&want).position(|(a, b)| a != b) {
+            None => exact += 1,
+            Some(i) => {
+                let top2 = &case["top2"][i];
+                let second = top2[2].as_u64().unwrap() as u32;
+                let margin = (top2[1].as_f64().unwrap() - top2[3].as_f64().unwrap()) as f32;
+                let line = format!(
+                    "{:?}: diverges at {i}: ours {} vs {}; ours is llama.cpp's top-2: {}, its margin {margin:.4}",
+                    case["prompt"].as_str().unwrap(),
+                    got[i],
+                    want[i],
+                    got[i] == second
+                );
+                if got[i] != second || margin > max_tie_margin {
+                    failures.push(line.clone());
+                }
+                report.push(line);
+            }
+        }
+    }
+    eprintln!(
+        "{short_name}: {exact}/{} greedy continuations identical to llama.cpp",
+        cases.len()
+    );
+    for line in &report {
+        eprintln!("  {line}");
+    }
+    assert!(cases.len() >= 10);
+    assert!(
+        failures.is_empty(),
+        "divergences beyond near-ties: {failures:#?}"
+    );
+}
+
+/// SplitMix64 finaliser, as in the golden script.
+fn mix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Next-token logits over the evaluation text: top-1 agreement and the NMSE
+/// (estimated from the stored random projections) against llama.cpp.
+pub fn check_logits(short_name: &str, min_top1: f64, max_nmse: f64) {
+    let meta = golden_json(&format!("{short_name}-logits.json"));
+    let blob =
+        std::fs::read(super::testdata().join(format!("llama/{short_name}-logits.bin"))).unwrap();
+    let stored: Vec<f64> = blob
+        .chunks_exact(8)
+        .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let p = meta["projections"].as_u64().unwrap() as usize;
+    let n_vocab = meta["n_vocab"].as_u64().unwrap() as usize;
+    let tokens = ids(&meta["ids"]);
+    let top1 = ids(&meta["top1"]);
+
+    let (_file, model) = open_causal_lm(&super::real_model(short_name)).unwrap();
+    let mut st = model.new_state(tokens.len(), Threads::new(2)).unwrap();
+    let mut logits = Vec::new();
+    model
+        .forward(&tokens, &mut st, Logits::All, &mut logits)
+        .unwrap();
+    assert_eq!(logits.len(), tokens.len() * n_vocab);
+
+    // signs[p][v] = +-1 as in the golden script, as f32 for fast dots.
+    let signs: Vec<f32> = (0..p)
+        .flat_map(|pi| {
+            (0..n_vocab).map(move |v| {
+                let word = mix64(((pi as u64) << 32) | (v as u64 >> 6));
+                if (word >> (v & 63)) & 1 == 1 {
+                    1.0
+                } else {
+                    -1.0
+                }
+            })
+        })
+        .collect();
+    let mut agree = 0;
+    let (mut err, mut norm) = (0f64, 0f64);
+    for (t, row) in logits.chunks_exact(n_vocab).enumerate() {
+        if argmax(row) == top1[t] {
+            agree += 1;
+        }
+        let rec = &stored[t * (p + 1)..(t + 1) * (p + 1)];
+        let mut sq = 0f64;
+        for (pi, sign_row) in signs.chunks_exact(n_vocab).enumerate() {
+            // f32 within chunks of 64, f64 across them: exact enough for an
+            // estimate whose own noise is ~sqrt(2/P).
+            let proj: f64 = row
+                .chunks(64)
+                .zip(sign_row.chunks(64))
+                .map(|(a, b)| f64::from(a.iter().zip(b).map(|(x, s)| x * s).sum::<f32>()))
+                .sum();
+            sq += (proj - rec[pi]).powi(2);
+        }
+        err += sq / p as f64;
+        norm += rec[p];
+    }
+    let n = tokens.len();
+    let top1_rate = agree as f64 / n as f64;
+    let nmse = err / norm;
+    eprintln!(
+        "{short_name}: top-1 agreement {agree}/{n} = {:.2}%, NMSE (estimated) {nmse:.3e}",
+        100.0 * top1_rate
+    );
+    assert!(top1_rate >= min_top1, "top-1 agreement {top1_rate}");
+    assert!(nmse < max_nmse, "NMSE {nmse}");
+}
