@@ -2,9 +2,13 @@
 //!
 //! This crate does no I/O and knows nothing about models. Every format has a
 //! plain scalar reference implementation that is always compiled; faster
-//! (SIMD) versions, when they exist, are tested against it.
+//! (SIMD) versions, picked at run time by [`dispatch`], give the same bits
+//! and are tested against it.
 
+pub mod dispatch;
 pub mod dot;
 pub mod quant;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 pub use quant::GgmlType;

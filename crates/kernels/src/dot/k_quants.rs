@@ -26,9 +26,10 @@ use crate::quant::float::f16_le;
 use crate::quant::q4_k::scale_min_k4;
 use crate::quant::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 
-/// The f32 term of one super-block with a min.
+/// The f32 term of one super-block with a min (shared with the SIMD
+/// kernels, so that both round it the same way).
 #[inline(always)]
-fn with_min(d_x: f32, d: [u8; 2], dmin: [u8; 2], isum: i32, msum: i32) -> f32 {
+pub(crate) fn with_min(d_x: f32, d: [u8; 2], dmin: [u8; 2], isum: i32, msum: i32) -> f32 {
     (d_x * f16_le(d)) * isum as f32 - (d_x * f16_le(dmin)) * msum as f32
 }
 
@@ -150,8 +151,14 @@ pub(super) fn q6_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
                 isum += sc * idot(q.iter().copied(), q_x);
             }
         }
-        (f16_le(wb.d) * ab.d()) * isum as f32
+        q6_k_term(wb.d, ab, isum)
     })
+}
+
+/// The f32 term of one Q6_K super-block (shared with the SIMD kernels).
+#[inline(always)]
+pub(crate) fn q6_k_term(d: [u8; 2], ab: &BlockQ8K, isum: i32) -> f32 {
+    (f16_le(d) * ab.d()) * isum as f32
 }
 
 // The group layouts above are written out for 256-value super-blocks.

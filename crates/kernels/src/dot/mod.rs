@@ -22,8 +22,9 @@
 //! # The summation order is part of the contract
 //!
 //! A row's dot product must have the same bits however the matmul is split,
-//! and the SIMD kernels that will replace these must reproduce them exactly,
-//! so the order of every floating-point operation is fixed here:
+//! and the SIMD kernels (`crate::x86`, chosen by [`crate::dispatch`]) must
+//! reproduce them exactly, so the order of every floating-point operation
+//! is fixed here:
 //!
 //! - Quantized types: per block, an exact integer dot product (i32; the
 //!   bounds noted at each kernel rule out overflow for *any* bytes), then
@@ -58,11 +59,13 @@
 //! meaningless number, never a panic or an out-of-bounds read.
 
 mod float;
-mod k_quants;
+pub(crate) mod k_quants;
 mod legacy;
 
 use crate::quant::{as_blocks, Block};
 use crate::GgmlType;
+
+pub use crate::dispatch::{kernel_set_name, vec_dot_kernel};
 
 /// A weight-row x activation-row dot product for one weight type.
 #[derive(Clone, Copy)]
@@ -75,8 +78,10 @@ pub struct VecDotKernel {
     pub dot: fn(&[u8], &[u8]) -> f32,
 }
 
-/// The scalar reference kernel for weights of type `w`, or None if we have none.
-pub fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
+/// The scalar reference kernel for weights of type `w`, or None if we have
+/// none. [`vec_dot_kernel`] hands out the fastest kernel for this CPU, with
+/// the same bits.
+pub fn scalar_vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
     use GgmlType::*;
     fn kernel(act_type: GgmlType, dot: fn(&[u8], &[u8]) -> f32) -> Option<VecDotKernel> {
         Some(VecDotKernel { act_type, dot })
@@ -101,7 +106,7 @@ pub fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
 
 /// The whole blocks at the front of `bytes` (a trailing partial block is
 /// ignored).
-fn whole_blocks<B: Block>(bytes: &[u8]) -> &[B] {
+pub(crate) fn whole_blocks<B: Block>(bytes: &[u8]) -> &[B] {
     let whole = bytes.len() - bytes.len() % std::mem::size_of::<B>();
     // `whole` is a multiple of the block size, so `as_blocks` cannot fail.
     as_blocks(&bytes[..whole]).unwrap_or_default()

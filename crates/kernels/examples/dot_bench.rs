@@ -1,0 +1,187 @@
+//! Throughput of the dot-product kernels, scalar reference vs every SIMD set
+//! this CPU runs, on a SmolLM2-135M-sized weight matrix (576 rows of 1536
+//! values, one activation row), single-threaded; reported as GB/s of
+//! weight bytes (the matrix fits in L2 for the quantized types).
+//!
+//! ```text
+//! cargo run --release -p ferrite-kernels --example dot_bench [-- [ROWS COLS] [TYPE...]]
+//! ```
+//!
+//! Type names (`Q4_0`, `q6_k`, ...) limit the run to those types.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use ferrite_kernels::dispatch::{kernel_set_name, KernelSet};
+use ferrite_kernels::quant::{quantize, GgmlType, ALL_TYPES};
+
+/// xorshift64*: deterministic inputs without extra crates.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn values(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+            .collect()
+    }
+}
+
+/// Weights of `rows x cols` values of type `t`: quantized random values
+/// where we have a quantizer, else random bytes with the leading f16 scales
+/// (and the Q6_K one, at the end) set to 1/64 so nothing overflows.
+fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let n = rows * cols;
+    let size = t.bytes_for(n as u64).expect("whole blocks") as usize;
+    let mut w = vec![0u8; size];
+    if t.can_quantize() {
+        quantize(t, &rng.values(n), &mut w).expect("quantize");
+        return w;
+    }
+    w.iter_mut().for_each(|b| *b = rng.next() as u8);
+    let scale = 0x2400u16.to_le_bytes(); // f16 1/64
+    for block in w.chunks_exact_mut(t.type_size()) {
+        match t {
+            GgmlType::Q6K => block[208..210].copy_from_slice(&scale),
+            GgmlType::Q3K => block[108..110].copy_from_slice(&scale),
+            GgmlType::Q2K => {
+                block[80..82].copy_from_slice(&scale);
+                block[82..84].copy_from_slice(&scale);
+            }
+            _ => {
+                block[0..2].copy_from_slice(&scale);
+                block[2..4].copy_from_slice(&scale);
+            }
+        }
+    }
+    w
+}
+
+/// A clock for the measurements: on Linux the thread's CPU time, so that
+/// other processes on a shared machine do not count; elsewhere wall time.
+mod clock {
+    use std::time::Duration;
+
+    #[cfg(target_os = "linux")]
+    pub const NAME: &str = "thread CPU time";
+    #[cfg(not(target_os = "linux"))]
+    pub const NAME: &str = "wall time";
+
+    #[cfg(target_os = "linux")]
+    pub fn now() -> Duration {
+        #[repr(C)]
+        struct Timespec {
+            sec: i64,
+            nsec: i64,
+        }
+        extern "C" {
+            fn clock_gettime(clock: i32, t: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut t = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: `clock_gettime` from the C library std links against,
+        // writing one `struct timespec` (two i64 on 64-bit Linux) to `t`.
+        let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        assert_eq!(rc, 0, "clock_gettime");
+        Duration::new(t.sec as u64, t.nsec as u32)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn now() -> Duration {
+        use std::sync::OnceLock;
+        use std::time::Instant;
+        static START: OnceLock<Instant> = OnceLock::new();
+        START.get_or_init(Instant::now).elapsed()
+    }
+}
+
+/// Best time of a few runs of `reps` passes over all rows.
+fn time_matrix(dot: fn(&[u8], &[u8]) -> f32, w: &[u8], a: &[u8], rows: usize) -> Duration {
+    let row_bytes = w.len() / rows;
+    let pass = || {
+        let mut s = 0.0f32;
+        for row in w.chunks_exact(row_bytes) {
+            s += dot(black_box(row), black_box(a));
+        }
+        black_box(s)
+    };
+    // Calibrate to ~50 ms per run.
+    let start = clock::now();
+    let mut reps = 0u32;
+    while clock::now() - start < Duration::from_millis(20) {
+        pass();
+        reps += 1;
+    }
+    let reps = (reps * 5 / 2).max(1);
+    let mut best = Duration::MAX;
+    for _ in 0..7 {
+        let start = clock::now();
+        for _ in 0..reps {
+            pass();
+        }
+        best = best.min((clock::now() - start) / reps);
+    }
+    best
+}
+
+fn main() {
+    let (dims, names): (Vec<String>, Vec<String>) = std::env::args()
+        .skip(1)
+        .partition(|a| a.parse::<usize>().is_ok());
+    let dims: Vec<usize> = dims.iter().filter_map(|a| a.parse().ok()).collect();
+    let (rows, cols) = match dims[..] {
+        [r, c] => (r, c),
+        _ => (576, 1536),
+    };
+    let only: Vec<GgmlType> = names
+        .iter()
+        .map(|n| GgmlType::from_name(n).unwrap_or_else(|| panic!("unknown type {n}")))
+        .collect();
+    let sets: Vec<KernelSet> = KernelSet::ALL
+        .into_iter()
+        .filter(|s| s.is_supported())
+        .collect();
+    println!(
+        "dot kernels, {rows} x {cols} weights, one thread, best of 7 ({}); dispatch picks \"{}\"",
+        clock::NAME,
+        kernel_set_name()
+    );
+    print!("{:>5} {:>9}", "type", "KiB");
+    for s in &sets {
+        print!(" {:>13}", format!("{} GB/s", s.name()));
+    }
+    println!(" {:>8}", "speedup");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for t in ALL_TYPES {
+        let Some(scalar) = KernelSet::Scalar.vec_dot_kernel(t) else {
+            continue;
+        };
+        if cols % t.block_size() != 0 || !(only.is_empty() || only.contains(&t)) {
+            continue;
+        }
+        let w = weights(t, rows, cols, &mut rng);
+        let mut a = vec![0u8; scalar.act_type.bytes_for(cols as u64).unwrap_or(0) as usize];
+        quantize(scalar.act_type, &rng.values(cols), &mut a).expect("quantize activations");
+        print!("{:>5} {:>9.1}", t.name(), w.len() as f64 / 1024.0);
+        let mut gbs = Vec::new();
+        for s in &sets {
+            let k = s
+                .vec_dot_kernel(t)
+                .expect("kernel for a type with a scalar one");
+            let secs = time_matrix(k.dot, &w, &a, rows).as_secs_f64();
+            let rate = w.len() as f64 / secs / 1e9;
+            gbs.push(rate);
+            let note = if s.has_own_kernel(t) { " " } else { "*" };
+            print!(" {:>12.2}{note}", rate);
+        }
+        let speedup = gbs.last().copied().unwrap_or(0.0) / gbs[0];
+        println!(" {speedup:>7.2}x");
+    }
+    println!("* no kernel of its own in this set: the scalar fallback");
+}

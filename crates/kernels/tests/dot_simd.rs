@@ -1,0 +1,488 @@
+//! The SIMD dot products against the scalar reference, bit for bit.
+//!
+//! For every weight type that a kernel set implements itself (not through
+//! the scalar fallback), thousands of random rows: random bytes for the
+//! packed values (some rows made only of the extreme bytes 0x00, 0xff, 0x80,
+//! 0x7f), random finite scales of both signs (subnormals included), and
+//! activations either quantized from random values or random bytes
+//! themselves (i8 -128 included, arbitrary Q8_K `bsums`), at every length
+//! from 1 to 40 blocks, with misaligned starts, trailing partial blocks and
+//! mismatched lengths. The results must have the same bits. Infinite and
+//! NaN inputs must not panic, and are compared too (two NaNs count as equal
+//! whatever their payloads; the test reports how many payloads differ).
+//!
+//! The sets are called explicitly (`KernelSet::vec_dot_kernel`), so
+//! `FERRITE_KERNELS=scalar` does not empty the test; sets this CPU cannot
+//! run are skipped with a note.
+
+use ferrite_kernels::dispatch::{
+    active_kernel_set, kernel_set_name, scalar_vec_dot_kernel, vec_dot_kernel, KernelSet,
+};
+use ferrite_kernels::quant::{
+    quantize, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
+    BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
+};
+use std::mem::offset_of;
+use GgmlType::*;
+
+/// A small deterministic generator (xorshift64*), so the test needs no crates.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[self.below(from.len())]
+    }
+
+    /// Random bytes; in one row of four, only the extreme bytes.
+    fn bytes(&mut self, n: usize, extremes: bool) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                if extremes {
+                    self.pick(&[0x00, 0xff, 0x80, 0x7f])
+                } else {
+                    self.next() as u8
+                }
+            })
+            .collect()
+    }
+
+    /// A finite f16 of either sign: any exponent (subnormals and zero
+    /// included) but the all-ones one.
+    fn finite_f16(&mut self) -> u16 {
+        let bits = self.next() as u16;
+        if (bits >> 10) & 0x1f == 0x1f {
+            bits & !0x4000
+        } else {
+            bits
+        }
+    }
+
+    /// A finite f32 of either sign and any exponent (a few zeros, -0.0 too).
+    fn finite_f32(&mut self) -> f32 {
+        match self.below(16) {
+            0 => 0.0,
+            1 => -0.0,
+            _ => {
+                let bits = self.next() as u32;
+                let x = f32::from_bits(bits);
+                if x.is_finite() {
+                    x
+                } else {
+                    f32::from_bits(bits & !0x4000_0000)
+                }
+            }
+        }
+    }
+
+    /// Activation-like values: mostly of moderate size, some zeros, a few
+    /// large or tiny.
+    fn values(&mut self, n: usize) -> Vec<f32> {
+        let scale = self.pick(&[1.0f32, 1e-3, 1e3, 1e-30, 1e30]);
+        (0..n)
+            .map(|_| match self.below(20) {
+                0 => 0.0,
+                1 => -0.0,
+                _ => scale * (2.0 * self.unit() - 1.0),
+            })
+            .collect()
+    }
+}
+
+/// Byte offsets of the f16 fields of a weight or activation block that must
+/// hold finite values (the scales and mins); Q8_K's f32 `d` is separate.
+fn f16_fields(t: GgmlType) -> &'static [usize] {
+    const Q4_0: [usize; 1] = [offset_of!(BlockQ4_0, d)];
+    const Q4_1: [usize; 2] = [offset_of!(BlockQ4_1, d), offset_of!(BlockQ4_1, m)];
+    const Q5_0: [usize; 1] = [offset_of!(BlockQ5_0, d)];
+    const Q5_1: [usize; 2] = [offset_of!(BlockQ5_1, d), offset_of!(BlockQ5_1, m)];
+    const Q8_0: [usize; 1] = [offset_of!(BlockQ8_0, d)];
+    const Q8_1: [usize; 2] = [offset_of!(BlockQ8_1, d), offset_of!(BlockQ8_1, s)];
+    const Q4K: [usize; 2] = [offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin)];
+    const Q5K: [usize; 2] = [offset_of!(BlockQ5K, d), offset_of!(BlockQ5K, dmin)];
+    const Q6K: [usize; 1] = [offset_of!(BlockQ6K, d)];
+    match t {
+        GgmlType::Q4_0 => &Q4_0,
+        GgmlType::Q4_1 => &Q4_1,
+        GgmlType::Q5_0 => &Q5_0,
+        GgmlType::Q5_1 => &Q5_1,
+        GgmlType::Q8_0 => &Q8_0,
+        GgmlType::Q8_1 => &Q8_1,
+        GgmlType::Q4K => &Q4K,
+        GgmlType::Q5K => &Q5K,
+        GgmlType::Q6K => &Q6K,
+        _ => &[],
+    }
+}
+
+/// Writes `value(rng)` into every f16 field of every block of `q` (and a
+/// Q8_K block's f32 `d`, from `value_f32`).
+fn set_scales(
+    t: GgmlType,
+    q: &mut [u8],
+    rng: &mut Rng,
+    value: impl Fn(&mut Rng) -> u16,
+    value_f32: impl Fn(&mut Rng) -> f32,
+) {
+    for block in q.chunks_exact_mut(t.type_size()) {
+        for &at in f16_fields(t) {
+            block[at..at + 2].copy_from_slice(&value(rng).to_le_bytes());
+        }
+        if t == Q8K {
+            let at = offset_of!(BlockQ8K, d);
+            block[at..at + 4].copy_from_slice(&value_f32(rng).to_le_bytes());
+        }
+    }
+}
+
+/// A random weight row of `n` values of block type `t`, finite scales.
+fn weight_row(t: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let extremes = rng.below(4) == 0;
+    match t {
+        F32 => (0..n)
+            .flat_map(|_| rng.finite_f32().to_le_bytes())
+            .collect(),
+        F16 => (0..n)
+            .flat_map(|_| rng.finite_f16().to_le_bytes())
+            .collect(),
+        Bf16 => (0..n)
+            .flat_map(|_| ((rng.finite_f32().to_bits() >> 16) as u16).to_le_bytes())
+            .collect(),
+        _ => {
+            let mut q = rng.bytes(n / t.block_size() * t.type_size(), extremes);
+            set_scales(t, &mut q, rng, Rng::finite_f16, Rng::finite_f32);
+            q
+        }
+    }
+}
+
+/// An activation row of `n` values of type `t`: quantized random values,
+/// or (one row in three, quantized types) random bytes with finite scales.
+fn activation_row(t: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    if t != F32 && rng.below(3) == 0 {
+        let extremes = rng.below(4) == 0;
+        let mut q = rng.bytes(n / t.block_size() * t.type_size(), extremes);
+        set_scales(t, &mut q, rng, Rng::finite_f16, |r| {
+            // Q8_K's d comes from 1 / iscale: any finite f32 will do.
+            r.finite_f32()
+        });
+        return q;
+    }
+    if t == F32 && rng.below(3) == 0 {
+        return (0..n)
+            .flat_map(|_| rng.finite_f32().to_le_bytes())
+            .collect();
+    }
+    let x = rng.values(n);
+    let mut q = vec![0u8; t.bytes_for(n as u64).expect("whole blocks") as usize];
+    quantize(t, &x, &mut q).expect("quantize");
+    q
+}
+
+/// How two results compare.
+#[derive(Default)]
+struct Tally {
+    cases: usize,
+    /// Both NaN with different bits.
+    nan_payloads: usize,
+}
+
+impl Tally {
+    /// Bits must be equal, except that two NaNs may differ in payload when
+    /// `nan_ok`.
+    fn check(&mut self, what: &str, got: f32, want: f32, nan_ok: bool) {
+        self.cases += 1;
+        if got.to_bits() == want.to_bits() {
+            return;
+        }
+        if nan_ok && got.is_nan() && want.is_nan() {
+            self.nan_payloads += 1;
+            return;
+        }
+        panic!(
+            "{what}: got {got:e} ({:#010x}), scalar {want:e} ({:#010x})",
+            got.to_bits(),
+            want.to_bits()
+        );
+    }
+}
+
+/// The sets other than the scalar one that this CPU runs, and the types
+/// each implements itself.
+fn simd_sets() -> Vec<(KernelSet, Vec<GgmlType>)> {
+    let mut sets = Vec::new();
+    for set in KernelSet::ALL {
+        if set == KernelSet::Scalar {
+            continue;
+        }
+        if !set.is_supported() {
+            eprintln!("skipping {}: not supported by this CPU", set.name());
+            continue;
+        }
+        let types: Vec<_> = ALL_TYPES
+            .into_iter()
+            .filter(|&t| set.has_own_kernel(t))
+            .collect();
+        sets.push((set, types));
+    }
+    sets
+}
+
+/// A copy of `bytes` starting `shift` bytes into a fresh buffer.
+fn misaligned(bytes: &[u8], shift: usize) -> Vec<u8> {
+    let mut v = vec![0u8; shift];
+    v.extend_from_slice(bytes);
+    v
+}
+
+#[test]
+fn simd_kernels_match_scalar_bit_for_bit() {
+    const ROWS_PER_LENGTH: usize = 100;
+    let mut total = 0;
+    for (set, types) in simd_sets() {
+        for t in types {
+            let simd = set.vec_dot_kernel(t).expect("kernel");
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
+            assert_eq!(simd.act_type, scalar.act_type, "{t}");
+            let a_t = scalar.act_type;
+            let mut rng = Rng::new(u64::from(t.id()) * 7919 + 1);
+            let mut tally = Tally::default();
+            // Block formats: 1..=40 blocks; float formats: 1..=40 values
+            // and 40 more lengths up to 40 chunks of 32 lanes.
+            let lengths: Vec<usize> = if t.block_size() == 1 {
+                (1..=40)
+                    .chain((1..=40).map(|c| 32 * c - 7 + c % 9))
+                    .collect()
+            } else {
+                (1..=40).map(|b| b * t.block_size()).collect()
+            };
+            for &n in &lengths {
+                for row in 0..ROWS_PER_LENGTH {
+                    let w = weight_row(t, n, &mut rng);
+                    let a = activation_row(a_t, n, &mut rng);
+                    let want = (scalar.dot)(&w, &a);
+                    let what = format!("{} {t} n={n} row={row}", set.name());
+                    tally.check(&what, (simd.dot)(&w, &a), want, false);
+                    // Other addresses; a trailing partial block or value.
+                    let (s_w, s_a) = (rng.below(32), rng.below(32));
+                    let (w2, a2) = (misaligned(&w, s_w), misaligned(&a, s_a));
+                    tally.check(&what, (simd.dot)(&w2[s_w..], &a2[s_a..]), want, false);
+                    let mut w3 = w.clone();
+                    let extra = rng.below(t.type_size());
+                    w3.extend(rng.bytes(extra, false));
+                    tally.check(&what, (simd.dot)(&w3, &a), want, false);
+                    // Mismatched lengths: only the common whole blocks count.
+                    let cut = rng.below(a.len() + 1);
+                    let want_cut = (scalar.dot)(&w, &a[..cut]);
+                    tally.check(&what, (simd.dot)(&w, &a[..cut]), want_cut, false);
+                }
+            }
+            eprintln!(
+                "{} {t:>5} x {a_t}: {} cases bit-identical",
+                set.name(),
+                tally.cases
+            );
+            total += tally.cases;
+        }
+    }
+    eprintln!("{total} cases in all");
+}
+
+/// Rows made of one extreme byte each (weights and activations, scales
+/// then set to 1), the cases closest to the i16 saturation of
+/// `maddubs`: every pair of {0x00, 0xff, 0x80, 0x7f, 0x01} on both sides,
+/// for the quantized types.
+#[test]
+fn extreme_rows_match_scalar() {
+    const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
+    let one = |_: &mut Rng| 0x3c00u16; // f16 1.0
+    let mut rng = Rng::new(5);
+    for (set, types) in simd_sets() {
+        for t in types.into_iter().filter(|t| t.block_size() > 1) {
+            let simd = set.vec_dot_kernel(t).expect("kernel");
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
+            let a_t = scalar.act_type;
+            let n = 9 * t.block_size();
+            let mut tally = Tally::default();
+            for (wb, ab) in BYTES.iter().flat_map(|&w| BYTES.map(|a| (w, a))) {
+                let mut w = vec![wb; t.bytes_for(n as u64).expect("whole blocks") as usize];
+                let mut a = vec![ab; a_t.bytes_for(n as u64).expect("whole blocks") as usize];
+                set_scales(t, &mut w, &mut rng, one, |_| 1.0);
+                set_scales(a_t, &mut a, &mut rng, one, |_| 1.0);
+                let what = format!("{} {t} bytes {wb:#04x} x {ab:#04x}", set.name());
+                tally.check(&what, (simd.dot)(&w, &a), (scalar.dot)(&w, &a), false);
+            }
+        }
+    }
+}
+
+/// The f16/f32 patterns a non-finite scale or value is drawn from.
+const SPECIAL_F16: [u16; 6] = [0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7d01, 0x7fff];
+const SPECIAL_F32: [u32; 6] = [
+    0x7f80_0000,
+    0xff80_0000,
+    0x7fc0_0000,
+    0xffc0_0000,
+    0x7fa0_0001,
+    0x7fff_ffff,
+];
+
+/// Scale or value bits: mostly finite, often infinite or (if `nan`) NaN,
+/// signalling NaNs included.
+fn maybe_special_f16(rng: &mut Rng, nan: bool) -> u16 {
+    if rng.below(3) == 0 {
+        rng.pick(&SPECIAL_F16[..if nan { 6 } else { 2 }])
+    } else {
+        rng.finite_f16()
+    }
+}
+
+fn maybe_special_f32(rng: &mut Rng, nan: bool) -> f32 {
+    if rng.below(3) == 0 {
+        f32::from_bits(rng.pick(&SPECIAL_F32[..if nan { 6 } else { 2 }]))
+    } else {
+        rng.finite_f32()
+    }
+}
+
+#[test]
+fn non_finite_inputs_do_not_panic_and_match() {
+    for (set, types) in simd_sets() {
+        for t in types {
+            let simd = set.vec_dot_kernel(t).expect("kernel");
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
+            let a_t = scalar.act_type;
+            let mut rng = Rng::new(u64::from(t.id()) + 99);
+            let mut tally = Tally::default();
+            let (mut nans, mut exact) = (0, 0);
+            for row in 0..4000 {
+                // Even rows: infinities only, so any NaN is generated
+                // (inf - inf, 0 * inf), the same default NaN either way.
+                let nan = row % 2 == 1;
+                let n = t.block_size() * (1 + rng.below(12));
+                let n = if t.block_size() == 1 {
+                    n + rng.below(64)
+                } else {
+                    n
+                };
+                let (mut w, mut a) = (weight_row(t, n, &mut rng), activation_row(a_t, n, &mut rng));
+                match t {
+                    F32 | F16 | Bf16 => {
+                        let wsize = t.type_size();
+                        for _ in 0..1 + rng.below(3) {
+                            let i = rng.below(n);
+                            let bits = maybe_special_f32(&mut rng, nan).to_bits();
+                            let wv: Vec<u8> = match t {
+                                F32 => bits.to_le_bytes().to_vec(),
+                                F16 => maybe_special_f16(&mut rng, nan).to_le_bytes().to_vec(),
+                                _ => ((bits >> 16) as u16).to_le_bytes().to_vec(),
+                            };
+                            w[i * wsize..(i + 1) * wsize].copy_from_slice(&wv);
+                            let j = rng.below(n);
+                            let av = maybe_special_f32(&mut rng, nan).to_le_bytes();
+                            a[4 * j..4 * j + 4].copy_from_slice(&av);
+                        }
+                    }
+                    _ => {
+                        let f16 = |r: &mut Rng| maybe_special_f16(r, nan);
+                        let f32 = |r: &mut Rng| maybe_special_f32(r, nan);
+                        set_scales(t, &mut w, &mut rng, f16, f32);
+                        set_scales(a_t, &mut a, &mut rng, f16, f32);
+                    }
+                }
+                let want = (scalar.dot)(&w, &a);
+                let got = (simd.dot)(&w, &a);
+                nans += usize::from(want.is_nan());
+                exact += usize::from(!nan && want.is_nan());
+                tally.check(&format!("{} {t} row={row}", set.name()), got, want, nan);
+            }
+            eprintln!(
+                "{} {t:>5}: {} non-finite cases, {nans} NaN results ({exact} from \
+                 infinities alone, bit-identical), {} NaN payloads differ",
+                set.name(),
+                tally.cases,
+                tally.nan_payloads
+            );
+        }
+    }
+}
+
+#[test]
+fn dispatch_hands_out_the_active_set_with_scalar_activation_types() {
+    let active = active_kernel_set();
+    assert_eq!(kernel_set_name(), active.name());
+    assert!(active.is_supported());
+    for t in ALL_TYPES {
+        let got = vec_dot_kernel(t).map(|k| k.act_type);
+        let want = scalar_vec_dot_kernel(t).map(|k| k.act_type);
+        assert_eq!(got, want, "{t}");
+        for set in KernelSet::ALL.into_iter().filter(|s| s.is_supported()) {
+            assert_eq!(set.vec_dot_kernel(t).map(|k| k.act_type), want, "{t}");
+        }
+    }
+    let forced = std::env::var_os("FERRITE_KERNELS").is_some_and(|v| v == "scalar");
+    if forced {
+        assert_eq!(active, KernelSet::Scalar);
+    } else {
+        let best = KernelSet::ALL.into_iter().rev().find(|s| s.is_supported());
+        assert_eq!(Some(active), best);
+    }
+    eprintln!("active kernel set: {}", kernel_set_name());
+}
+
+/// Run by [`env_override_forces_scalar`] in a child process.
+#[test]
+#[ignore = "run by env_override_forces_scalar with FERRITE_KERNELS set"]
+fn child_prints_kernel_set() {
+    println!("kernel set: {}", kernel_set_name());
+}
+
+#[test]
+fn env_override_forces_scalar() {
+    let exe = std::env::current_exe().expect("test binary path");
+    for (value, want) in [("scalar", "scalar"), ("bogus", active_best().name())] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "child_prints_kernel_set",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("FERRITE_KERNELS", value)
+            .output()
+            .expect("run the test binary");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        assert!(
+            stdout.contains(&format!("kernel set: {want}\n")),
+            "FERRITE_KERNELS={value}: {stdout}"
+        );
+    }
+}
+
+/// The fastest set this CPU runs.
+fn active_best() -> KernelSet {
+    KernelSet::ALL
+        .into_iter()
+        .rev()
+        .find(|s| s.is_supported())
+        .unwrap_or(KernelSet::Scalar)
+}
