@@ -11,3 +11,7 @@ pub mod tensor;
 pub mod tokenize;
 
 pub use error::Error;
+
+// Tensor data, caches and kernels read little-endian bytes in place.
+#[cfg(target_endian = "big")]
+compile_error!("ferrite supports little-endian targets only");

@@ -17,16 +17,24 @@ mod common;
 
 use common::parity;
 
+/// Largest llama.cpp top-2 margin at which a greedy divergence counts as a
+/// tie within the engines' numerical noise. On the evaluation text the two
+/// engines' logits differ by NMSE ~6.4e-4 with a mean square logit of 46.9,
+/// i.e. ~0.17 RMS per logit, so a top-2 margin differs by ~0.25 RMS between
+/// the engines; 0.75 is three of those. A real bug shows up as divergences
+/// at large margins or to tokens outside llama.cpp's top 2.
+const TIE_MARGIN: f32 = 0.75;
+
 #[test]
 fn smollm2_greedy_matches_llama_cpp() {
-    parity::check_greedy("smollm2", 0.25);
+    parity::check_greedy("smollm2", TIE_MARGIN);
 }
 
 #[test]
 fn smollm2_logits_match_llama_cpp() {
     let (top1, nmse) = parity::logits_agreement("smollm2", "smollm2-logits");
     assert!(nmse < 1e-3, "NMSE {nmse:.3e} against llama.cpp");
-    // Measured 96.3% (493/512); all disagreements are near-ties (see the
+    // Measured 96.7% (495/512); the disagreements are near-ties (see the
     // module comment). A real bug moves this far lower.
     assert!(top1 >= 0.95, "top-1 agreement {top1} with llama.cpp");
 }

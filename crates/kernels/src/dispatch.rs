@@ -140,3 +140,41 @@ fn avx2_has(w: GgmlType) -> bool {
 fn avx2_has(_: GgmlType) -> bool {
     false
 }
+
+/// Converts little-endian f16 values (`src`, 2 bytes each) to f32 (`dst`),
+/// `dst.len()` of them, with F16C where the active kernel set has it. Exact
+/// for every finite value and infinity, like the scalar conversion.
+pub fn f16_to_f32_row(src: &[u8], dst: &mut [f32]) {
+    let n = dst.len().min(src.len() / 2);
+    let dst = &mut dst[..n];
+    #[cfg(target_arch = "x86_64")]
+    if active_kernel_set() == KernelSet::Avx2 {
+        // SAFETY: the AVX2 set is active only if AVX2, FMA and F16C were
+        // detected on this CPU.
+        unsafe { crate::x86::avx2::convert::f16_to_f32(src, dst) };
+        return;
+    }
+    crate::quant::float::f16_to_f32(&src[..2 * n], dst);
+}
+
+#[cfg(test)]
+mod convert_tests {
+    use super::*;
+
+    #[test]
+    fn f16_row_conversion_matches_scalar_for_every_pattern() {
+        let src: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+        for len in [0usize, 1, 7, 8, 9, 65536] {
+            let mut fast = vec![0f32; len];
+            let mut slow = vec![0f32; len];
+            f16_to_f32_row(&src[..2 * len], &mut fast);
+            crate::quant::float::f16_to_f32(&src[..2 * len], &mut slow);
+            for (i, (a, b)) in fast.iter().zip(&slow).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "bits {i:#x}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}

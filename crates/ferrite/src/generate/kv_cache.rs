@@ -1,18 +1,20 @@
 //! The KV cache: keys and values of every past position, per layer, stored
-//! as f16 (as llama.cpp's default cache does), preallocated for the whole
-//! context so that decoding allocates nothing.
+//! as f16 like llama.cpp's default cache (half the memory of f32, and the
+//! same rounding llama.cpp applies), preallocated for the whole context so
+//! that decoding allocates nothing (pages are touched only as positions
+//! fill up).
 //!
 //! A layer's cache may hold fewer slots than the context (sliding-window
 //! layers): position `p` lives in slot `p % capacity`.
 
-use half::f16;
+use ferrite_kernels::quant::f16_bits_from_f32;
 
 /// Keys and values of one layer: `capacity` slots of `kv_dim` values each.
 pub struct LayerKv {
     kv_dim: usize,
     capacity: usize,
-    k: Vec<f16>, // (capacity, kv_dim)
-    v: Vec<f16>, // (capacity, kv_dim)
+    k: Vec<u16>, // (capacity, kv_dim) f16 bits
+    v: Vec<u16>, // (capacity, kv_dim) f16 bits
 }
 
 impl LayerKv {
@@ -20,8 +22,8 @@ impl LayerKv {
         LayerKv {
             kv_dim,
             capacity,
-            k: vec![f16::ZERO; kv_dim * capacity],
-            v: vec![f16::ZERO; kv_dim * capacity],
+            k: vec![0; kv_dim * capacity],
+            v: vec![0; kv_dim * capacity],
         }
     }
 
@@ -37,22 +39,22 @@ impl LayerKv {
     /// Stores the key and value of position `pos` (`kv_dim` values each).
     pub fn store(&mut self, pos: usize, k: &[f32], v: &[f32]) {
         let slot = self.slot(pos);
-        for (d, &s) in self.k[slot.clone()].iter_mut().zip(k) {
-            *d = f16::from_f32(s);
+        for (d, &x) in self.k[slot.clone()].iter_mut().zip(k) {
+            *d = f16_bits_from_f32(x);
         }
-        for (d, &s) in self.v[slot].iter_mut().zip(v) {
-            *d = f16::from_f32(s);
+        for (d, &x) in self.v[slot].iter_mut().zip(v) {
+            *d = f16_bits_from_f32(x);
         }
     }
 
-    /// The key of position `pos`.
-    pub fn key(&self, pos: usize) -> &[f16] {
-        &self.k[self.slot(pos)]
+    /// The key of position `pos`: `kv_dim` little-endian f16 values.
+    pub fn key(&self, pos: usize) -> &[u8] {
+        u16_bytes(&self.k[self.slot(pos)])
     }
 
-    /// The value of position `pos`.
-    pub fn value(&self, pos: usize) -> &[f16] {
-        &self.v[self.slot(pos)]
+    /// The value of position `pos`: `kv_dim` little-endian f16 values.
+    pub fn value(&self, pos: usize) -> &[u8] {
+        u16_bytes(&self.v[self.slot(pos)])
     }
 }
 
@@ -82,4 +84,12 @@ impl KvCache {
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
     }
+}
+
+/// The bytes of a u16 slice (little-endian: ferrite builds only for
+/// little-endian targets, see lib.rs).
+fn u16_bytes(x: &[u16]) -> &[u8] {
+    // SAFETY: u16 has no padding and every byte may be read as u8; same
+    // memory, length in bytes, lifetime tied to the input borrow.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
 }

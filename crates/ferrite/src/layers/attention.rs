@@ -5,8 +5,13 @@
 //! softmax and weighted sum are computed in one fixed order, so a token's
 //! output does not depend on the batch it is in or on the thread count.
 
+use ferrite_kernels::dispatch::f16_to_f32_row;
+use ferrite_kernels::dot::vec_dot_kernel;
+use ferrite_kernels::GgmlType;
+
 use crate::generate::kv_cache::LayerKv;
 use crate::parallel::{DisjointSlice, Threads};
+use crate::tensor::f32_bytes;
 
 /// Shape of an attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -27,10 +32,10 @@ pub struct Positions {
     pub n: usize,
 }
 
-/// Scratch values one thread needs: scores for `n_ctx` positions plus one
-/// head's accumulator.
+/// Scratch values one thread needs: scores for `n_ctx` positions, one
+/// head's accumulator and one value row converted to f32.
 pub fn attention_scratch_len(n_ctx: usize, head_dim: usize) -> usize {
-    n_ctx + head_dim
+    n_ctx + 2 * head_dim
 }
 
 /// `out[t][h]` = softmax over past positions of `q[t][h] . k` times `v`.
@@ -51,6 +56,11 @@ pub fn attention(
     let hd = shape.head_dim;
     let q_dim = shape.n_heads * hd;
     let group = shape.n_heads / shape.n_kv_heads;
+    // q . k with the kernels' f16 x f32 dot product (keys are f16 in the
+    // cache): SIMD, and one fixed summation order wherever it runs.
+    let dot = vec_dot_kernel(GgmlType::F16)
+        .expect("the f16 dot product always exists")
+        .dot;
     let per_thread = scratch.len() / threads.count();
     let scratch = DisjointSlice::new(scratch);
     let out = DisjointSlice::new(out);
@@ -58,7 +68,8 @@ pub fn attention(
         // SAFETY: thread indices are distinct, so each thread owns its own
         // segment of the scratch space.
         let mine = unsafe { scratch.segment(thread * per_thread, per_thread) };
-        let (acc, scores) = mine.split_at_mut(hd);
+        let (acc, rest) = mine.split_at_mut(hd);
+        let (v_row, scores) = rest.split_at_mut(hd);
         for item in items {
             let (t, h) = (item / shape.n_heads, item % shape.n_heads);
             let pos = at.start + t;
@@ -73,9 +84,8 @@ pub fn attention(
             let s = &mut scores[..n];
             let mut max = f32::NEG_INFINITY;
             for (j, sj) in s.iter_mut().enumerate() {
-                let k = &cache.key(first + j)[kv_off..kv_off + hd];
-                let dot: f32 = qh.iter().zip(k).map(|(&a, &b)| a * b.to_f32()).sum();
-                *sj = dot * shape.scale;
+                let k = &cache.key(first + j)[2 * kv_off..2 * (kv_off + hd)];
+                *sj = dot(k, f32_bytes(qh)) * shape.scale;
                 max = max.max(*sj);
             }
             let mut sum = 0f32;
@@ -87,9 +97,12 @@ pub fn attention(
 
             acc.fill(0.0);
             for (j, &p) in s.iter().enumerate() {
-                let v = &cache.value(first + j)[kv_off..kv_off + hd];
-                for (a, &vd) in acc.iter_mut().zip(v) {
-                    *a += p * vd.to_f32();
+                f16_to_f32_row(
+                    &cache.value(first + j)[2 * kv_off..2 * (kv_off + hd)],
+                    v_row,
+                );
+                for (a, &vd) in acc.iter_mut().zip(v_row.iter()) {
+                    *a += p * vd;
                 }
             }
             let base = t * q_dim + h * hd;
