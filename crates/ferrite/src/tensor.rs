@@ -220,7 +220,27 @@ impl QuantizedActs {
     }
 }
 
+/// Weight rows processed together against every token of a chunk, so that
+/// they stay in cache while the activations stream past them (prefill).
+const ROW_BLOCK: usize = 16;
+
+/// Most products [`matmul_many`] runs in one parallel step (more are run
+/// in groups of this many).
+const MAX_JOBS: usize = 4;
+
+/// One product of a [`matmul_many`] call: weights and where the result goes
+/// (`n_tokens x w.rows`).
+pub struct MatmulJob<'a> {
+    pub w: &'a Linear,
+    pub out: &'a mut [f32],
+}
+
 impl Linear {
+    /// The format activations must be quantized to for this weight.
+    pub fn act_type(&self) -> GgmlType {
+        self.kernel.act_type
+    }
+
     /// `out[t][r] = sum_c W[r][c] * x[t][c]` for every token `t` of `x`
     /// (`n_tokens x cols`), into `out` (`n_tokens x rows`).
     ///
@@ -235,27 +255,102 @@ impl Linear {
         acts: &mut QuantizedActs,
         threads: &Threads,
     ) -> Result<(), Error> {
-        let n_tokens = x.len() / self.cols;
-        debug_assert_eq!(x.len(), n_tokens * self.cols);
-        debug_assert_eq!(out.len(), n_tokens * self.rows);
-        acts.quantize(self.kernel.act_type, x, self.cols)?;
-        let w = self.bytes.bytes();
-        let acts = &*acts;
-        let rows = self.rows;
-        let out = DisjointSlice::new(out);
-        threads.split(rows, |row_range| {
-            for t in 0..n_tokens {
-                let a = acts.row(t);
-                for r in row_range.clone() {
-                    let w_row = &w[r * self.row_bytes..(r + 1) * self.row_bytes];
-                    let v = (self.kernel.dot)(w_row, a);
-                    // SAFETY: each row index r belongs to exactly one
-                    // thread's range, so index t * rows + r is written by
-                    // this thread only.
-                    unsafe { out.write(t * rows + r, v) };
-                }
+        matmul_many(&mut [MatmulJob { w: self, out }], x, acts, threads)
+    }
+}
+
+/// Several products of the same input `x` (`n_tokens x cols`), e.g. the Q,
+/// K and V projections: the input is quantized once per activation format
+/// and all output rows are split across the threads in one parallel step.
+/// Each output value is the same single dot product as in
+/// [`Linear::matmul`], so results do not depend on how products are grouped.
+pub fn matmul_many(
+    jobs: &mut [MatmulJob],
+    x: &[f32],
+    acts: &mut QuantizedActs,
+    threads: &Threads,
+) -> Result<(), Error> {
+    if jobs.len() > MAX_JOBS {
+        let (head, tail) = jobs.split_at_mut(MAX_JOBS);
+        matmul_many(head, x, acts, threads)?;
+        return matmul_many(tail, x, acts, threads);
+    }
+    let Some(first) = jobs.first() else {
+        return Ok(());
+    };
+    let (cols, act_type) = (first.w.cols, first.w.kernel.act_type);
+    if jobs
+        .iter()
+        .any(|j| j.w.cols != cols || j.w.kernel.act_type != act_type)
+    {
+        // Different input formats: one group per job.
+        for job in jobs.iter_mut() {
+            matmul_many(
+                &mut [MatmulJob {
+                    w: job.w,
+                    out: &mut *job.out,
+                }],
+                x,
+                acts,
+                threads,
+            )?;
+        }
+        return Ok(());
+    }
+    let n_tokens = x.len() / cols;
+    debug_assert_eq!(x.len(), n_tokens * cols);
+    acts.quantize(act_type, x, cols)?;
+    let acts = &*acts;
+    // (weights, output) of each job, and the first global row of each; on
+    // the stack, so that decoding allocates nothing.
+    let mut starts = [0usize; MAX_JOBS + 1];
+    let mut total = 0;
+    for (i, job) in jobs.iter().enumerate() {
+        debug_assert_eq!(job.out.len(), n_tokens * job.w.rows);
+        starts[i] = total;
+        total += job.w.rows;
+    }
+    starts[jobs.len()] = total;
+    let mut outs = jobs.iter_mut();
+    let targets: [Option<(&Linear, DisjointSlice<f32>)>; MAX_JOBS] =
+        std::array::from_fn(|_| outs.next().map(|j| (j.w, DisjointSlice::new(&mut *j.out))));
+    threads.split(total, |range| {
+        // Walk this thread's global rows job by job, in blocks of rows.
+        for (i, (w, out)) in targets.iter().flatten().enumerate() {
+            let lo = range.start.max(starts[i]);
+            let hi = range.end.min(starts[i + 1]);
+            let mut r0 = lo;
+            while r0 < hi {
+                let r1 = (r0 + ROW_BLOCK).min(hi);
+                w.block_products(r0 - starts[i]..r1 - starts[i], n_tokens, acts, out);
+                r0 = r1;
             }
-        });
-        Ok(())
+        }
+    });
+    Ok(())
+}
+
+impl Linear {
+    /// Rows `rows` of this matrix against every token: each weight row is
+    /// used for all tokens while it is in cache.
+    fn block_products(
+        &self,
+        rows: std::ops::Range<usize>,
+        n_tokens: usize,
+        acts: &QuantizedActs,
+        out: &DisjointSlice<f32>,
+    ) {
+        let w = self.bytes.bytes();
+        for t in 0..n_tokens {
+            let a = acts.row(t);
+            for r in rows.clone() {
+                let w_row = &w[r * self.row_bytes..(r + 1) * self.row_bytes];
+                let v = (self.kernel.dot)(w_row, a);
+                // SAFETY: row r of this matrix belongs to exactly one
+                // thread's range, so index t * rows + r of its output is
+                // written by this thread only.
+                unsafe { out.write(t * self.rows + r, v) };
+            }
+        }
     }
 }

@@ -21,7 +21,7 @@ use crate::models::decoder::{add_in_place, DecoderDims, DecoderState, Logits, Wo
 use crate::models::hparams::HParams;
 use crate::models::CausalLm;
 use crate::parallel::Threads;
-use crate::tensor::{Embedding, Linear, Loader};
+use crate::tensor::{matmul_many, Embedding, Linear, Loader, MatmulJob};
 use crate::Error;
 
 /// Hyper-parameters of a Llama model, from GGUF metadata.
@@ -238,9 +238,21 @@ impl Llama {
                 &mut ws.k[..n * kv_dim],
                 &mut ws.v[..n * kv_dim],
             );
-            layer.wq.matmul(xn, q, &mut ws.acts, threads)?;
-            layer.wk.matmul(xn, k, &mut ws.acts, threads)?;
-            layer.wv.matmul(xn, v, &mut ws.acts, threads)?;
+            let qkv = &mut [
+                MatmulJob {
+                    w: &layer.wq,
+                    out: &mut *q,
+                },
+                MatmulJob {
+                    w: &layer.wk,
+                    out: &mut *k,
+                },
+                MatmulJob {
+                    w: &layer.wv,
+                    out: &mut *v,
+                },
+            ];
+            matmul_many(qkv, xn, &mut ws.acts, threads)?;
             for t in 0..n {
                 let (cos, sin) = ws.rope.at(t);
                 self.rope
@@ -262,8 +274,17 @@ impl Llama {
 
             rms_norm(x, &layer.ffn_norm, c.norm_eps, xn);
             let (gate, up) = (&mut ws.gate[..n * ffn], &mut ws.up[..n * ffn]);
-            layer.w_gate.matmul(xn, gate, &mut ws.acts, threads)?;
-            layer.w_up.matmul(xn, up, &mut ws.acts, threads)?;
+            let gate_up = &mut [
+                MatmulJob {
+                    w: &layer.w_gate,
+                    out: &mut *gate,
+                },
+                MatmulJob {
+                    w: &layer.w_up,
+                    out: &mut *up,
+                },
+            ];
+            matmul_many(gate_up, xn, &mut ws.acts, threads)?;
             swiglu_in_place(gate, up);
             layer.w_down.matmul(gate, proj, &mut ws.acts, threads)?;
             add_in_place(x, proj);
