@@ -155,3 +155,29 @@ fn bad_requests_get_one_line_errors() {
     fails_with(&["run", "minilm", "-p", "hi"], "needs a GGUF file");
     fails_with(&["run", "-p", "hi", "--top-p", "2"], "top-p");
 }
+
+#[test]
+fn unsupported_architecture_is_a_one_line_error() {
+    use ferrite::formats::gguf::{write_gguf, GgufFile, Metadata, Value};
+    // SmolLM2's metadata (so the tokenizer loads), renamed to an
+    // architecture we do not run, and no tensors.
+    let real = GgufFile::open(ferrite::model_path::resolve("smollm2").unwrap()).unwrap();
+    let mut meta = Metadata::default();
+    for (k, v) in real.metadata().iter() {
+        let v = if k == "general.architecture" {
+            Value::String("mamba".into())
+        } else {
+            v.clone()
+        };
+        meta.insert(k.to_string(), v);
+    }
+    let path = std::env::temp_dir().join(format!("ferrite-mamba-{}.gguf", std::process::id()));
+    let mut bytes = Vec::new();
+    write_gguf(&mut bytes, 3, &meta, &[]).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    fails_with(
+        &["run", path.to_str().unwrap(), "-p", "hi"],
+        "architecture 'mamba' is not supported",
+    );
+    std::fs::remove_file(&path).ok();
+}
