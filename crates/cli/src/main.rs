@@ -26,6 +26,8 @@ enum Command {
     Run(commands::run::Args),
     /// Chat with a language model on the terminal (Ctrl-D ends).
     Chat(commands::chat::Args),
+    /// Measure prompt processing and generation speed (as llama-bench does).
+    Bench(commands::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +37,7 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Chat(args) => commands::chat::run(args),
+        Command::Bench(args) => commands::bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
 //! One module per subcommand.
+pub mod bench;
 pub mod chat;
 pub mod common;
 pub mod inspect;

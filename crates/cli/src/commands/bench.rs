@@ -1,0 +1,246 @@
+//! `ferrite bench [MODEL]`: whole-model throughput measured the way llama.cpp's
+//! `llama-bench` measures it (tools/llama-bench/llama-bench.cpp,
+//! `test_prompt` / `test_gen`), so the two can be compared run for run:
+//!
+//! - pp: one forward call over a prompt of P tokens (BOS first when the model
+//!   adds one, then pseudo-random ids), only the last token's logits;
+//! - tg: N single-token forward calls from an empty cache (BOS, then
+//!   pseudo-random ids: the rate of decoding does not depend on the ids);
+//! - one warm-up run first (the whole prompt for pp, one token for tg), then
+//!   REPS timed runs, each from an empty cache; t/s is the mean ± sample
+//!   standard deviation of the per-run rates.
+
+use std::io::{self, Write};
+use std::time::Instant;
+
+use ferrite::models::decoder::{DecoderState, Logits};
+use ferrite::models::CausalLm;
+use ferrite::parallel::Threads;
+use ferrite_kernels::dispatch::kernel_set_name;
+
+use super::common::load;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A GGUF file or short name (default: smollm2).
+    model: Option<String>,
+    /// Prompt tokens of the pp test (0 skips it).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Generated tokens of the tg test (0 skips it).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Threads (default: one per core).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Timed repetitions of each test, after one warm-up run.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Mean and sample standard deviation of the per-repetition rates (tokens/s).
+struct Rate {
+    mean: f64,
+    sd: f64,
+}
+
+impl Rate {
+    /// As llama-bench: the standard deviation is 0 for a single sample.
+    fn of(samples: &[f64]) -> Rate {
+        let n = samples.len() as f64;
+        let mean = samples.iter().sum::<f64>() / n;
+        let sd = if samples.len() > 1 {
+            (samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        } else {
+            0.0
+        };
+        Rate { mean, sd }
+    }
+}
+
+/// What is fed to the model: BOS (if the model adds one) then pseudo-random
+/// ids from a fixed seed (llama-bench uses the unseeded `std::rand`).
+struct TokenSource {
+    bos: Option<u32>,
+    n_vocab: u64,
+    state: u64,
+}
+
+impl TokenSource {
+    fn next(&mut self) -> u32 {
+        // xorshift64: fast, fixed sequence, good enough to pick token ids.
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        // The remainder is below n_vocab, which came from a usize of ids.
+        (self.state % self.n_vocab) as u32
+    }
+
+    /// `n` tokens that start a sequence.
+    fn sequence(&mut self, n: usize) -> Vec<u32> {
+        let mut tokens: Vec<u32> = (0..n).map(|_| self.next()).collect();
+        if let (Some(bos), Some(first)) = (self.bos, tokens.first_mut()) {
+            *first = bos;
+        }
+        tokens
+    }
+}
+
+/// Runs one test: a warm-up, then `reps` timed runs of `run` from an empty
+/// cache; returns the rate of each run for `n_tokens` tokens.
+fn measure(
+    state: &mut DecoderState,
+    reps: usize,
+    n_tokens: usize,
+    mut run: impl FnMut(&mut DecoderState, bool) -> Result<(), String>,
+) -> Result<Rate, String> {
+    state.cache.truncate(0);
+    run(state, true)?;
+    let mut rates = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        state.cache.truncate(0);
+        let start = Instant::now();
+        run(state, false)?;
+        rates.push(n_tokens as f64 / start.elapsed().as_secs_f64());
+    }
+    Ok(Rate::of(&rates))
+}
+
+fn bench_pp(
+    model: &dyn CausalLm,
+    state: &mut DecoderState,
+    src: &mut TokenSource,
+    a: &Args,
+) -> Result<Rate, String> {
+    let mut logits = Vec::new();
+    measure(state, a.reps, a.n_prompt, |state, _warm_up| {
+        let tokens = src.sequence(a.n_prompt);
+        model
+            .forward(&tokens, state, Logits::Last, &mut logits)
+            .map_err(|e| e.to_string())
+    })
+}
+
+fn bench_tg(
+    model: &dyn CausalLm,
+    state: &mut DecoderState,
+    src: &mut TokenSource,
+    a: &Args,
+) -> Result<Rate, String> {
+    let mut logits = Vec::new();
+    measure(state, a.reps, a.n_gen, |state, warm_up| {
+        let n = if warm_up { 1 } else { a.n_gen };
+        for token in src.sequence(n) {
+            model
+                .forward(&[token], state, Logits::Last, &mut logits)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
+}
+
+/// The peak resident set size of this process (`VmHWM`), where the OS says.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    if args.reps == 0 {
+        return Err("--repetitions must be at least 1".into());
+    }
+    if args.threads == Some(0) {
+        return Err("--threads must be at least 1".into());
+    }
+    let loaded = load(args.model.as_deref())?;
+    let model = loaded.model.as_ref();
+    let threads = args.threads.map_or_else(Threads::all_cores, Threads::new);
+    let n_threads = threads.count();
+    let n_ctx = args.n_prompt.max(args.n_gen).max(1);
+    if n_ctx > model.n_ctx_train() {
+        return Err(format!(
+            "{n_ctx} tokens exceed the model's context of {}",
+            model.n_ctx_train()
+        ));
+    }
+    let mut state = model.new_state(n_ctx, threads).map_err(|e| e.to_string())?;
+    let mut src = TokenSource {
+        bos: loaded
+            .tokenizer
+            .bos_id()
+            .filter(|_| loaded.tokenizer.adds_bos()),
+        n_vocab: model.n_vocab().max(1) as u64,
+        state: 0x5EED_1234_ABCD_0001,
+    };
+    let pp = match args.n_prompt {
+        0 => None,
+        _ => Some(bench_pp(model, &mut state, &mut src, &args)?),
+    };
+    let tg = match args.n_gen {
+        0 => None,
+        _ => Some(bench_tg(model, &mut state, &mut src, &args)?),
+    };
+    let rss = peak_rss_bytes();
+
+    let tensors = &loaded.file.header.tensors;
+    let size: u64 = tensors.iter().map(|t| t.size).sum();
+    let n_params: u64 = tensors.iter().map(|t| t.n_elements()).sum();
+    let path = loaded.file.path();
+    let name = path
+        .file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy();
+    let kernels = kernel_set_name();
+
+    let mut out = io::stdout().lock();
+    let text = if args.json {
+        let mean = |r: &Option<Rate>| r.as_ref().map(|r| r.mean);
+        let sd = |r: &Option<Rate>| r.as_ref().map(|r| r.sd);
+        let json = serde_json::json!({
+            "model": path.display().to_string(),
+            "model_size_bytes": size,
+            "model_n_params": n_params,
+            "kernels": kernels,
+            "threads": n_threads,
+            "n_prompt": args.n_prompt,
+            "n_gen": args.n_gen,
+            "reps": args.reps,
+            "pp_tok_s": mean(&pp),
+            "pp_tok_s_sd": sd(&pp),
+            "tg_tok_s": mean(&tg),
+            "tg_tok_s_sd": sd(&tg),
+            "peak_rss_bytes": rss,
+        });
+        format!("{json}\n")
+    } else {
+        let mib = |b: u64| format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0));
+        let mut s = String::from(
+            "| model | size | params | kernels | threads | test | t/s |\n\
+             | --- | ---: | ---: | --- | ---: | ---: | ---: |\n",
+        );
+        let tests = [("pp", args.n_prompt, &pp), ("tg", args.n_gen, &tg)];
+        for (test, n, rate) in tests {
+            if let Some(r) = rate {
+                s += &format!(
+                    "| {name} | {} | {:.2} M | {kernels} | {n_threads} | {test}{n} | {:.2} ± {:.2} |\n",
+                    mib(size),
+                    n_params as f64 / 1e6,
+                    r.mean,
+                    r.sd
+                );
+            }
+        }
+        let rss = rss.map_or_else(|| "n/a".to_string(), mib);
+        s += &format!(
+            "\npeak RSS: {rss}; {} repetitions after a warm-up\n",
+            args.reps
+        );
+        s
+    };
+    super::output_result(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
+}

@@ -1,0 +1,74 @@
+//! `ferrite bench` on SmolLM2: the JSON report and the errors.
+
+use std::process::{Command, Output};
+
+use serde_json::Value as Json;
+
+fn ferrite(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(args)
+        .output()
+        .expect("run ferrite")
+}
+
+#[test]
+fn bench_json_reports_positive_rates_and_a_plausible_rss() {
+    let out = ferrite(&[
+        "bench", "-p", "16", "-n", "4", "-r", "1", "-t", "2", "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim_end().lines().count(), 1, "one line: {stdout}");
+    let j: Json = serde_json::from_str(&stdout).expect("valid JSON");
+    for key in ["pp_tok_s", "tg_tok_s"] {
+        let rate = j[key].as_f64().unwrap_or_else(|| panic!("{key}: {j}"));
+        assert!(rate.is_finite() && rate > 0.0, "{key}: {j}");
+        assert_eq!(j[format!("{key}_sd")], 0.0, "one repetition: {j}");
+    }
+    assert_eq!(j["n_prompt"], 16);
+    assert_eq!(j["n_gen"], 4);
+    assert_eq!(j["reps"], 1);
+    assert_eq!(j["threads"], 2);
+    assert!(j["model"].as_str().unwrap().ends_with(".gguf"), "{j}");
+    assert!(!j["kernels"].as_str().unwrap().is_empty(), "{j}");
+    if cfg!(target_os = "linux") {
+        // The weights are mapped in (~86 MB) and touched; well under 4 GB.
+        let rss = j["peak_rss_bytes"].as_u64().expect("RSS on Linux");
+        assert!((50 << 20..4 << 30).contains(&rss), "peak RSS {rss}");
+    }
+}
+
+#[test]
+fn bench_skips_a_test_given_zero() {
+    let out = ferrite(&[
+        "bench", "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--json",
+    ]);
+    assert!(out.status.success());
+    let j: Json = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert!(j["pp_tok_s"].is_null(), "{j}");
+    assert!(j["tg_tok_s"].as_f64().unwrap() > 0.0, "{j}");
+}
+
+#[test]
+fn bench_errors_are_one_line_and_nonzero() {
+    for args in [
+        vec!["bench", "-r", "0"],
+        vec!["bench", "-t", "0"],
+        vec!["bench", "no-such-model"],
+        vec!["bench", "-p", "100000", "-n", "0", "-r", "1"],
+    ] {
+        let out = ferrite(&args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("ferrite: "), "{err}");
+    }
+    // Malformed numbers are clap's to report (usage and a hint).
+    let out = ferrite(&["bench", "-p", "many"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"));
+}

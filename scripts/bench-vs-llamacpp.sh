@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Compares `ferrite bench` with llama.cpp's `llama-bench` on the same GGUF file:
+# pp512 and tg128 at 1 and 2 threads, the two programs run alternately
+# (ROUNDS rounds, each one `-r REPS` run of both per thread count), then the
+# medians of the per-run means and the ratios ferrite / llama.cpp.
+#
+#   scripts/bench-vs-llamacpp.sh MODEL        # a .gguf path or a short name (smollm2)
+#   ROUNDS=5 REPS=3 THREADS="1 2" scripts/bench-vs-llamacpp.sh smollm2
+#
+# llama.cpp comes from the llama-cpp-python sdist, built once and cached under
+# $ANCHORS (default ~/.cache/ferrite-reference): the output of
+# ../shared/tools/build-llamacpp.sh (or $BUILD_LLAMACPP) is used if its
+# llama-bench runs here. That build forces AVX-512 (SIGILL on CPUs without
+# it), so otherwise the same source is built with -DGGML_NATIVE=ON into
+# $ANCHORS/llama.cpp/build-native. Needs python3 (stdlib only) for the JSON;
+# cmake + ninja only when it has to build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+[ $# -eq 1 ] || { echo "usage: $0 MODEL (a .gguf file or a short name)" >&2; exit 2; }
+ROUNDS=${ROUNDS:-3}
+REPS=${REPS:-3}
+THREADS=${THREADS:-1 2}
+N_PROMPT=${N_PROMPT:-512}
+N_GEN=${N_GEN:-128}
+ANCHORS=${ANCHORS:-$HOME/.cache/ferrite-reference}
+VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+BUILD_LLAMACPP=${BUILD_LLAMACPP:-$repo/../shared/tools/build-llamacpp.sh}
+
+# The model file (llama-bench needs a path; short names as ferrite knows them).
+model=$1
+if [ ! -f "$model" ]; then
+  dir=${FERRITE_MODELS:-$repo/models}
+  case $model in
+    smollm2) model=$dir/SmolLM2-135M-Instruct.Q4_1.gguf ;;
+    gemma3-270m) model=$dir/gemma-3-270m-q4_k_m.gguf ;;
+    *) model=$dir/$model ;;
+  esac
+fi
+[ -f "$model" ] || { echo "$0: no model file $model (run scripts/fetch-models.sh)" >&2; exit 1; }
+
+log=$(mktemp -d)
+trap 'rm -rf "$log"' EXIT
+
+# A llama-bench that runs on this CPU: --help exits 0 and a tiny run succeeds
+# (an AVX-512 build can pass --help and still die with SIGILL in a kernel).
+runs_here() {
+  [ -x "$1/llama-bench" ] && "$1/llama-bench" --help >/dev/null 2>&1 &&
+    "$1/llama-bench" -m "$model" -p 8 -n 1 -r 1 -t 1 -o json >/dev/null 2>"$log/smoke.err"
+}
+
+llama_bin=
+# On a CPU without AVX-512, build-llamacpp.sh's build is tried only if it exists.
+if [ -x "$BUILD_LLAMACPP" ] &&
+  { grep -qw avx512f /proc/cpuinfo 2>/dev/null || [ -e "$ANCHORS/llama.cpp/build/bin/llama-bench" ]; }; then
+  bin=$(ANCHORS=$ANCHORS "$BUILD_LLAMACPP" | tail -n 1) || bin=
+  if [ -n "$bin" ] && runs_here "$bin"; then
+    llama_bin=$bin
+    which_build="build-llamacpp.sh output $bin (resolves to $(readlink -f "$bin"))"
+  else
+    echo "note: build-llamacpp.sh's llama-bench ($bin) does not run here; using a native build" >&2
+  fi
+fi
+if [ -z "$llama_bin" ]; then
+  src=$ANCHORS/llama.cpp
+  if [ ! -d "$src" ]; then # the same source build-llamacpp.sh extracts
+    mkdir -p "$ANCHORS"
+    (cd "$ANCHORS" &&
+      { [ -f "llama_cpp_python-$VER.tar.gz" ] ||
+        pip download -q --no-deps --no-binary llama-cpp-python -d . "llama-cpp-python==$VER"; } &&
+      tar xzf "llama_cpp_python-$VER.tar.gz" &&
+      mv "llama_cpp_python-$VER/vendor/llama.cpp" llama.cpp)
+  fi
+  bin=$src/build-native/bin
+  if ! runs_here "$bin"; then
+    echo "building llama-bench with -DGGML_NATIVE=ON in $src/build-native (once)" >&2
+    command -v cmake >/dev/null || pip install -q cmake ninja
+    cmake -S "$src" -B "$src/build-native" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DGGML_NATIVE=ON >/dev/null
+    ninja -C "$src/build-native" -j"$(nproc)" llama-bench >/dev/null
+    runs_here "$bin" || { echo "$0: $bin/llama-bench fails:" >&2; cat "$log/smoke.err" >&2; exit 1; }
+  fi
+  llama_bin=$bin
+  which_build="native build $bin (-DGGML_NATIVE=ON)"
+fi
+
+cargo build --release -p ferrite-cli --quiet
+ferrite=$repo/target/release/ferrite
+
+# Each is completed by the thread count.
+llama_cmd=("$llama_bin/llama-bench" -m "$model" -p "$N_PROMPT" -n "$N_GEN" -r "$REPS" -o json -t)
+ferrite_cmd=("$ferrite" bench "$model" -p "$N_PROMPT" -n "$N_GEN" -r "$REPS" --json -t)
+
+echo "model:     $model"
+echo "llama.cpp: $which_build"
+echo "ferrite:   $ferrite"
+echo "CPU:       $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+echo "commands (run alternately, $ROUNDS rounds, llama.cpp first in each):"
+for t in $THREADS; do
+  echo "  ${llama_cmd[*]} $t"
+  echo "  ${ferrite_cmd[*]} $t"
+done
+
+# One line per run: "engine threads pp_tok_s tg_tok_s [kernels]".
+parse_llama='import json, sys
+tests = json.load(open(sys.argv[2]))
+pick = lambda f: next((x["avg_ts"] for x in tests if f(x)), float("nan"))
+pp = pick(lambda x: x["n_prompt"] > 0 and x["n_gen"] == 0)
+tg = pick(lambda x: x["n_gen"] > 0 and x["n_prompt"] == 0)
+print("llama.cpp", sys.argv[1], pp, tg)'
+parse_ferrite='import json, sys
+r = json.load(open(sys.argv[2]))
+print("ferrite", sys.argv[1], r["pp_tok_s"] or "nan", r["tg_tok_s"] or "nan", r["kernels"])'
+results=$log/results
+for round in $(seq "$ROUNDS"); do
+  for t in $THREADS; do
+    "${llama_cmd[@]}" "$t" >"$log/out" 2>"$log/err" || { cat "$log/err" >&2; exit 1; }
+    python3 -c "$parse_llama" "$t" "$log/out" >>"$results"
+    "${ferrite_cmd[@]}" "$t" >"$log/out" 2>"$log/err" || { cat "$log/err" >&2; exit 1; }
+    python3 -c "$parse_ferrite" "$t" "$log/out" >>"$results"
+    tail -n 2 "$results" | sed "s/^/  round $round: /"
+  done
+done
+
+python3 - "$results" "$N_PROMPT" "$N_GEN" "$ROUNDS" "$REPS" <<'EOF'
+import statistics, sys
+path, p, n, rounds, reps = sys.argv[1:]
+runs, kernels = {}, set()
+for line in open(path):
+    engine, t, pp, tg, *rest = line.split()
+    runs.setdefault((engine, int(t)), []).append((float(pp), float(tg)))
+    kernels.update(rest)
+med = statistics.median
+print(f"\nferrite kernels: {', '.join(sorted(kernels))}")
+print(f"medians of {rounds} runs x {reps} repetitions, t/s; ratio = ferrite / llama.cpp")
+cols = ["threads", f"llama.cpp pp{p}", f"ferrite pp{p}", "ratio",
+        f"llama.cpp tg{n}", f"ferrite tg{n}", "ratio"]
+print("| " + " | ".join(cols) + " |")
+print("|" + "|".join(["---:"] * len(cols)) + "|")
+for t in sorted({t for _, t in runs}):
+    l, f = runs[("llama.cpp", t)], runs[("ferrite", t)]
+    lpp, ltg = med(x[0] for x in l), med(x[1] for x in l)
+    fpp, ftg = med(x[0] for x in f), med(x[1] for x in f)
+    print(f"| {t} | {lpp:.1f} | {fpp:.1f} | {fpp / lpp:.3f} | {ltg:.1f} | {ftg:.1f} | {ftg / ltg:.3f} |")
+EOF
