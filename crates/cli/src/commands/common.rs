@@ -1,9 +1,11 @@
 //! Options and set-up shared by the generation commands (`run`, `chat`).
 
+use std::io::{self, Write};
 use std::sync::Arc;
 
 use ferrite::formats::gguf::GgufFile;
-use ferrite::generate::sampler::SamplerOptions;
+use ferrite::generate::sampler::{Sampler, SamplerOptions};
+use ferrite::generate::session::{GenerateOptions, Session};
 use ferrite::model_path;
 use ferrite::models::{load_causal_lm, CausalLm};
 use ferrite::parallel::Threads;
@@ -129,4 +131,37 @@ pub fn load(model: Option<&str>) -> Result<Loaded, String> {
         model,
         tokenizer,
     })
+}
+
+/// Generates after the session's prompt, streaming the text to stdout as it
+/// comes, then a newline; the stats line goes to stderr. Returns the text.
+/// A closed stdout (`| head`) ends generation quietly.
+pub fn generate_to_stdout(
+    session: &mut Session,
+    sampler: &mut Sampler,
+    opts: &GenerateOptions,
+) -> Result<String, String> {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let mut text = String::new();
+    let mut write_error = None;
+    session
+        .generate(sampler, opts, |piece| {
+            text.push_str(piece);
+            match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => true,
+                Err(e) => {
+                    write_error = Some(e);
+                    false
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let written = match write_error {
+        Some(e) => Err(e),
+        None => writeln!(out).and_then(|()| out.flush()),
+    };
+    super::output_result(written)?;
+    eprintln!("{}", session.stats.summary());
+    Ok(text)
 }

@@ -1,12 +1,10 @@
 //! `ferrite run [MODEL] -p PROMPT`: continue a prompt, streaming only the
 //! continuation to stdout; a stats line goes to stderr.
 
-use std::io::{self, Write};
-
 use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{GenerateOptions, Session};
 
-use super::common::{load, ModelArgs, SamplingArgs};
+use super::common::{generate_to_stdout, load, ModelArgs, SamplingArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -50,24 +48,6 @@ pub fn run(args: Args) -> Result<(), String> {
         stop: args.stop,
     };
     let mut sampler = Sampler::new(sampler_opts);
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
-    let mut write_error = None;
-    session
-        .generate(&mut sampler, &opts, |text| {
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Ok(()) => true,
-                Err(e) => {
-                    write_error = Some(e);
-                    false
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    if let Some(e) = write_error {
-        return super::output_result(Err(e));
-    }
-    super::output_result(writeln!(out).and_then(|()| out.flush()))?;
-    eprintln!("{}", session.stats.summary());
+    generate_to_stdout(&mut session, &mut sampler, &opts)?;
     Ok(())
 }
