@@ -332,7 +332,8 @@ pub fn matmul_many(
 
 impl Linear {
     /// Rows `rows` of this matrix against every token: each weight row is
-    /// used for all tokens while it is in cache.
+    /// used for all tokens while it is in cache, four rows at a time where
+    /// the kernel has a four-row version (bit-identical per row).
     fn block_products(
         &self,
         rows: std::ops::Range<usize>,
@@ -341,15 +342,30 @@ impl Linear {
         out: &DisjointSlice<f32>,
     ) {
         let w = self.bytes.bytes();
+        let rb = self.row_bytes;
         for t in 0..n_tokens {
             let a = acts.row(t);
-            for r in rows.clone() {
-                let w_row = &w[r * self.row_bytes..(r + 1) * self.row_bytes];
-                let v = (self.kernel.dot)(w_row, a);
-                // SAFETY: row r of this matrix belongs to exactly one
-                // thread's range, so index t * rows + r of its output is
-                // written by this thread only.
-                unsafe { out.write(t * self.rows + r, v) };
+            let base = t * self.rows;
+            let mut r = rows.start;
+            if self.kernel.dot4.is_some() {
+                let mut four = [0f32; 4];
+                while r + 4 <= rows.end {
+                    self.kernel
+                        .dot_rows4(&w[r * rb..(r + 4) * rb], a, &mut four);
+                    for (i, &v) in four.iter().enumerate() {
+                        // SAFETY: rows r..r+4 belong to this thread's range
+                        // only, so these output indices are written by this
+                        // thread only.
+                        unsafe { out.write(base + r + i, v) };
+                    }
+                    r += 4;
+                }
+            }
+            for r in r..rows.end {
+                let v = (self.kernel.dot)(&w[r * rb..(r + 1) * rb], a);
+                // SAFETY: row r belongs to exactly one thread's range, so
+                // index t * rows + r is written by this thread only.
+                unsafe { out.write(base + r, v) };
             }
         }
     }

@@ -486,3 +486,179 @@ fn active_best() -> KernelSet {
         .find(|s| s.is_supported())
         .unwrap_or(KernelSet::Scalar)
 }
+
+/// The types whose kernel in `set` has a four-row `dot4`.
+fn dot4_types(set: KernelSet) -> Vec<GgmlType> {
+    ALL_TYPES
+        .into_iter()
+        .filter(|&t| set.vec_dot_kernel(t).is_some_and(|k| k.dot4.is_some()))
+        .collect()
+}
+
+/// `out[i]` of a `dot4` call against the scalar `dot` of row `i`
+/// (`w.len() / 4` bytes), bit for bit (NaN payloads aside if `nan_ok`).
+fn check_dot4(
+    tally: &mut Tally,
+    what: &str,
+    dot4: fn(&[u8], &[u8], &mut [f32; 4]),
+    scalar: fn(&[u8], &[u8]) -> f32,
+    (w, a): (&[u8], &[u8]),
+    nan_ok: bool,
+) {
+    let mut out = [f32::NAN; 4];
+    dot4(w, a, &mut out);
+    let rb = w.len() / 4;
+    for (i, &got) in out.iter().enumerate() {
+        let want = scalar(&w[i * rb..(i + 1) * rb], a);
+        tally.check(&format!("{what} out[{i}]"), got, want, nan_ok);
+    }
+}
+
+#[test]
+fn dot4_matches_scalar_rows_bit_for_bit() {
+    const CASES_PER_LENGTH: usize = 60;
+    let mut total = 0;
+    for (set, _) in simd_sets() {
+        for t in dot4_types(set) {
+            let dot4 = set.vec_dot_kernel(t).and_then(|k| k.dot4).expect("dot4");
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
+            let a_t = scalar.act_type;
+            let mut rng = Rng::new(u64::from(t.id()) * 104_729 + 3);
+            let mut tally = Tally::default();
+            for blocks in 1..=40 {
+                let n = blocks * t.block_size();
+                for case in 0..CASES_PER_LENGTH {
+                    let what = format!("{} {t} dot4 blocks={blocks} case={case}", set.name());
+                    let w: Vec<u8> = (0..4).flat_map(|_| weight_row(t, n, &mut rng)).collect();
+                    let a = activation_row(a_t, n, &mut rng);
+                    let check = |tally: &mut Tally, w: &[u8], a: &[u8]| {
+                        check_dot4(tally, &what, dot4, scalar.dot, (w, a), false)
+                    };
+                    check(&mut tally, &w, &a);
+                    // Other addresses.
+                    let (s_w, s_a) = (rng.below(32), rng.below(32));
+                    let (w2, a2) = (misaligned(&w, s_w), misaligned(&a, s_a));
+                    check(&mut tally, &w2[s_w..], &a2[s_a..]);
+                    // Mismatched lengths: activations cut anywhere, or
+                    // longer than the rows.
+                    let cut = rng.below(a.len() + 1);
+                    check(&mut tally, &w, &a[..cut]);
+                    let mut a3 = a.clone();
+                    a3.extend(activation_row(a_t, t.block_size(), &mut rng));
+                    check(&mut tally, &w, &a3);
+                    // Weights not four rows of whole blocks (the rows are
+                    // then other byte ranges, their scales random bytes
+                    // that may be NaN: payloads may differ, as documented
+                    // in `x86::avx2`).
+                    let mut w3 = w.clone();
+                    let extra = 1 + rng.below(4 * t.type_size() - 1);
+                    w3.extend(rng.bytes(extra, false));
+                    check_dot4(&mut tally, &what, dot4, scalar.dot, (&w3, &a), true);
+                    let cut = rng.below(w.len() + 1);
+                    check_dot4(&mut tally, &what, dot4, scalar.dot, (&w[..cut], &a), true);
+                }
+            }
+            // Degenerate lengths.
+            let w = weight_row(t, 4 * t.block_size(), &mut rng);
+            let a = activation_row(a_t, t.block_size(), &mut rng);
+            for len in 0..8 {
+                let what = format!("{} {t} dot4 w.len()={len}", set.name());
+                check_dot4(&mut tally, &what, dot4, scalar.dot, (&w[..len], &a), true);
+                check_dot4(&mut tally, &what, dot4, scalar.dot, (&w, &a[..len]), false);
+            }
+            eprintln!(
+                "{} {t:>5} x {a_t}: dot4, {} row results, {} bit-identical, {} NaN with \
+                 another payload (rows with random-byte scales)",
+                set.name(),
+                tally.cases,
+                tally.cases - tally.nan_payloads,
+                tally.nan_payloads
+            );
+            total += tally.cases;
+        }
+    }
+    eprintln!("{total} dot4 row results in all");
+}
+
+#[test]
+fn dot4_extreme_and_non_finite_rows_match_scalar() {
+    const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
+    let one = |_: &mut Rng| 0x3c00u16; // f16 1.0
+    for (set, _) in simd_sets() {
+        for t in dot4_types(set) {
+            let dot4 = set.vec_dot_kernel(t).and_then(|k| k.dot4).expect("dot4");
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
+            let a_t = scalar.act_type;
+            let mut rng = Rng::new(u64::from(t.id()) + 7);
+            let mut tally = Tally::default();
+            // Each row made of one extreme byte, scales 1.
+            let n = 9 * t.block_size();
+            let row_bytes = t.bytes_for(n as u64).expect("whole blocks") as usize;
+            for ab in BYTES {
+                for rows in 0..BYTES.len().pow(2) {
+                    let w: Vec<u8> = (0..4)
+                        .flat_map(|i| vec![BYTES[(rows + i * 3) % BYTES.len()]; row_bytes])
+                        .collect();
+                    let mut w = w;
+                    let mut a = vec![ab; a_t.bytes_for(n as u64).expect("whole blocks") as usize];
+                    set_scales(t, &mut w, &mut rng, one, |_| 1.0);
+                    set_scales(a_t, &mut a, &mut rng, one, |_| 1.0);
+                    let what = format!("{} {t} dot4 extreme rows {rows} x {ab:#04x}", set.name());
+                    check_dot4(&mut tally, &what, dot4, scalar.dot, (&w, &a), false);
+                }
+            }
+            // Infinite and NaN scales: no panic, same bits (NaN payloads
+            // aside where NaNs are among the inputs).
+            for case in 0..2000 {
+                let nan = case % 2 == 1;
+                let n = t.block_size() * (1 + rng.below(12));
+                let mut w: Vec<u8> = (0..4).flat_map(|_| weight_row(t, n, &mut rng)).collect();
+                let mut a = activation_row(a_t, n, &mut rng);
+                let f16 = |r: &mut Rng| maybe_special_f16(r, nan);
+                let f32 = |r: &mut Rng| maybe_special_f32(r, nan);
+                set_scales(t, &mut w, &mut rng, f16, f32);
+                set_scales(a_t, &mut a, &mut rng, f16, f32);
+                let what = format!("{} {t} dot4 non-finite case={case}", set.name());
+                check_dot4(&mut tally, &what, dot4, scalar.dot, (&w, &a), nan);
+            }
+            eprintln!(
+                "{} {t:>5}: dot4, {} extreme/non-finite row results match, {} NaN payloads differ",
+                set.name(),
+                tally.cases,
+                tally.nan_payloads
+            );
+        }
+    }
+}
+
+/// `dot_rows4` is four calls of `dot` where a kernel has no `dot4` (the
+/// scalar set has none), and `dot4` where it has one.
+#[test]
+fn dot_rows4_falls_back_to_dot() {
+    let mut tally = Tally::default();
+    for set in KernelSet::ALL.into_iter().filter(|s| s.is_supported()) {
+        for t in ALL_TYPES {
+            let Some(k) = set.vec_dot_kernel(t) else {
+                continue;
+            };
+            if set == KernelSet::Scalar {
+                assert!(k.dot4.is_none(), "{t}");
+            }
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
+            let mut rng = Rng::new(u64::from(t.id()) + 11);
+            for blocks in [1, 2, 3, 7] {
+                let n = blocks * t.block_size().max(32);
+                let w: Vec<u8> = (0..4).flat_map(|_| weight_row(t, n, &mut rng)).collect();
+                let a = activation_row(k.act_type, n, &mut rng);
+                let mut out = [f32::NAN; 4];
+                k.dot_rows4(&w, &a, &mut out);
+                let rb = w.len() / 4;
+                for (i, &got) in out.iter().enumerate() {
+                    let want = (scalar.dot)(&w[i * rb..(i + 1) * rb], &a);
+                    tally.check(&format!("{} {t} dot_rows4", set.name()), got, want, false);
+                }
+            }
+        }
+    }
+    eprintln!("{} dot_rows4 results bit-identical", tally.cases);
+}

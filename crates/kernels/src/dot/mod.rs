@@ -76,6 +76,39 @@ pub struct VecDotKernel {
     /// (whole blocks) in their respective formats. Must never panic or read out of bounds on any input whose
     /// lengths are consistent; on inconsistent lengths it may return a garbage value but must not panic/UB.
     pub dot: fn(&[u8], &[u8]) -> f32,
+    /// Optional: four consecutive weight rows (`w` holds 4 * row_bytes bytes, row after row) against one
+    /// activation row; `out[i]` must equal `dot(&w[i*row_bytes..(i+1)*row_bytes], act)` bit for bit, with
+    /// `row_bytes = w.len() / 4`. Must never panic or read out of bounds, whatever the lengths. `None` when
+    /// the set has nothing faster than four calls of `dot` ([`VecDotKernel::dot_rows4`] does that).
+    pub dot4: Option<Dot4Fn>,
+}
+
+/// A four-row kernel, as in [`VecDotKernel::dot4`].
+pub type Dot4Fn = fn(w: &[u8], act: &[u8], out: &mut [f32; 4]);
+
+impl VecDotKernel {
+    /// Four consecutive weight rows against one activation row, as
+    /// [`VecDotKernel::dot4`]: with it where the kernel has one, else four
+    /// calls of `dot`. The same bits either way.
+    #[inline]
+    pub fn dot_rows4(&self, w: &[u8], act: &[u8], out: &mut [f32; 4]) {
+        match self.dot4 {
+            Some(dot4) => dot4(w, act, out),
+            None => rows4_by_one(self.dot, w, act, out),
+        }
+    }
+}
+
+/// `out[i] = dot(row i, act)` for the four rows of `w` (`w.len() / 4` bytes
+/// each, trailing bytes ignored): the meaning of [`VecDotKernel::dot4`],
+/// and the fallback of kernels that have one for odd lengths.
+#[inline]
+pub(crate) fn rows4_by_one(dot: fn(&[u8], &[u8]) -> f32, w: &[u8], act: &[u8], out: &mut [f32; 4]) {
+    let row_bytes = w.len() / 4;
+    for (i, o) in out.iter_mut().enumerate() {
+        // In bounds: (i + 1) * row_bytes <= 4 * row_bytes <= w.len().
+        *o = dot(&w[i * row_bytes..(i + 1) * row_bytes], act);
+    }
 }
 
 /// The scalar reference kernel for weights of type `w`, or None if we have
@@ -84,7 +117,11 @@ pub struct VecDotKernel {
 pub fn scalar_vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
     use GgmlType::*;
     fn kernel(act_type: GgmlType, dot: fn(&[u8], &[u8]) -> f32) -> Option<VecDotKernel> {
-        Some(VecDotKernel { act_type, dot })
+        Some(VecDotKernel {
+            act_type,
+            dot,
+            dot4: None,
+        })
     }
     match w {
         F32 => kernel(F32, float::f32_f32),

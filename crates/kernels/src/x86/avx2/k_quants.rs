@@ -5,7 +5,10 @@
 //!
 //! Per super-block, `isum` and `msum` are computed exactly with SIMD and
 //! passed to the scalar reference's own term functions, so the f32 part is
-//! literally the same code; the terms are added in block order.
+//! literally the same code; the terms are added in block order. The
+//! four-row kernels (Q4_K, Q5_K: `VecDotKernel::dot4`) compute the same
+//! terms for four rows at once, one f32 lane per row, with the reference's
+//! operations in the reference's order.
 //!
 //! No saturation or overflow for any bytes: `_mm256_maddubs_epi16` gets the
 //! unsigned weights (`0..16` for Q4_K, `0..32` for Q5_K, `0..64` for Q6_K)
@@ -21,7 +24,7 @@ use std::arch::x86_64::*;
 use super::{hsum_i32, load_i8, load_u8, load_u8x16};
 use crate::dot::k_quants::{q6_k_term, with_min};
 use crate::dot::whole_blocks;
-use crate::quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::quant::{Block, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
 /// The eight 6-bit scales (bytes 0..8) and mins (bytes 8..16) packed in a
 /// Q4_K/Q5_K `scales` field, unpacked four at a time as ggml does (the same
@@ -106,29 +109,24 @@ unsafe fn split_nibbles(b: __m256i) -> (__m256i, __m256i) {
     )
 }
 
+/// Q4_K's integer parts of one super-block: eight i32 summing to `isum`,
+/// and `msum`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k(w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
-    for (wb, ab) in whole_blocks::<BlockQ4K>(w)
-        .iter()
-        .zip(whole_blocks::<BlockQ8K>(a))
+#[inline]
+unsafe fn q4_k_sums(wb: &BlockQ4K, ab: &BlockQ8K) -> (__m256i, i32) {
+    let (scales, scales_mins) = scales_k4(&wb.scales);
+    let mut acc = _mm256_setzero_si256();
+    // Groups 2p (low nibbles) and 2p + 1 (high) share 32 bytes.
+    for (p, (bytes, x)) in wb
+        .qs
+        .chunks_exact(32)
+        .zip(ab.qs.chunks_exact(64))
+        .enumerate()
     {
-        let (scales, scales_mins) = scales_k4(&wb.scales);
-        let mut acc = _mm256_setzero_si256();
-        // Groups 2p (low nibbles) and 2p + 1 (high) share 32 bytes.
-        for (p, (bytes, x)) in wb
-            .qs
-            .chunks_exact(32)
-            .zip(ab.qs.chunks_exact(64))
-            .enumerate()
-        {
-            let q = split_nibbles(load_u8(bytes));
-            acc = add_group_pair(acc, q, x, scales, 2 * p as i32);
-        }
-        let (isum, msum) = (hsum_i32(acc), min_sum(scales_mins, ab));
-        sum += with_min(ab.d(), wb.d, wb.dmin, isum, msum);
+        let q = split_nibbles(load_u8(bytes));
+        acc = add_group_pair(acc, q, x, scales, 2 * p as i32);
     }
-    sum
+    (acc, min_sum(scales_mins, ab))
 }
 
 /// 16 in the bytes of `qh` that have the bit set in `bit`, else 0.
@@ -139,35 +137,29 @@ unsafe fn fifth_bit(qh: __m256i, bit: __m256i) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(16))
 }
 
+/// Q5_K's integer parts of one super-block, as [`q4_k_sums`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_k(w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0.0f32;
-    for (wb, ab) in whole_blocks::<BlockQ5K>(w)
-        .iter()
-        .zip(whole_blocks::<BlockQ8K>(a))
+#[inline]
+unsafe fn q5_k_sums(wb: &BlockQ5K, ab: &BlockQ8K) -> (__m256i, i32) {
+    let (scales, scales_mins) = scales_k4(&wb.scales);
+    let qh = load_u8(&wb.qh);
+    // Bit g of qh byte l is the fifth bit of value l of group g.
+    let mut bit = _mm256_set1_epi8(1);
+    let mut acc = _mm256_setzero_si256();
+    for (p, (bytes, x)) in wb
+        .qs
+        .chunks_exact(32)
+        .zip(ab.qs.chunks_exact(64))
+        .enumerate()
     {
-        let (scales, scales_mins) = scales_k4(&wb.scales);
-        let qh = load_u8(&wb.qh);
-        // Bit g of qh byte l is the fifth bit of value l of group g.
-        let mut bit = _mm256_set1_epi8(1);
-        let mut acc = _mm256_setzero_si256();
-        for (p, (bytes, x)) in wb
-            .qs
-            .chunks_exact(32)
-            .zip(ab.qs.chunks_exact(64))
-            .enumerate()
-        {
-            let (lo, hi) = split_nibbles(load_u8(bytes));
-            let lo = _mm256_or_si256(lo, fifth_bit(qh, bit));
-            bit = _mm256_add_epi8(bit, bit);
-            let hi = _mm256_or_si256(hi, fifth_bit(qh, bit));
-            bit = _mm256_add_epi8(bit, bit);
-            acc = add_group_pair(acc, (lo, hi), x, scales, 2 * p as i32);
-        }
-        let (isum, msum) = (hsum_i32(acc), min_sum(scales_mins, ab));
-        sum += with_min(ab.d(), wb.d, wb.dmin, isum, msum);
+        let (lo, hi) = split_nibbles(load_u8(bytes));
+        let lo = _mm256_or_si256(lo, fifth_bit(qh, bit));
+        bit = _mm256_add_epi8(bit, bit);
+        let hi = _mm256_or_si256(hi, fifth_bit(qh, bit));
+        bit = _mm256_add_epi8(bit, bit);
+        acc = add_group_pair(acc, (lo, hi), x, scales, 2 * p as i32);
     }
-    sum
+    (acc, min_sum(scales_mins, ab))
 }
 
 /// `v & mask` in every byte.
@@ -202,58 +194,208 @@ unsafe fn add_q6_run(acc: __m256i, q: __m256i, x: &[i8], scales: __m128i, r: usi
     _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, run_scales(scales, r)))
 }
 
+/// Q6_K's integer part of one super-block: eight i32 summing to `isum`
+/// (and no `msum`, 0).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k(w: &[u8], a: &[u8]) -> f32 {
+#[inline]
+unsafe fn q6_k_sums(wb: &BlockQ6K, ab: &BlockQ8K) -> (__m256i, i32) {
+    // SAFETY: `scales` is 16 i8, readable; no alignment requirement.
+    let scales = unsafe { _mm_loadu_si128(wb.scales.as_ptr().cast()) };
+    let low = _mm256_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_si256();
+    // Half h (runs 4h..4h + 4): run 4h + k takes the low (k < 2) or
+    // high nibbles of ql bytes 64h + 32 (k % 2) .., and bits 2k, 2k + 1
+    // of qh bytes 32h .. as bits 4 and 5 (see `dot::k_quants`).
+    let halves = wb.ql.chunks_exact(64).zip(wb.qh.chunks_exact(32));
+    for (h, ((ql, qh), x)) in halves.zip(ab.qs.chunks_exact(128)).enumerate() {
+        let (ql0, ql1, qh) = (load_u8(ql), load_u8(&ql[32..]), load_u8(qh));
+        let (t0, t1) = (and_mask(qh, 0x03), and_mask(qh, 0x0c));
+        let (t2, t3) = (and_mask(qh, 0x30), and_mask(qh, 0xc0));
+        let (hi0, hi1) = (_mm256_srli_epi16::<4>(ql0), _mm256_srli_epi16::<4>(ql1));
+        let q = [
+            _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16::<4>(t0)),
+            _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_slli_epi16::<2>(t1)),
+            _mm256_or_si256(_mm256_and_si256(hi0, low), t2),
+            _mm256_or_si256(_mm256_and_si256(hi1, low), _mm256_srli_epi16::<2>(t3)),
+        ];
+        for (k, (q, x)) in q.into_iter().zip(x.chunks_exact(32)).enumerate() {
+            acc = add_q6_run(acc, q, x, scales, 4 * h + k);
+        }
+    }
+    (acc, 0)
+}
+
+/// A k-quant weight format: its integer parts and its f32 term.
+trait Super {
+    type W: Block;
+    /// Whether the term has the `(d_x * dmin) * msum` part.
+    const MIN: bool;
+
+    /// Eight i32 summing to the super-block's `isum`, and its `msum`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, FMA and F16C.
+    unsafe fn sums(w: &Self::W, a: &BlockQ8K) -> (__m256i, i32);
+
+    /// The f16 bits of `d` and (if `MIN`) `dmin`.
+    fn scales(w: &Self::W) -> ([u8; 2], [u8; 2]);
+}
+
+struct Q4K;
+impl Super for Q4K {
+    type W = BlockQ4K;
+    const MIN: bool = true;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn sums(w: &BlockQ4K, a: &BlockQ8K) -> (__m256i, i32) {
+        q4_k_sums(w, a)
+    }
+    fn scales(w: &BlockQ4K) -> ([u8; 2], [u8; 2]) {
+        (w.d, w.dmin)
+    }
+}
+
+struct Q5K;
+impl Super for Q5K {
+    type W = BlockQ5K;
+    const MIN: bool = true;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn sums(w: &BlockQ5K, a: &BlockQ8K) -> (__m256i, i32) {
+        q5_k_sums(w, a)
+    }
+    fn scales(w: &BlockQ5K) -> ([u8; 2], [u8; 2]) {
+        (w.d, w.dmin)
+    }
+}
+
+struct Q6K;
+impl Super for Q6K {
+    type W = BlockQ6K;
+    const MIN: bool = false;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn sums(w: &BlockQ6K, a: &BlockQ8K) -> (__m256i, i32) {
+        q6_k_sums(w, a)
+    }
+    fn scales(w: &BlockQ6K) -> ([u8; 2], [u8; 2]) {
+        (w.d, [0; 2])
+    }
+}
+
+/// One row: [`Super::sums`] per super-block, the scalar reference's own
+/// term function, the terms added in block order.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn dot<S: Super>(w: &[u8], a: &[u8]) -> f32 {
     let mut sum = 0.0f32;
-    for (wb, ab) in whole_blocks::<BlockQ6K>(w)
+    for (wb, ab) in whole_blocks::<S::W>(w)
         .iter()
         .zip(whole_blocks::<BlockQ8K>(a))
     {
-        // SAFETY: `scales` is 16 i8, readable; no alignment requirement.
-        let scales = unsafe { _mm_loadu_si128(wb.scales.as_ptr().cast()) };
-        let low = _mm256_set1_epi8(0x0f);
-        let mut acc = _mm256_setzero_si256();
-        // Half h (runs 4h..4h + 4): run 4h + k takes the low (k < 2) or
-        // high nibbles of ql bytes 64h + 32 (k % 2) .., and bits 2k, 2k + 1
-        // of qh bytes 32h .. as bits 4 and 5 (see `dot::k_quants`).
-        let halves = wb.ql.chunks_exact(64).zip(wb.qh.chunks_exact(32));
-        for (h, ((ql, qh), x)) in halves.zip(ab.qs.chunks_exact(128)).enumerate() {
-            let (ql0, ql1, qh) = (load_u8(ql), load_u8(&ql[32..]), load_u8(qh));
-            let (t0, t1) = (and_mask(qh, 0x03), and_mask(qh, 0x0c));
-            let (t2, t3) = (and_mask(qh, 0x30), and_mask(qh, 0xc0));
-            let (hi0, hi1) = (_mm256_srli_epi16::<4>(ql0), _mm256_srli_epi16::<4>(ql1));
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16::<4>(t0)),
-                _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_slli_epi16::<2>(t1)),
-                _mm256_or_si256(_mm256_and_si256(hi0, low), t2),
-                _mm256_or_si256(_mm256_and_si256(hi1, low), _mm256_srli_epi16::<2>(t3)),
-            ];
-            for (k, (q, x)) in q.into_iter().zip(x.chunks_exact(32)).enumerate() {
-                acc = add_q6_run(acc, q, x, scales, 4 * h + k);
-            }
-        }
-        sum += q6_k_term(wb.d, ab, hsum_i32(acc));
+        let (acc, msum) = S::sums(wb, ab);
+        let (d, dmin) = S::scales(wb);
+        sum += if S::MIN {
+            with_min(ab.d(), d, dmin, hsum_i32(acc), msum)
+        } else {
+            q6_k_term(d, ab, hsum_i32(acc))
+        };
     }
     sum
+}
+
+/// Four rows (`w.len() / 4` bytes each) against one activation row, bit
+/// for bit [`dot`] of each: the running sums of the four rows in the four
+/// lanes of one f32 vector, each lane computing its row's term with the
+/// scalar reference's operations (`(d_x * d) * isum - (d_x * dmin) * msum`,
+/// or `(d * d_x) * isum` for Q6_K) and adding it in block order.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn dot4<S: Super>(w: &[u8], a: &[u8], out: &mut [f32; 4]) {
+    let block = std::mem::size_of::<S::W>();
+    let row_bytes = w.len() / 4;
+    if w.len() % (4 * block) != 0 {
+        // Rows of partial blocks, or not four equal rows: one at a time.
+        for (i, o) in out.iter_mut().enumerate() {
+            // In bounds: (i + 1) * row_bytes <= 4 * row_bytes <= w.len().
+            *o = dot::<S>(&w[i * row_bytes..(i + 1) * row_bytes], a);
+        }
+        return;
+    }
+    let ab = whole_blocks::<BlockQ8K>(a);
+    let n = ab.len().min(row_bytes / block);
+    // Row i's blocks start at byte i * row_bytes, a whole number of blocks
+    // before the end of `w`, so at least `n` whole blocks follow.
+    let row = |i: usize| &whole_blocks::<S::W>(&w[i * row_bytes..])[..n];
+    let rows = [row(0), row(1), row(2), row(3)];
+    let mut acc = _mm_setzero_ps();
+    for (b, ab) in ab[..n].iter().enumerate() {
+        let wb = rows.map(|r| &r[b]);
+        let sums = wb.map(|wb| S::sums(wb, ab));
+        // Row r's isum in lane r: hadd twice per 128-bit half, then the
+        // halves added.
+        let h01 = _mm256_hadd_epi32(sums[0].0, sums[1].0);
+        let h23 = _mm256_hadd_epi32(sums[2].0, sums[3].0);
+        let h = _mm256_hadd_epi32(h01, h23);
+        let isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+        let isum = _mm_cvtepi32_ps(isum);
+        let scales = wb.map(|wb| S::scales(wb));
+        let d = f16x4(scales.map(|s| s.0));
+        let d_x = _mm_set1_ps(ab.d());
+        let terms = if S::MIN {
+            let dmin = f16x4(scales.map(|s| s.1));
+            let msum = _mm_cvtepi32_ps(_mm_setr_epi32(sums[0].1, sums[1].1, sums[2].1, sums[3].1));
+            _mm_sub_ps(
+                _mm_mul_ps(_mm_mul_ps(d_x, d), isum),
+                _mm_mul_ps(_mm_mul_ps(d_x, dmin), msum),
+            )
+        } else {
+            _mm_mul_ps(_mm_mul_ps(d, d_x), isum)
+        };
+        acc = _mm_add_ps(acc, terms);
+    }
+    // SAFETY: `out` is 4 writable f32; `storeu` has no alignment requirement.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Four little-endian f16 to f32, exactly (as `quant::float::f16_le`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn f16x4(h: [[u8; 2]; 4]) -> __m128 {
+    let h = h.map(i16::from_le_bytes);
+    _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0))
 }
 
 /// Q4_K x Q8_K.
 pub(super) fn q4_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
     // SAFETY: handed out only by `avx2::vec_dot_kernel`, whose callers have
     // checked that the CPU supports AVX2, FMA and F16C.
-    unsafe { q4_k(w, a) }
+    unsafe { dot::<Q4K>(w, a) }
 }
 
 /// Q5_K x Q8_K.
 pub(super) fn q5_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
     // SAFETY: as in `q4_k_q8_k`.
-    unsafe { q5_k(w, a) }
+    unsafe { dot::<Q5K>(w, a) }
 }
 
 /// Q6_K x Q8_K.
 pub(super) fn q6_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
     // SAFETY: as in `q4_k_q8_k`.
-    unsafe { q6_k(w, a) }
+    unsafe { dot::<Q6K>(w, a) }
+}
+
+/// Q4_K x Q8_K, four rows.
+pub(super) fn q4_k_q8_k_x4(w: &[u8], a: &[u8], out: &mut [f32; 4]) {
+    // SAFETY: as in `q4_k_q8_k`.
+    unsafe { dot4::<Q4K>(w, a, out) }
+}
+
+/// Q5_K x Q8_K, four rows.
+pub(super) fn q5_k_q8_k_x4(w: &[u8], a: &[u8], out: &mut [f32; 4]) {
+    // SAFETY: as in `q4_k_q8_k`.
+    unsafe { dot4::<Q5K>(w, a, out) }
 }
 
 #[cfg(test)]
