@@ -3,20 +3,22 @@
 //! Decoding a small model issues hundreds of small parallel operations per
 //! token, so starting threads per operation would cost more than the work.
 //! [`Threads`] keeps `n - 1` workers alive; the calling thread is worker 0.
-//! A call publishes one job, the workers (spinning briefly, then parked)
-//! pick it up, each runs its fixed contiguous range, and the call returns
-//! when all are done.
+//! A call splits the items into `n` fixed *parts* and publishes the job; a
+//! worker (spinning briefly, then parked) claims part `i`, its own, while
+//! the caller runs part 0 and then claims every part no worker has claimed
+//! yet. So a worker the OS has descheduled (another process on its core)
+//! never holds the caller up: the caller does its part instead.
 //!
-//! Contract that keeps results deterministic: each item is processed by
-//! exactly one thread, and what a thread computes for an item does not
-//! depend on which thread it is or how many there are. Results are therefore
-//! bit-identical for any thread count.
+//! Contract that keeps results deterministic: part `i` always covers the
+//! same items and is passed index `i` (for per-part scratch space), and what
+//! is computed for an item does not depend on which thread runs it. Results
+//! are therefore bit-identical for any thread count and any scheduling.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 /// Spin iterations a worker waits for the next job before parking.
@@ -34,29 +36,52 @@ struct Job {
     n_items: usize,
 }
 
+/// The current job and which of its parts have been claimed; guarded by a
+/// mutex, so a worker that wakes late can never see a half-written job.
+struct Slot {
+    generation: u64,
+    job: Option<Job>,
+    /// `claimed[i]`: part i has been taken by some thread.
+    claimed: Vec<bool>,
+}
+
+// SAFETY: the raw closure pointer in `job` is only dereferenced by a thread
+// that claimed a part of that very job (under the slot's lock); the caller
+// does not return, and so keeps the closure alive, until every part it
+// published is done. The closure itself is `Sync`.
+unsafe impl Send for Slot {}
+
 struct Shared {
     n_threads: usize,
-    /// Bumped once per job; workers wait for it to change.
+    slot: Mutex<Slot>,
+    /// Bumped once per job (after the slot is written); workers watch it.
     generation: AtomicU64,
-    /// The current job; written only while no worker is reading it.
-    job: UnsafeCell<Option<Job>>,
-    /// Workers that have not finished the current job.
-    pending: AtomicUsize,
+    /// Parts of the current job finished so far.
+    done: AtomicUsize,
     shutdown: AtomicBool,
     sleepers: AtomicUsize,
     park_lock: Mutex<()>,
     park_cvar: Condvar,
 }
 
-// SAFETY: `job` is written by the dispatching thread only between jobs
-// (after `pending` reached zero and before `generation` is bumped), and read
-// by workers only after they observed the bump (Acquire) and before they
-// decrement `pending` (Release). The closure it points to is `Sync`.
-unsafe impl Sync for Shared {}
-// SAFETY: as above; the raw pointer is only dereferenced under that protocol.
-unsafe impl Send for Shared {}
+impl Shared {
+    fn slot(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
-/// The range of `n_items` that thread `i` of `n` runs.
+    /// Claims part `i` of job `generation` if it is still open; returns the
+    /// job to run.
+    fn claim(&self, generation: u64, i: usize) -> Option<Job> {
+        let mut slot = self.slot();
+        if slot.generation != generation || slot.claimed[i] {
+            return None;
+        }
+        slot.claimed[i] = true;
+        slot.job
+    }
+}
+
+/// The range of `n_items` that part `i` of `n` covers.
 fn range_of(i: usize, n: usize, n_items: usize) -> Range<usize> {
     let per = n_items.div_ceil(n);
     (i * per).min(n_items)..((i + 1) * per).min(n_items)
@@ -73,9 +98,13 @@ impl Pool {
     fn new(n_threads: usize) -> Pool {
         let shared = Arc::new(Shared {
             n_threads,
+            slot: Mutex::new(Slot {
+                generation: 0,
+                job: None,
+                claimed: vec![true; n_threads],
+            }),
             generation: AtomicU64::new(0),
-            job: UnsafeCell::new(None),
-            pending: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
@@ -100,29 +129,38 @@ impl Pool {
     fn run(&self, n_items: usize, f: &(dyn Fn(usize, Range<usize>) + Sync)) {
         let _one_at_a_time = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        // SAFETY: the pointer's lifetime is erased, but this function does
-        // not return before every worker has finished with it (pending == 0
-        // below), so `f` outlives all uses.
+        let n = s.n_threads;
+        // SAFETY: only the lifetime is erased. The pointer is dereferenced
+        // only by threads that claimed a part of this job, and this function
+        // does not return before all n parts are done.
         let f_static: *const (dyn Fn(usize, Range<usize>) + Sync) =
             unsafe { std::mem::transmute(f) };
-        // SAFETY: no worker reads `job` now: the previous job completed
-        // (pending was 0 when the last call returned) and the generation has
-        // not been bumped yet.
-        unsafe {
-            *s.job.get() = Some(Job {
-                f: f_static,
-                n_items,
-            })
+        let generation = {
+            let mut slot = s.slot();
+            slot.generation += 1;
+            slot.job = Some(Job { f: f_static, n_items });
+            slot.claimed.iter_mut().for_each(|c| *c = false);
+            slot.claimed[0] = true; // part 0 is the caller's
+            s.done.store(0, Ordering::SeqCst);
+            s.generation.store(slot.generation, Ordering::SeqCst);
+            slot.generation
         };
-        s.pending.store(s.n_threads - 1, Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.park_cvar.notify_all();
         }
-        run_part(f, 0, s.n_threads, n_items);
+        run_part(f, 0, n, n_items);
+        s.done.fetch_add(1, Ordering::AcqRel);
+        // Take over every part no worker has started.
+        for i in 1..n {
+            if s.claim(generation, i).is_some() {
+                run_part(f, i, n, n_items);
+                s.done.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        // Wait for the parts workers did claim.
         let mut spins = 0u32;
-        while s.pending.load(Ordering::Acquire) != 0 {
+        while s.done.load(Ordering::Acquire) != n {
             spins = spins.saturating_add(1);
             if spins < SPIN_LIMIT {
                 std::hint::spin_loop();
@@ -177,17 +215,14 @@ fn worker_loop(s: &Shared, index: usize) {
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        // SAFETY: the dispatcher wrote `job` before bumping the generation we
-        // just observed with Acquire, and will not touch it again until we
-        // decrement `pending`.
-        let job = unsafe { *s.job.get() };
-        if let Some(job) = job {
-            // SAFETY: the dispatcher keeps the closure alive until pending
-            // reaches zero, which happens only after this call returns.
+        if let Some(job) = s.claim(seen, index) {
+            // SAFETY: we claimed a part of this job, so the dispatcher is
+            // still inside `Pool::run` and keeps the closure alive until we
+            // report the part done below.
             let f = unsafe { &*job.f };
             run_part(f, index, s.n_threads, job.n_items);
+            s.done.fetch_add(1, Ordering::AcqRel);
         }
-        s.pending.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -195,11 +230,7 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         {
-            let _g = self
-                .shared
-                .park_lock
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let _g = self.shared.park_lock.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.park_cvar.notify_all();
         }
         for w in self.workers.drain(..) {
