@@ -9,18 +9,26 @@ For each real GGUF model this writes, under testdata/llama/:
                        top-2 ids and logits at each step. Generation does not
                        stop at end-of-generation tokens.
   <model>-logits.json  + <model>-logits.bin: llama.cpp's next-token logits for
-                       the first 512 tokens of eval-text.txt, stored compactly
-                       (see below).
-  <model>-f64.json     + <model>-f64.bin (Llama architecture only): the logits
-                       of an independent float64 numpy forward pass over the
-                       first 128 of those tokens, with weights dequantized by
-                       `gguf.quants` and activations NOT quantized -- the
-                       exact arithmetic both engines approximate -- stored the
-                       same compact way, together with how close llama.cpp
-                       gets to it (top-1 agreement, NMSE). Both engines
-                       quantize activations to 8 bits before every matrix
-                       product, so neither matches the other to the last
-                       bit; this tells how far each is from exact math.
+                       the first N_EVAL tokens of eval-text.txt (512; 640 for
+                       Gemma 3, more than its 512-token sliding window, so
+                       that local layers really drop old positions), stored
+                       compactly (see below). The .json also holds
+                       llama.cpp's agreement with itself when it computes the
+                       same logits one token at a time (ubatch 1, as in
+                       generation) instead of in one batch -- top-1, NMSE,
+                       and the largest change of a top-1-over-top-2 margin:
+                       the numerical noise floor of llama.cpp on this model.
+  <model>-f64.json     + <model>-f64.bin (Llama and Gemma 3): the logits of an
+                       independent float64 numpy forward pass over the first
+                       N_F64 of those tokens (128; 640 for Gemma 3), with
+                       weights dequantized by `gguf.quants` and activations
+                       NOT quantized -- the exact arithmetic both engines
+                       approximate -- stored the same compact way, together
+                       with how close llama.cpp gets to it (top-1 agreement,
+                       NMSE). Both engines quantize activations to 8 bits
+                       before every matrix product, so neither matches the
+                       other to the last bit; this tells how far each is
+                       from exact math.
 
 Compact logits: storing 512 x vocab floats would take 100 MB or more, so for
 each position t we store the exact top-1 and top-2 ids, the exact sum of
@@ -62,7 +70,9 @@ FILES = {
     "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
 }
 N_GREEDY = 64
-N_EVAL = 512
+N_EVAL = {"smollm2": 512, "gemma3-270m": 640}
+N_F64 = {"smollm2": 128, "gemma3-270m": 640}
+SELF_UBATCH = 1
 P = 32
 MASK = (1 << 64) - 1
 
@@ -131,27 +141,138 @@ def greedy(oracle, model, prompts):
     return cases
 
 
-def logits(oracle, model, text, short):
-    ids = tokenize(model, text)[:N_EVAL]
+def oracle_logits(oracle, model, ids, short, ubatch=None):
+    """llama.cpp's logits for every position of `ids` (n_tokens x n_vocab)."""
     path = write_ids(ids)
     raw = os.path.join(tempfile.gettempdir(), f"ferrite-{short}-logits.f32")
-    subprocess.run([oracle, "logits", model, path, raw], check=True)
+    subprocess.run([oracle, "logits", model, path, raw] + ([str(ubatch)] if ubatch else []),
+                   check=True)
     os.unlink(path)
     values = np.fromfile(raw, dtype="<f4").reshape(len(ids), -1).astype(np.float64)
     os.unlink(raw)
-    write_sketch(values, f"{short}-logits", {"ids": ids})
-    if short == "smollm2":
-        exact = f64_llama_forward(model, ids[:N_F64])
-        theirs = values[:N_F64]
-        diff = theirs - exact
-        write_sketch(exact, f"{short}-f64", {
-            "ids": ids[:N_F64],
-            "llama_cpp_top1": float((theirs.argmax(1) == exact.argmax(1)).mean()),
-            "llama_cpp_nmse": float((diff * diff).sum() / (exact * exact).sum()),
-        })
+    return values
 
 
-N_F64 = 128
+def agreement(values, reference):
+    """Top-1 agreement and NMSE of `values` against `reference`."""
+    diff = values - reference
+    return (float((values.argmax(1) == reference.argmax(1)).mean()),
+            float((diff * diff).sum() / (reference * reference).sum()))
+
+
+def margin_change(values, reference):
+    """Largest change, over positions, of the margin of `reference`'s top-1
+    token over its top-2 token when measured in `values` instead."""
+    order = np.argsort(-reference, axis=1, kind="stable")[:, :2]
+    rows = np.arange(len(reference))
+    margin = lambda v: v[rows, order[:, 0]] - v[rows, order[:, 1]]
+    return float(np.abs(margin(values) - margin(reference)).max())
+
+
+def logits(oracle, model, text, short):
+    ids = tokenize(model, text)[:N_EVAL[short]]
+    assert len(ids) == N_EVAL[short], f"eval-text.txt has only {len(ids)} tokens for {short}"
+    values = oracle_logits(oracle, model, ids, short)
+    unbatched = oracle_logits(oracle, model, ids, short, SELF_UBATCH)
+    self_top1, self_nmse = agreement(unbatched, values)
+    write_sketch(values, f"{short}-logits", {
+        "ids": ids,
+        "llama_cpp_self_ubatch": SELF_UBATCH,
+        "llama_cpp_self_top1": self_top1,
+        "llama_cpp_self_nmse": self_nmse,
+        "llama_cpp_self_margin_max": margin_change(unbatched, values),
+    })
+    del unbatched
+    forward = {"smollm2": f64_llama_forward, "gemma3-270m": f64_gemma3_forward}[short]
+    n = N_F64[short]
+    exact = forward(model, ids[:n])
+    top1, nmse = agreement(values[:n], exact)
+    write_sketch(exact, f"{short}-f64", {
+        "ids": ids[:n],
+        "llama_cpp_top1": top1,
+        "llama_cpp_nmse": nmse,
+    })
+
+
+def gguf_weights(path):
+    """(reader, hyper-parameter getter, f64 weight getter) of a GGUF file."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+    arch = reader.fields["general.architecture"].contents()
+
+    def hp(key, default=None):
+        field = reader.fields.get(f"{arch}.{key}")
+        return default if field is None else field.contents()
+
+    def w(name):
+        t = tensors[name]
+        values = dequantize(t.data, t.tensor_type).astype(np.float64)
+        rows = int(np.prod([int(d) for d in t.shape[1:]])) if len(t.shape) > 1 else 1
+        return values.reshape(rows, -1) if len(t.shape) > 1 else values.reshape(-1)
+
+    return tensors, hp, w
+
+
+def f64_gemma3_forward(path, ids):
+    """Float64 forward pass of a Gemma 3 GGUF (exact activations), written
+    from the Hugging Face Gemma 3 model's definition: embedding times
+    sqrt(dim); per layer RMSNorm, Q/K/V, per-head RMSNorm of Q and K, NEOX
+    RoPE (base rope.freq_base_swa, default 10000, in sliding-window layers,
+    rope.freq_base in global ones), softmax(q.k / sqrt(head_dim)) over the
+    causal window (a local layer sees the last `sliding_window` positions),
+    output projection, RMSNorm, residual; RMSNorm, GELU(tanh)-gated MLP,
+    RMSNorm, residual. Norm weights are used as stored (the converter added
+    Gemma's 1). Every fifth of six layers is global (the default pattern)."""
+    tensors, hp, w = gguf_weights(path)
+    dim, n_head, n_kv = hp("embedding_length"), hp("attention.head_count"), hp("attention.head_count_kv")
+    n_layer, eps, hd = hp("block_count"), hp("attention.layer_norm_rms_epsilon"), hp("attention.key_length")
+    window, pattern = hp("attention.sliding_window"), hp("attention.sliding_window_pattern", 6)
+    assert isinstance(pattern, int) and hp("rope.scaling.factor") is None and n_layer != 62
+    bases = {True: hp("rope.freq_base_swa", 10000.0), False: hp("rope.freq_base")}
+
+    def rms(x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+    n = len(ids)
+    emb = w("token_embd.weight")
+    out_w = w("output.weight") if "output.weight" in tensors else emb
+    pos = np.arange(n)
+    rot = {}
+    for local, base in bases.items():
+        ang = pos[:, None] * (base ** (-np.arange(0, hd, 2) / hd))[None, :]
+        rot[local] = (np.cos(ang)[:, None, :], np.sin(ang)[:, None, :])
+
+    def rope(v, local):  # ggml "neox" rope: pairs (i, i + hd/2)
+        cos, sin = rot[local]
+        x0, x1 = v[..., : hd // 2].copy(), v[..., hd // 2:].copy()
+        return np.concatenate([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
+
+    causal = pos[None, :] > pos[:, None]
+    far = pos[:, None] - pos[None, :] >= (window or n)
+    masks = {False: np.where(causal, -np.inf, 0.0), True: np.where(causal | far, -np.inf, 0.0)}
+    x = emb[ids] * np.sqrt(dim)
+    for layer in range(n_layer):
+        blk = lambda what: w(f"blk.{layer}.{what}.weight")
+        local = window is not None and layer % pattern < pattern - 1
+        h = rms(x, blk("attn_norm"))
+        q = rope(rms((h @ blk("attn_q").T).reshape(n, n_head, hd), blk("attn_q_norm")), local)
+        k = rope(rms((h @ blk("attn_k").T).reshape(n, n_kv, hd), blk("attn_k_norm")), local)
+        v = (h @ blk("attn_v").T).reshape(n, n_kv, hd)
+        att = np.empty((n, n_head, hd))
+        for head in range(n_head):
+            kv = head // (n_head // n_kv)
+            scores = q[:, head] @ k[:, kv].T / np.sqrt(hd) + masks[local]
+            p = np.exp(scores - scores.max(-1, keepdims=True))
+            att[:, head] = (p / p.sum(-1, keepdims=True)) @ v[:, kv]
+        x = x + rms(att.reshape(n, -1) @ blk("attn_output").T, blk("post_attention_norm"))
+        h = rms(x, blk("ffn_norm"))
+        gate, up = h @ blk("ffn_gate").T, h @ blk("ffn_up").T
+        gelu = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+        x = x + rms((gelu * up) @ blk("ffn_down").T, blk("post_ffw_norm"))
+    return rms(x, w("output_norm.weight")) @ out_w.T
 
 
 def f64_llama_forward(path, ids):

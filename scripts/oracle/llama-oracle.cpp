@@ -2,10 +2,13 @@
 // (built by ../shared/tools/build-llamacpp.sh), that records what llama.cpp
 // computes for a token sequence, for ferrite's golden files.
 //
-//   llama-oracle logits MODEL IDS_FILE OUT.f32
+//   llama-oracle logits MODEL IDS_FILE OUT.f32 [UBATCH]
 //       Evaluates the token ids (whitespace-separated in IDS_FILE) in one
 //       batch and writes every position's logits as raw little-endian f32
-//       (n_tokens x n_vocab).
+//       (n_tokens x n_vocab). With UBATCH, llama.cpp computes the batch in
+//       pieces of that many tokens (1: one token at a time, as generation
+//       does), which takes other kernel paths: how much that changes the
+//       logits measures llama.cpp's own numerical noise.
 //   llama-oracle greedy MODEL IDS_FILE N
 //       Feeds the prompt ids, then generates N tokens greedily (argmax), one
 //       decode call per token as llama-completion does. Prints one line per
@@ -38,7 +41,7 @@ static void top2(const float * l, int n, int & a, int & b) {
 
 int main(int argc, char ** argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: %s logits|greedy MODEL IDS_FILE OUT|N\n", argv[0]);
+        fprintf(stderr, "usage: %s logits|greedy MODEL IDS_FILE OUT|N [UBATCH]\n", argv[0]);
         return 2;
     }
     const bool greedy = strcmp(argv[1], "greedy") == 0;
@@ -55,7 +58,7 @@ int main(int argc, char ** argv) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t) (ids.size() + n_gen + 16);
     cp.n_batch = cp.n_ctx;
-    cp.n_ubatch = cp.n_ctx;
+    cp.n_ubatch = (!greedy && argc > 5) ? (uint32_t) atoi(argv[5]) : cp.n_ctx;
     cp.n_threads = 2;
     cp.n_threads_batch = 2;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;

@@ -138,7 +138,10 @@ impl Pool {
         let generation = {
             let mut slot = s.slot();
             slot.generation += 1;
-            slot.job = Some(Job { f: f_static, n_items });
+            slot.job = Some(Job {
+                f: f_static,
+                n_items,
+            });
             slot.claimed.iter_mut().for_each(|c| *c = false);
             slot.claimed[0] = true; // part 0 is the caller's
             s.done.store(0, Ordering::SeqCst);
@@ -230,7 +233,11 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         {
-            let _g = self.shared.park_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self
+                .shared
+                .park_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             self.shared.park_cvar.notify_all();
         }
         for w in self.workers.drain(..) {

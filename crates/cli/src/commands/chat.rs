@@ -4,14 +4,15 @@
 //! and feeds only what the KV cache does not already hold, so history is not
 //! re-processed. EOF (Ctrl-D) ends the chat.
 
-use std::io::{self, BufRead, IsTerminal, Write};
+use std::io::{self, BufRead, IsTerminal};
 
-use ferrite::generate::chat::{ChatTemplate, Message, TEMPLATE_KEY};
+use ferrite::formats::gguf::GgufFile;
+use ferrite::generate::chat::{builtin_template, ChatTemplate, Message, TEMPLATE_KEY};
 use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{GenerateOptions, Session};
 use ferrite::tokenize::Tokenizer;
 
-use super::common::{load, ModelArgs, SamplingArgs};
+use super::common::{generate_to_stdout, load, ModelArgs, SamplingArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,15 +30,13 @@ pub struct Args {
     sampling: SamplingArgs,
 }
 
-fn template_for(
-    loaded_meta: &ferrite::formats::gguf::Metadata,
-    tok: &Tokenizer,
-) -> Result<ChatTemplate, String> {
+/// The file's chat template, or the built-in one for its architecture.
+fn template_for(file: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate, String> {
     let text_of = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
     let (bos, eos) = (text_of(tok.bos_id()), text_of(tok.eos_id()));
-    match loaded_meta.get_str(TEMPLATE_KEY) {
+    match file.metadata().get_str(TEMPLATE_KEY) {
         Some(src) => ChatTemplate::new(src, &bos, &eos).map_err(|e| e.to_string()),
-        None => Ok(ChatTemplate::chatml()),
+        None => Ok(builtin_template(file.header.architecture())),
     }
 }
 
@@ -58,7 +57,7 @@ fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<u32> {
 pub fn run(args: Args) -> Result<(), String> {
     let sampler_opts = args.sampling.options()?;
     let loaded = load(args.model.as_deref())?;
-    let template = template_for(loaded.file.metadata(), &loaded.tokenizer)?;
+    let template = template_for(&loaded.file, &loaded.tokenizer)?;
     let mut session = Session::new(
         loaded.model.as_ref(),
         &loaded.tokenizer,
@@ -79,7 +78,6 @@ pub fn run(args: Args) -> Result<(), String> {
     let interactive = io::stdin().is_terminal();
     let stdin = io::stdin();
     let mut lines = stdin.lock().lines();
-    let stdout = io::stdout();
     loop {
         if interactive {
             eprint!("> ");
@@ -99,26 +97,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let tokens = tokenize_prompt(&loaded.tokenizer, &text);
         session.set_prompt(&tokens).map_err(|e| e.to_string())?;
 
-        let mut reply = String::new();
-        let mut out = stdout.lock();
-        let mut write_error = None;
-        session
-            .generate(&mut sampler, &opts, |piece| {
-                reply.push_str(piece);
-                match out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        write_error = Some(e);
-                        false
-                    }
-                }
-            })
-            .map_err(|e| e.to_string())?;
-        if let Some(e) = write_error {
-            return super::output_result(Err(e));
-        }
-        super::output_result(writeln!(out).and_then(|()| out.flush()))?;
-        eprintln!("{}", session.stats.summary());
+        let reply = generate_to_stdout(&mut session, &mut sampler, &opts)?;
         messages.push(Message::new("assistant", reply.trim()));
     }
     Ok(())

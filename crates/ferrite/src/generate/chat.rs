@@ -1,6 +1,7 @@
 //! Chat prompts: a model's `tokenizer.chat_template` (Jinja, as Hugging Face
-//! writes them) rendered with `minijinja` in a sandbox, or a built-in ChatML
-//! template for models that have none.
+//! writes them) rendered with `minijinja` in a sandbox, or, for models that
+//! have none, a built-in template chosen by architecture ([`builtin_template`]:
+//! Gemma's turn format for Gemma models, ChatML otherwise).
 //!
 //! Templates come from model files and are untrusted: rendering runs with a
 //! fuel (instruction) limit, a recursion limit and an output-size limit, and
@@ -19,6 +20,38 @@ pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}\
 {{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}\
 {% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// Gemma's turn format (Gemma 1-3 instruction-tuned models): turns are
+/// `<start_of_turn>{role}\n{content}<end_of_turn>\n` with the assistant's
+/// role named `model`, contents trimmed, and system messages folded into
+/// the first user turn followed by a blank line (Gemma has no system role),
+/// as Gemma's official template and llama.cpp's built-in "gemma" template
+/// do. BOS is left to the tokenizer.
+pub const GEMMA_TEMPLATE: &str = "{%- set ns = namespace(system='') -%}\
+{%- for message in messages -%}\
+{%- if message['role'] == 'system' -%}\
+{%- set ns.system = ns.system + (message['content'] | trim) -%}\
+{%- else -%}\
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}\
+{{ '<start_of_turn>' + role + '\n' }}\
+{%- if ns.system and role != 'model' -%}{{ ns.system + '\n\n' }}{%- set ns.system = '' -%}{%- endif -%}\
+{{ (message['content'] | trim) + '<end_of_turn>\n' }}\
+{%- endif -%}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+
+/// Architectures (`general.architecture`) that use [`GEMMA_TEMPLATE`].
+const GEMMA_ARCHITECTURES: [&str; 4] = ["gemma", "gemma2", "gemma3", "gemma3n"];
+
+/// The template for a model file that carries none, by its
+/// `general.architecture`: Gemma's turn format for Gemma models, ChatML
+/// for everything else.
+pub fn builtin_template(architecture: Option<&str>) -> ChatTemplate {
+    match architecture {
+        Some(arch) if GEMMA_ARCHITECTURES.contains(&arch) => ChatTemplate::gemma(),
+        _ => ChatTemplate::chatml(),
+    }
+}
 
 /// Instructions a render may execute.
 const FUEL: u64 = 5_000_000;
@@ -99,6 +132,12 @@ impl ChatTemplate {
         Self::new(CHATML_TEMPLATE, "", "<|im_end|>").unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// The built-in Gemma template.
+    pub fn gemma() -> ChatTemplate {
+        // The constant is valid Jinja (a unit test renders it).
+        Self::new(GEMMA_TEMPLATE, "<bos>", "<end_of_turn>").unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Renders a conversation; with `add_generation_prompt` the text ends
     /// where the assistant's reply begins.
     pub fn render(
@@ -164,6 +203,38 @@ mod tests {
             text,
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
+    }
+
+    #[test]
+    fn gemma_renders_turns_and_folds_the_system_prompt() {
+        let t = builtin_template(Some("gemma3"));
+        let text = t.render(&[Message::new("user", "Hi")], true).unwrap();
+        assert_eq!(
+            text,
+            "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
+        let conversation = [
+            Message::new("system", " Be brief. "),
+            Message::new("user", "Hi\n"),
+            Message::new("assistant", " Hello! "),
+            Message::new("user", "Bye"),
+        ];
+        assert_eq!(
+            t.render(&conversation, false).unwrap(),
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n\
+             <start_of_turn>model\nHello!<end_of_turn>\n\
+             <start_of_turn>user\nBye<end_of_turn>\n"
+        );
+    }
+
+    #[test]
+    fn other_architectures_get_chatml() {
+        for arch in [Some("llama"), Some("qwen2"), None] {
+            let text = builtin_template(arch)
+                .render(&[Message::new("user", "Hi")], true)
+                .unwrap();
+            assert!(text.starts_with("<|im_start|>user\nHi"), "{arch:?}: {text}");
+        }
     }
 
     #[test]

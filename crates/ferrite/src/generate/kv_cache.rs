@@ -5,7 +5,11 @@
 //! fill up).
 //!
 //! A layer's cache may hold fewer slots than the context (sliding-window
-//! layers): position `p` lives in slot `p % capacity`.
+//! layers): position `p` lives in slot `p % capacity`. Such a ring can only
+//! be rewound a little: going back to position `L` needs keys before `L`
+//! that later positions may have overwritten, so [`KvCache::truncate`] keeps
+//! nothing when asked to rewind further than [`KvCache::set_max_rewind`]
+//! allows.
 
 use ferrite_kernels::quant::f16_bits_from_f32;
 
@@ -65,6 +69,11 @@ pub struct KvCache {
     pub n_ctx: usize,
     /// Positions filled so far: the next token goes at position `len`.
     pub len: usize,
+    /// Most positions [`KvCache::truncate`] may drop and still keep the rest.
+    max_rewind: usize,
+    /// Positions written since the cache last started over (at least `len`
+    /// after a truncation: slots past `len` may still hold later positions).
+    written: usize,
 }
 
 impl KvCache {
@@ -77,12 +86,31 @@ impl KvCache {
                 .collect(),
             n_ctx,
             len: 0,
+            max_rewind: usize::MAX,
+            written: 0,
         }
     }
 
-    /// Forgets positions from `len` on (keeps the first `len`).
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+    /// Limits how far back [`KvCache::truncate`] may go, counted from the
+    /// furthest position written: a model whose ring layers keep `c` slots
+    /// for a window of `w` positions can rewind `c - w + 1`.
+    pub fn set_max_rewind(&mut self, n: usize) {
+        self.max_rewind = n;
+    }
+
+    /// Forgets positions from `len` on and returns how many it keeps: the
+    /// first `len`, or none when a ring layer may have overwritten keys that
+    /// the positions after `len` would attend to (then the caller must
+    /// recompute from position 0).
+    pub fn truncate(&mut self, len: usize) -> usize {
+        self.written = self.written.max(self.len);
+        if self.written - len.min(self.written) > self.max_rewind {
+            self.written = 0;
+            self.len = 0;
+        } else {
+            self.len = self.len.min(len);
+        }
+        self.len
     }
 }
 
@@ -92,4 +120,27 @@ fn u16_bytes(x: &[u16]) -> &[u8] {
     // SAFETY: u16 has no padding and every byte may be read as u8; same
     // memory, length in bytes, lifetime tied to the input borrow.
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_nothing_past_the_rewind_limit() {
+        let mut cache = KvCache::new(4, 100, &[100, 10]);
+        cache.set_max_rewind(5);
+        cache.len = 40;
+        assert_eq!(cache.truncate(50), 40);
+        assert_eq!(cache.truncate(36), 36);
+        cache.len = 38;
+        // 40 positions were written: going back to 35 drops 5, to 34 six.
+        assert_eq!(cache.truncate(35), 35);
+        assert_eq!(cache.truncate(34), 0);
+        cache.len = 20;
+        assert_eq!(cache.truncate(15), 15);
+        let mut unlimited = KvCache::new(4, 100, &[100]);
+        unlimited.len = 90;
+        assert_eq!(unlimited.truncate(1), 1);
+    }
 }

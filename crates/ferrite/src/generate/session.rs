@@ -140,9 +140,8 @@ impl<'a> Session<'a> {
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count();
-        let keep = common.min(prompt.len() - 1);
+        let keep = self.state.cache.truncate(common.min(prompt.len() - 1));
         self.tokens.truncate(keep);
-        self.state.cache.truncate(keep);
         let start = Instant::now();
         self.model.forward(
             &prompt[keep..],

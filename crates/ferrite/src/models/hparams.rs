@@ -1,7 +1,8 @@
 //! Reading an architecture's hyper-parameters from GGUF metadata
 //! (`{arch}.embedding_length`, ...) with errors that name the key.
 
-use crate::formats::gguf::Metadata;
+use crate::formats::gguf::{Array, GgufFile, Metadata, Value};
+use crate::formats::names;
 use crate::Error;
 
 /// Largest value we accept for a size hyper-parameter: far above any real
@@ -56,5 +57,98 @@ impl HParams<'_> {
 
     pub fn opt_str(&self, what: &str) -> Option<&str> {
         self.meta.get_str(&self.key(what))
+    }
+
+    /// The raw value of `{arch}.{what}`, for keys that take several forms.
+    pub fn opt_value(&self, what: &str) -> Option<&Value> {
+        self.meta.get(&self.key(what))
+    }
+
+    /// An error about key `{arch}.{what}`.
+    pub fn error(&self, what: &str, problem: &str) -> Error {
+        self.bad(what, problem)
+    }
+
+    /// An optional array of `n` flags (booleans, or integers read as
+    /// nonzero = true), one per layer.
+    pub fn opt_flags(&self, what: &str, n: usize) -> Result<Option<Vec<bool>>, Error> {
+        let Some(v) = self.opt_value(what) else {
+            return Ok(None);
+        };
+        let bad = || self.bad(what, &format!("expected an array of {n} flags"));
+        let arr = v.as_array().ok_or_else(bad)?;
+        if arr.len() != n {
+            return Err(bad());
+        }
+        if let Array::Bool(flags) = arr {
+            return Ok(Some(flags.clone()));
+        }
+        (0..n)
+            .map(|i| arr.get(i).and_then(|x| x.as_i64()).map(|x| x != 0))
+            .collect::<Option<Vec<bool>>>()
+            .map(Some)
+            .ok_or_else(bad)
+    }
+
+    /// Attention heads and head size, checked against each other and the
+    /// embedding width: `attention.head_count`, `attention.head_count_kv`
+    /// (default: as many as query heads), `attention.key_length` (default
+    /// `dim / heads`), and `attention.value_length`, which must equal the
+    /// key length.
+    pub fn heads(&self, dim: usize) -> Result<Heads, Error> {
+        let n_heads = self.size("attention.head_count")?;
+        let n_kv_heads = self.opt_size("attention.head_count_kv")?.unwrap_or(n_heads);
+        if n_heads % n_kv_heads != 0 {
+            return Err(self.bad(
+                "attention.head_count_kv",
+                &format!("{n_heads} attention heads cannot be grouped over {n_kv_heads} KV heads"),
+            ));
+        }
+        let head_dim = match self.opt_size("attention.key_length")? {
+            Some(d) => d,
+            None if (dim / n_heads) * n_heads != dim => {
+                return Err(self.bad(
+                    "attention.head_count",
+                    &format!("embedding length {dim} is not divisible by {n_heads} heads"),
+                ))
+            }
+            None => dim / n_heads,
+        };
+        if let Some(v) = self.opt_size("attention.value_length")? {
+            if v != head_dim {
+                return Err(self.bad(
+                    "attention.value_length",
+                    &format!("{v} differs from the key length {head_dim} (not supported)"),
+                ));
+            }
+        }
+        Ok(Heads {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        })
+    }
+}
+
+/// Attention head counts and size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heads {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// The vocabulary size, as the rows of the token embedding (`dim` wide).
+pub fn vocab_size(file: &GgufFile, dim: usize) -> Result<usize, Error> {
+    let source = file.path().display().to_string();
+    let embd = file
+        .tensor(names::TOKEN_EMBD)
+        .ok_or_else(|| Error::model(&source, format!("missing tensor '{}'", names::TOKEN_EMBD)))?;
+    match embd.info.dims[..] {
+        [d, n] if d == dim as u64 && n > 0 && n <= MAX_SIZE => Ok(n as usize),
+        _ => Err(Error::model(
+            &source,
+            format!("'{}' has shape {:?}", names::TOKEN_EMBD, embd.info.dims),
+        )),
     }
 }

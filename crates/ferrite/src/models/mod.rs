@@ -2,6 +2,7 @@
 //! metadata, a loader, and a forward pass built from `crate::layers`.
 
 pub mod decoder;
+pub mod gemma3;
 pub mod hparams;
 pub mod llama;
 
@@ -32,13 +33,14 @@ pub trait CausalLm: Send + Sync {
 }
 
 /// Architectures `load_causal_lm` can run.
-pub const SUPPORTED_ARCHITECTURES: [&str; 1] = ["llama"];
+pub const SUPPORTED_ARCHITECTURES: [&str; 2] = ["llama", "gemma3"];
 
 /// Loads the decoder model in a GGUF file, by its `general.architecture`.
 pub fn load_causal_lm(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>, Error> {
     let source = file.path().display().to_string();
     match file.header.architecture() {
         Some("llama") => Ok(Box::new(llama::Llama::load(file)?)),
+        Some("gemma3") => Ok(Box::new(gemma3::Gemma3::load(file)?)),
         Some(other) => Err(Error::model(
             source,
             format!(

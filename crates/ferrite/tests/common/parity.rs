@@ -105,28 +105,77 @@ fn mix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Top-1 agreement and NMSE of our next-token logits against a stored
-/// reference (`{golden}.json` + `.bin`: llama.cpp's logits, or an exact f64
-/// forward pass), the NMSE estimated from the stored random projections.
-pub fn logits_agreement(short_name: &str, golden: &str) -> (f64, f64) {
-    let meta = golden_json(&format!("{golden}.json"));
-    let blob = std::fs::read(super::testdata().join(format!("llama/{golden}.bin"))).unwrap();
-    let stored: Vec<f64> = blob
-        .chunks_exact(8)
-        .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
-        .collect();
-    let p = meta["projections"].as_u64().unwrap() as usize;
-    let n_vocab = meta["n_vocab"].as_u64().unwrap() as usize;
-    let tokens = ids(&meta["ids"]);
-    let top1 = ids(&meta["top1"]);
+/// A stored logits sketch: `{golden}.json` + `.bin` (see the golden script).
+struct Sketch {
+    /// Random projections per position.
+    p: usize,
+    n_vocab: usize,
+    tokens: Vec<u32>,
+    top1: Vec<u32>,
+    /// Per position: `p` projections, then the sum of squares.
+    stored: Vec<f64>,
+}
 
+impl Sketch {
+    fn load(golden: &str) -> Sketch {
+        let meta = golden_json(&format!("{golden}.json"));
+        let blob = std::fs::read(super::testdata().join(format!("llama/{golden}.bin"))).unwrap();
+        Sketch {
+            p: meta["projections"].as_u64().unwrap() as usize,
+            n_vocab: meta["n_vocab"].as_u64().unwrap() as usize,
+            tokens: ids(&meta["ids"]),
+            top1: ids(&meta["top1"]),
+            stored: blob
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+                .collect(),
+        }
+    }
+
+    /// Position `t`'s projections and sum of squares.
+    fn row(&self, t: usize) -> &[f64] {
+        &self.stored[t * (self.p + 1)..(t + 1) * (self.p + 1)]
+    }
+}
+
+/// Per-position comparison of logits with a stored reference.
+pub struct Scores {
+    /// Whether the top-1 tokens agree.
+    pub agree: Vec<bool>,
+    /// Squared error (estimated from the projections).
+    pub err: Vec<f64>,
+    /// The reference's sum of squares.
+    pub norm: Vec<f64>,
+}
+
+impl Scores {
+    /// Top-1 agreement and NMSE over the positions in `range`.
+    pub fn over(&self, range: std::ops::Range<usize>) -> (f64, f64) {
+        let n = range.len() as f64;
+        let agree = self.agree[range.clone()].iter().filter(|&&a| a).count() as f64;
+        let err: f64 = self.err[range.clone()].iter().sum();
+        let norm: f64 = self.norm[range].iter().sum();
+        (agree / n, err / norm)
+    }
+
+    pub fn len(&self) -> usize {
+        self.agree.len()
+    }
+}
+
+/// Our next-token logits against a stored reference (`{golden}`:
+/// llama.cpp's logits, or an exact f64 forward pass), position by position,
+/// the squared error estimated from the stored random projections.
+pub fn logits_scores(short_name: &str, golden: &str) -> Scores {
+    let sk = Sketch::load(golden);
+    let (p, n_vocab) = (sk.p, sk.n_vocab);
     let (_file, model) = open_causal_lm(&super::real_model(short_name)).unwrap();
-    let mut st = model.new_state(tokens.len(), Threads::new(2)).unwrap();
+    let mut st = model.new_state(sk.tokens.len(), Threads::new(2)).unwrap();
     let mut logits = Vec::new();
     model
-        .forward(&tokens, &mut st, Logits::All, &mut logits)
+        .forward(&sk.tokens, &mut st, Logits::All, &mut logits)
         .unwrap();
-    assert_eq!(logits.len(), tokens.len() * n_vocab);
+    assert_eq!(logits.len(), sk.tokens.len() * n_vocab);
 
     // signs[p][v] = +-1 as in the golden script, as f32 for fast dots.
     let signs: Vec<f32> = (0..p)
@@ -141,13 +190,14 @@ pub fn logits_agreement(short_name: &str, golden: &str) -> (f64, f64) {
             })
         })
         .collect();
-    let mut agree = 0;
-    let (mut err, mut norm) = (0f64, 0f64);
+    let mut scores = Scores {
+        agree: Vec::new(),
+        err: Vec::new(),
+        norm: Vec::new(),
+    };
     for (t, row) in logits.chunks_exact(n_vocab).enumerate() {
-        if argmax(row) == top1[t] {
-            agree += 1;
-        }
-        let rec = &stored[t * (p + 1)..(t + 1) * (p + 1)];
+        scores.agree.push(argmax(row) == sk.top1[t]);
+        let rec = sk.row(t);
         let mut sq = 0f64;
         for (pi, sign_row) in signs.chunks_exact(n_vocab).enumerate() {
             // f32 within chunks of 64, f64 across them: exact enough for an
@@ -159,17 +209,52 @@ pub fn logits_agreement(short_name: &str, golden: &str) -> (f64, f64) {
                 .sum();
             sq += (proj - rec[pi]).powi(2);
         }
-        err += sq / p as f64;
-        norm += rec[p];
+        scores.err.push(sq / p as f64);
+        scores.norm.push(rec[p]);
     }
-    let n = tokens.len();
-    let top1_rate = agree as f64 / n as f64;
-    let nmse = err / norm;
+    scores
+}
+
+/// Top-1 agreement and NMSE of our next-token logits against a stored
+/// reference, over all its positions (see [`logits_scores`]).
+pub fn logits_agreement(short_name: &str, golden: &str) -> (f64, f64) {
+    let scores = logits_scores(short_name, golden);
+    let n = scores.len();
+    let (top1_rate, nmse) = scores.over(0..n);
     eprintln!(
-        "{short_name} vs {golden}: top-1 agreement {agree}/{n} = {:.2}%, NMSE (estimated) {nmse:.3e}",
+        "{short_name} vs {golden}: top-1 agreement {}/{n} = {:.2}%, NMSE (estimated) {nmse:.3e}",
+        (top1_rate * n as f64).round(),
         100.0 * top1_rate
     );
     (top1_rate, nmse)
+}
+
+/// Stored logits `theirs` (llama.cpp's) against the stored reference
+/// `reference` (an exact forward pass of the same first tokens), position by
+/// position, from the two sketches alone (projections are linear, so their
+/// differences estimate the squared error).
+pub fn stored_scores(theirs: &str, reference: &str) -> Scores {
+    let (a, r) = (Sketch::load(theirs), Sketch::load(reference));
+    let n = r.tokens.len();
+    assert_eq!(
+        a.tokens[..n],
+        r.tokens[..],
+        "{theirs} and {reference} differ in tokens"
+    );
+    assert_eq!(a.p, r.p);
+    let mut scores = Scores {
+        agree: Vec::new(),
+        err: Vec::new(),
+        norm: Vec::new(),
+    };
+    for t in 0..n {
+        let (x, y) = (a.row(t), r.row(t));
+        scores.agree.push(a.top1[t] == r.top1[t]);
+        let sq: f64 = (0..r.p).map(|pi| (x[pi] - y[pi]).powi(2)).sum();
+        scores.err.push(sq / r.p as f64);
+        scores.norm.push(y[r.p]);
+    }
+    scores
 }
 
 /// The stored figures of llama.cpp against the exact reference `golden`.
@@ -178,5 +263,18 @@ pub fn llama_cpp_vs_exact(golden: &str) -> (f64, f64) {
     (
         meta["llama_cpp_top1"].as_f64().unwrap(),
         meta["llama_cpp_nmse"].as_f64().unwrap(),
+    )
+}
+
+/// How well llama.cpp agrees with its own `{golden}` logits when it
+/// computes them one token at a time instead of in one batch -- top-1
+/// agreement, NMSE, and the largest change of a top-1-over-top-2 margin:
+/// its own numerical noise floor on that model.
+pub fn llama_cpp_self_agreement(golden: &str) -> (f64, f64, f32) {
+    let meta = golden_json(&format!("{golden}.json"));
+    (
+        meta["llama_cpp_self_top1"].as_f64().unwrap(),
+        meta["llama_cpp_self_nmse"].as_f64().unwrap(),
+        meta["llama_cpp_self_margin_max"].as_f64().unwrap() as f32,
     )
 }
