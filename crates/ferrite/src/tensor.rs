@@ -235,6 +235,12 @@ pub struct MatmulJob<'a> {
     pub out: &'a mut [f32],
 }
 
+impl<'a> MatmulJob<'a> {
+    pub fn new(w: &'a Linear, out: &'a mut [f32]) -> MatmulJob<'a> {
+        MatmulJob { w, out }
+    }
+}
+
 impl Linear {
     /// The format activations must be quantized to for this weight.
     pub fn act_type(&self) -> GgmlType {

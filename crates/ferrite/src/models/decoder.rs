@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use crate::generate::kv_cache::KvCache;
+use crate::generate::kv_cache::{KvCache, LayerKv};
 use crate::layers::attention::attention_scratch_len;
 use crate::layers::rope::Rope;
 use crate::parallel::Threads;
@@ -211,5 +211,38 @@ impl DecoderState {
 pub fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
+    }
+}
+
+/// The projected queries, keys and values of a chunk's `n` tokens.
+pub struct QkvRows<'a> {
+    pub q: &'a mut [f32], // (n, q_dim)
+    pub k: &'a mut [f32], // (n, kv_dim)
+    pub v: &'a [f32],     // (n, kv_dim)
+    pub n: usize,
+    pub head_dim: usize,
+}
+
+/// Rotates each token's queries and keys by its position's angles in
+/// `table` and stores its key and value at position `pos0 + t` of `kv`.
+pub fn rope_and_store(
+    rope: &Rope,
+    table: &RopeTable,
+    rows: QkvRows,
+    kv: &mut LayerKv,
+    pos0: usize,
+) {
+    let (q_dim, kv_dim) = (rows.q.len() / rows.n, rows.k.len() / rows.n);
+    for t in 0..rows.n {
+        let (cos, sin) = table.at(t);
+        let k_t = &mut rows.k[t * kv_dim..(t + 1) * kv_dim];
+        rope.apply(
+            &mut rows.q[t * q_dim..(t + 1) * q_dim],
+            rows.head_dim,
+            cos,
+            sin,
+        );
+        rope.apply(k_t, rows.head_dim, cos, sin);
+        kv.store(pos0 + t, k_t, &rows.v[t * kv_dim..(t + 1) * kv_dim]);
     }
 }

@@ -38,7 +38,7 @@ use crate::layers::attention::{attention, AttnShape, Positions};
 use crate::layers::norm::{rms_norm, rms_norm_in_place};
 use crate::layers::rope::{Rope, RopeStyle};
 use crate::models::decoder::{
-    add_in_place, DecoderDims, DecoderState, Logits, Workspace, MAX_CHUNK,
+    add_in_place, rope_and_store, DecoderDims, DecoderState, Logits, QkvRows, Workspace, MAX_CHUNK,
 };
 use crate::models::hparams::{vocab_size, HParams};
 use crate::models::CausalLm;
@@ -361,18 +361,9 @@ impl Gemma3 {
                 &mut ws.v[..n * kv_dim],
             );
             let qkv = &mut [
-                MatmulJob {
-                    w: &layer.wq,
-                    out: &mut *q,
-                },
-                MatmulJob {
-                    w: &layer.wk,
-                    out: &mut *k,
-                },
-                MatmulJob {
-                    w: &layer.wv,
-                    out: &mut *v,
-                },
+                MatmulJob::new(&layer.wq, &mut *q),
+                MatmulJob::new(&layer.wk, &mut *k),
+                MatmulJob::new(&layer.wv, &mut *v),
             ];
             matmul_many(qkv, xn, &mut ws.acts, threads)?;
             rms_norm_in_place(q, &layer.q_norm, eps);
@@ -387,16 +378,14 @@ impl Gemma3 {
                 ws.rope.fill(rope, pos0, n);
                 table_is_local = Some(layer.local);
             }
-            for t in 0..n {
-                let (cos, sin) = ws.rope.at(t);
-                rope.apply(&mut q[t * q_dim..(t + 1) * q_dim], hd, cos, sin);
-                rope.apply(&mut k[t * kv_dim..(t + 1) * kv_dim], hd, cos, sin);
-                kv.store(
-                    pos0 + t,
-                    &k[t * kv_dim..(t + 1) * kv_dim],
-                    &v[t * kv_dim..(t + 1) * kv_dim],
-                );
-            }
+            let rows = QkvRows {
+                q: &mut *q,
+                k: &mut *k,
+                v: &*v,
+                n,
+                head_dim: hd,
+            };
+            rope_and_store(rope, &ws.rope, rows, kv, pos0);
             let att = &mut ws.att[..n * q_dim];
             let at = Positions { start: pos0, n };
             let shape = self.attn_shape(layer.local);
@@ -409,14 +398,8 @@ impl Gemma3 {
             rms_norm(x, &layer.ffn_norm, eps, xn);
             let (gate, up) = (&mut ws.gate[..n * ffn], &mut ws.up[..n * ffn]);
             let gate_up = &mut [
-                MatmulJob {
-                    w: &layer.w_gate,
-                    out: &mut *gate,
-                },
-                MatmulJob {
-                    w: &layer.w_up,
-                    out: &mut *up,
-                },
+                MatmulJob::new(&layer.w_gate, &mut *gate),
+                MatmulJob::new(&layer.w_up, &mut *up),
             ];
             matmul_many(gate_up, xn, &mut ws.acts, threads)?;
             geglu_in_place(gate, up);

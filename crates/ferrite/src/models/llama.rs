@@ -17,7 +17,9 @@ use crate::layers::activation::swiglu_in_place;
 use crate::layers::attention::{attention, AttnShape, Positions};
 use crate::layers::norm::rms_norm;
 use crate::layers::rope::{Rope, RopeStyle};
-use crate::models::decoder::{add_in_place, DecoderDims, DecoderState, Logits, Workspace};
+use crate::models::decoder::{
+    add_in_place, rope_and_store, DecoderDims, DecoderState, Logits, QkvRows, Workspace,
+};
 use crate::models::hparams::HParams;
 use crate::models::CausalLm;
 use crate::parallel::Threads;
@@ -239,32 +241,19 @@ impl Llama {
                 &mut ws.v[..n * kv_dim],
             );
             let qkv = &mut [
-                MatmulJob {
-                    w: &layer.wq,
-                    out: &mut *q,
-                },
-                MatmulJob {
-                    w: &layer.wk,
-                    out: &mut *k,
-                },
-                MatmulJob {
-                    w: &layer.wv,
-                    out: &mut *v,
-                },
+                MatmulJob::new(&layer.wq, &mut *q),
+                MatmulJob::new(&layer.wk, &mut *k),
+                MatmulJob::new(&layer.wv, &mut *v),
             ];
             matmul_many(qkv, xn, &mut ws.acts, threads)?;
-            for t in 0..n {
-                let (cos, sin) = ws.rope.at(t);
-                self.rope
-                    .apply(&mut q[t * q_dim..(t + 1) * q_dim], hd, cos, sin);
-                self.rope
-                    .apply(&mut k[t * kv_dim..(t + 1) * kv_dim], hd, cos, sin);
-                kv.store(
-                    pos0 + t,
-                    &k[t * kv_dim..(t + 1) * kv_dim],
-                    &v[t * kv_dim..(t + 1) * kv_dim],
-                );
-            }
+            let rows = QkvRows {
+                q: &mut *q,
+                k: &mut *k,
+                v: &*v,
+                n,
+                head_dim: hd,
+            };
+            rope_and_store(&self.rope, &ws.rope, rows, kv, pos0);
             let att = &mut ws.att[..n * q_dim];
             let at = Positions { start: pos0, n };
             attention(q, kv, at, &shape, &mut ws.attn_scratch, att, threads);
@@ -275,14 +264,8 @@ impl Llama {
             rms_norm(x, &layer.ffn_norm, c.norm_eps, xn);
             let (gate, up) = (&mut ws.gate[..n * ffn], &mut ws.up[..n * ffn]);
             let gate_up = &mut [
-                MatmulJob {
-                    w: &layer.w_gate,
-                    out: &mut *gate,
-                },
-                MatmulJob {
-                    w: &layer.w_up,
-                    out: &mut *up,
-                },
+                MatmulJob::new(&layer.w_gate, &mut *gate),
+                MatmulJob::new(&layer.w_up, &mut *up),
             ];
             matmul_many(gate_up, xn, &mut ws.acts, threads)?;
             swiglu_in_place(gate, up);
