@@ -7,6 +7,8 @@
 
 pub mod dispatch;
 pub mod dot;
+pub mod gemm;
+pub mod math;
 pub mod quant;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -19,8 +19,10 @@
 
 pub(crate) mod convert;
 mod float;
+pub(crate) mod gemm;
 mod k_quants;
 mod legacy;
+pub(crate) mod math;
 
 use std::arch::x86_64::*;
 

@@ -1,0 +1,38 @@
+//! GFLOP/s of the f32 GEMM on encoder-sized shapes, single thread:
+//! `cargo run --release -p ferrite-kernels --example gemm_bench`.
+
+use std::time::Instant;
+
+use ferrite_kernels::gemm::{gemm, Acts, PackedWeights};
+
+fn main() {
+    println!(
+        "kernel set: {}",
+        ferrite_kernels::dispatch::kernel_set_name()
+    );
+    for &(m, n, k) in &[
+        (480, 1152, 384),
+        (480, 1536, 384),
+        (480, 384, 1536),
+        (16, 1536, 384),
+        (256, 256, 32),
+    ] {
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 97) as f32 * 0.01).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| (i % 89) as f32 * 0.01).collect();
+        let packed = PackedWeights::pack(&w, n, k);
+        let mut c = vec![0f32; m * n];
+        let acts = Acts { a: &a, lda: k, m };
+        gemm(acts, &packed, &mut c);
+        let mut best = f64::MAX;
+        for _ in 0..7 {
+            let t = Instant::now();
+            gemm(acts, &packed, &mut c);
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let gflops = 2.0 * (m * n * k) as f64 / best / 1e9;
+        println!(
+            "m={m:4} n={n:5} k={k:5}: {:8.3} ms  {gflops:6.1} GFLOP/s",
+            best * 1e3
+        );
+    }
+}

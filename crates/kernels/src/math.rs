@@ -1,0 +1,318 @@
+//! Element-wise functions for the encoder models (softmax's `exp`, exact
+//! GELU's `erf`, SiLU), written once as branch-free scalar code on IEEE
+//! operations only (`+ - * /`, `mul_add`, comparisons, bit casts), so that
+//! the AVX2 build of the same loop (vectorized by the compiler, with
+//! `mul_add` as the FMA instruction) gives the same bits as the portable
+//! one. No libm: its results differ between platforms.
+//!
+//! Accuracy: `exp` within 2 ulp of the exact value on `[-87, 88]`; `erf`
+//! within 4e-7 absolute (Abramowitz & Stegun 7.1.26: 1.5e-7, plus f32
+//! rounding).
+
+use crate::dispatch::{active_kernel_set, KernelSet};
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// ln 2 split in two so that `n * LN2_HI` is exact for |n| < 2^9.
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+/// Adding then subtracting 1.5 * 2^23 rounds to the nearest integer.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+/// `e^x`; 0 below -87.3 (where the result would be subnormal), and `e^88`
+/// above 88 (callers subtract a maximum first, or only need "huge").
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    let xc = x.clamp(-87.3, 88.0);
+    let n = xc.mul_add(LOG2E, ROUND_MAGIC) - ROUND_MAGIC;
+    let r = n.mul_add(-LN2_HI, xc);
+    let r = n.mul_add(-LN2_LO, r);
+    // e^r on |r| <= ln2 / 2: Taylor series to degree 7 (truncation error
+    // below 6e-9 relative).
+    let mut p: f32 = 1.0 / 5040.0;
+    p = p.mul_add(r, 1.0 / 720.0);
+    p = p.mul_add(r, 1.0 / 120.0);
+    p = p.mul_add(r, 1.0 / 24.0);
+    p = p.mul_add(r, 1.0 / 6.0);
+    p = p.mul_add(r, 0.5);
+    p = p.mul_add(r, 1.0);
+    p = p.mul_add(r, 1.0);
+    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let y = p * scale;
+    if x < -87.3 {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// The error function, to 4e-7 absolute.
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [
+        0.254_829_6,
+        -0.284_496_74,
+        1.421_413_7,
+        -1.453_152_1,
+        1.061_405_4,
+    ];
+    let ax = x.abs();
+    let t = 1.0 / P.mul_add(ax, 1.0);
+    let mut poly = A[4];
+    poly = poly.mul_add(t, A[3]);
+    poly = poly.mul_add(t, A[2]);
+    poly = poly.mul_add(t, A[1]);
+    poly = poly.mul_add(t, A[0]);
+    let far = 1.0 - poly * t * exp(-ax * ax);
+    // Near 0 that subtraction cancels; the Taylor series is exact there
+    // (next term below 2e-9 for |x| < 0.5).
+    let x2 = ax * ax;
+    let mut s: f32 = -1.0 / 1320.0;
+    s = s.mul_add(x2, 1.0 / 216.0);
+    s = s.mul_add(x2, -1.0 / 42.0);
+    s = s.mul_add(x2, 1.0 / 10.0);
+    s = s.mul_add(x2, -1.0 / 3.0);
+    s = s.mul_add(x2, 1.0);
+    let near = s * ax * std::f32::consts::FRAC_2_SQRT_PI;
+    let y = if ax < 0.5 { near } else { far };
+    y.copysign(x)
+}
+
+/// GELU as BERT defines it: `x/2 * (1 + erf(x / sqrt 2))`.
+#[inline(always)]
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// GELU's tanh approximation (`gelu_new`, `gelu_pytorch_tanh`).
+#[inline(always)]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let u = SQRT_2_OVER_PI * (0.044_715 * x * x).mul_add(x, x);
+    // tanh(u) = 1 - 2 / (e^{2u} + 1), saturating cleanly at both ends.
+    let tanh = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
+    0.5 * x * (1.0 + tanh)
+}
+
+/// SiLU: `x * sigmoid(x)`.
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
+/// An element-wise operation the encoder applies to whole rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    GeluErf,
+    GeluTanh,
+    Silu,
+    Relu,
+}
+
+/// The body of every slice function below, compiled once per kernel set.
+macro_rules! slice_fns {
+    () => {
+        #[inline(always)]
+        pub fn activate(act: crate::math::Activation, xs: &mut [f32]) {
+            use crate::math::*;
+            match act {
+                Activation::GeluErf => xs.iter_mut().for_each(|x| *x = gelu_erf(*x)),
+                Activation::GeluTanh => xs.iter_mut().for_each(|x| *x = gelu_tanh(*x)),
+                Activation::Silu => xs.iter_mut().for_each(|x| *x = silu(*x)),
+                Activation::Relu => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
+            }
+        }
+
+        #[inline(always)]
+        pub fn silu_mul(gate: &[f32], up: &mut [f32]) {
+            for (u, &g) in up.iter_mut().zip(gate) {
+                *u *= crate::math::silu(g);
+            }
+        }
+
+        /// `x = e^(x - max)` in place; returns the sum (left to right).
+        #[inline(always)]
+        pub fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
+            xs.iter_mut().for_each(|x| *x = crate::math::exp(*x - max));
+            let mut lanes = [0f32; 8];
+            let mut chunks = xs.chunks_exact(8);
+            for c in &mut chunks {
+                for (l, &v) in lanes.iter_mut().zip(c) {
+                    *l += v;
+                }
+            }
+            let mut sum = 0.0;
+            for l in lanes {
+                sum += l;
+            }
+            for &v in chunks.remainder() {
+                sum += v;
+            }
+            sum
+        }
+    };
+}
+pub(crate) use slice_fns;
+
+mod portable {
+    crate::math::slice_fns!();
+}
+
+/// Applies `act` to every value of `xs`.
+pub fn activate(act: Activation, xs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if active_kernel_set() == KernelSet::Avx2 {
+        // SAFETY: the AVX2 set is active only where AVX2 and FMA exist.
+        unsafe { crate::x86::avx2::math::activate(act, xs) };
+        return;
+    }
+    let _ = active_kernel_set;
+    portable::activate(act, xs)
+}
+
+/// `up[i] *= silu(gate[i])` (SwiGLU).
+pub fn silu_mul(gate: &[f32], up: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if active_kernel_set() == KernelSet::Avx2 {
+        // SAFETY: as in `activate`.
+        unsafe { crate::x86::avx2::math::silu_mul(gate, up) };
+        return;
+    }
+    portable::silu_mul(gate, up)
+}
+
+/// Softmax of `xs` in place: `e^(x - max) / sum`, the sum taken in eight
+/// interleaved partial sums folded in a fixed order.
+pub fn softmax(xs: &mut [f32]) {
+    if xs.is_empty() {
+        return;
+    }
+    let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    #[cfg(target_arch = "x86_64")]
+    let sum = if active_kernel_set() == KernelSet::Avx2 {
+        // SAFETY: as in `activate`.
+        unsafe { crate::x86::avx2::math::exp_shifted_sum(xs, max) }
+    } else {
+        portable::exp_shifted_sum(xs, max)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let sum = portable::exp_shifted_sum(xs, max);
+    let inv = 1.0 / sum;
+    xs.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// The portable versions, for tests comparing kernel sets.
+pub mod reference {
+    pub use super::portable::{activate, exp_shifted_sum, silu_mul};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_within_two_ulp_of_f64() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let got = exp(x) as f64;
+            let want = (x as f64).exp();
+            let ulp = (want as f32).abs() as f64 * f32::EPSILON as f64;
+            worst = worst.max((got - want).abs() / ulp);
+            x += 0.001_37;
+        }
+        assert!(worst <= 2.0, "worst error {worst} ulp");
+        assert_eq!(exp(-100.0), 0.0);
+        assert_eq!(exp(0.0), 1.0);
+        assert!(exp(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn erf_and_gelu_match_f64() {
+        for i in -6000..=6000 {
+            let x = i as f32 * 0.001;
+            let want = libm_erf(x as f64);
+            assert!(
+                (erf(x) as f64 - want).abs() < 4e-7,
+                "erf({x}) = {} vs {want}",
+                erf(x)
+            );
+            let g = 0.5 * x as f64 * (1.0 + libm_erf(x as f64 / 2f64.sqrt()));
+            assert!((gelu_erf(x) as f64 - g).abs() < 2e-6, "gelu({x})");
+            let s = x as f64 / (1.0 + (-x as f64).exp());
+            assert!(
+                (silu(x) as f64 - s).abs() < 1e-6 * (1.0 + s.abs()),
+                "silu({x})"
+            );
+        }
+        assert_eq!(erf(10.0), 1.0);
+        assert_eq!(erf(-10.0), -1.0);
+    }
+
+    /// erf in f64 by its Taylor series (|x| < 3) or continued fraction.
+    fn libm_erf(x: f64) -> f64 {
+        let ax = x.abs();
+        let v = if ax < 3.0 {
+            let mut term = ax;
+            let mut sum = ax;
+            for n in 1..200 {
+                term *= -ax * ax / n as f64;
+                sum += term / (2 * n + 1) as f64;
+            }
+            sum * 2.0 / std::f64::consts::PI.sqrt()
+        } else {
+            // erfc continued fraction (Lentz), converges fast for x >= 3.
+            let mut f = ax;
+            for n in (1..60).rev() {
+                f = ax + (n as f64 / 2.0) / f;
+            }
+            1.0 - (-ax * ax).exp() / (f * std::f64::consts::PI.sqrt())
+        };
+        v.copysign(x)
+    }
+
+    #[test]
+    fn every_kernel_set_gives_the_same_bits() {
+        let xs: Vec<f32> = (0..1003).map(|i| (i as f32 - 500.0) * 0.037).collect();
+        for act in [
+            Activation::GeluErf,
+            Activation::GeluTanh,
+            Activation::Silu,
+            Activation::Relu,
+        ] {
+            let mut fast = xs.clone();
+            activate(act, &mut fast);
+            let mut slow = xs.clone();
+            reference::activate(act, &mut slow);
+            assert_eq!(bits(&fast), bits(&slow), "{act:?}");
+        }
+        let mut fast = xs.clone();
+        let s1 = {
+            let max = fast.iter().copied().fold(f32::MIN, f32::max);
+            #[cfg(target_arch = "x86_64")]
+            if KernelSet::Avx2.is_supported() {
+                // SAFETY: AVX2 and FMA detected just above.
+                unsafe { crate::x86::avx2::math::exp_shifted_sum(&mut fast, max) }
+            } else {
+                reference::exp_shifted_sum(&mut fast, max)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            reference::exp_shifted_sum(&mut fast, max)
+        };
+        let mut slow = xs.clone();
+        let max = slow.iter().copied().fold(f32::MIN, f32::max);
+        let s2 = reference::exp_shifted_sum(&mut slow, max);
+        assert_eq!(s1.to_bits(), s2.to_bits());
+        assert_eq!(bits(&fast), bits(&slow));
+        let gate = xs.clone();
+        let mut a = xs.iter().map(|x| x * 0.5).collect::<Vec<_>>();
+        let mut b = a.clone();
+        silu_mul(&gate, &mut a);
+        reference::silu_mul(&gate, &mut b);
+        assert_eq!(bits(&a), bits(&b));
+    }
+
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
+    }
+}

@@ -1,0 +1,117 @@
+//! The AVX2 + FMA micro-kernel of `crate::gemm`: up to `MR` activation rows
+//! by one panel of `NR` = 16 output features, the `MR x 16` results held in
+//! `2 * MR` registers while `k` is walked in ascending order. Each lane's
+//! value is the same chain of fused multiply-adds as the scalar reference,
+//! so the bits match it exactly.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use crate::gemm::{panel_ptr, Acts, OutPtr, PackedWeights, MR, NR};
+
+/// Activation bytes a row group may take, so that it stays in the L2 cache
+/// while every panel of the thread's range streams past it.
+const ROW_GROUP_BYTES: usize = 96 * 1024;
+
+/// As `crate::gemm::gemm_panels`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; the output contract is that of
+/// `crate::gemm::gemm_panels` (the activations were bounds-checked there).
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: OutPtr) {
+    let k = w.k();
+    let group = (ROW_GROUP_BYTES / (4 * k.max(1))).clamp(MR, 16 * MR) / MR * MR;
+    let mut i0 = 0;
+    while i0 < a.m {
+        let i1 = (i0 + group).min(a.m);
+        for p in panels.clone() {
+            let cols = (w.n() - p * NR).min(NR);
+            let b = panel_ptr(w, p);
+            let mut i = i0;
+            while i < i1 {
+                let rows = (i1 - i).min(MR);
+                // SAFETY: rows i..i+rows < m have k values at i * lda
+                // (checked by the caller); the panel has k lines of 16; the
+                // output places are the caller's to write.
+                unsafe {
+                    let a_ptr = a.a.as_ptr().add(i * a.lda);
+                    let c_ptr = out.ptr.add(i * out.ld + p * NR);
+                    let t = Tile {
+                        a: a_ptr,
+                        lda: a.lda,
+                        b,
+                        k,
+                        c: c_ptr,
+                        ldc: out.ld,
+                        cols,
+                    };
+                    match rows {
+                        6 => tile::<6>(t),
+                        5 => tile::<5>(t),
+                        4 => tile::<4>(t),
+                        3 => tile::<3>(t),
+                        2 => tile::<2>(t),
+                        _ => tile::<1>(t),
+                    }
+                }
+                i += rows;
+            }
+        }
+        i0 = i1;
+    }
+}
+
+/// One micro-kernel call's operands.
+struct Tile {
+    /// First activation row; row `r` starts at `a + r * lda`.
+    a: *const f32,
+    lda: usize,
+    /// The panel: `k` lines of 16 values.
+    b: *const f32,
+    k: usize,
+    /// First result; row `r` at `c + r * ldc`, `cols` values each.
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+}
+
+/// `R` rows by one panel.
+///
+/// # Safety
+/// AVX2 and FMA; `t.a` readable for `R` rows of `k`, `t.b` for `k` lines,
+/// `t.c` writable for `R` rows of `cols` values.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile<const R: usize>(t: Tile) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for kk in 0..t.k {
+        // SAFETY: line kk of the panel and value kk of each row are in
+        // bounds by the function's contract.
+        unsafe {
+            let line = t.b.add(kk * NR);
+            let b0 = _mm256_loadu_ps(line);
+            let b1 = _mm256_loadu_ps(line.add(8));
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let x = _mm256_broadcast_ss(&*t.a.add(r * t.lda + kk));
+                acc_r[0] = _mm256_fmadd_ps(x, b0, acc_r[0]);
+                acc_r[1] = _mm256_fmadd_ps(x, b1, acc_r[1]);
+            }
+        }
+    }
+    for (r, acc_r) in acc.iter().enumerate() {
+        // SAFETY: row r of the output has `cols` writable values.
+        unsafe {
+            let c = t.c.add(r * t.ldc);
+            if t.cols == NR {
+                _mm256_storeu_ps(c, acc_r[0]);
+                _mm256_storeu_ps(c.add(8), acc_r[1]);
+            } else {
+                let mut tmp = [0f32; NR];
+                _mm256_storeu_ps(tmp.as_mut_ptr(), acc_r[0]);
+                _mm256_storeu_ps(tmp.as_mut_ptr().add(8), acc_r[1]);
+                std::ptr::copy_nonoverlapping(tmp.as_ptr(), c, t.cols);
+            }
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! `crate::math`'s slice functions compiled with AVX2 and FMA enabled: the
+//! same scalar source, vectorized by the compiler. Every operation there is
+//! an exactly rounded IEEE operation (`mul_add` becomes the FMA
+//! instruction), so the bits equal the portable build's.
+
+mod body {
+    crate::math::slice_fns!();
+}
+
+use crate::math::Activation;
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn activate(act: Activation, xs: &mut [f32]) {
+    body::activate(act, xs)
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn silu_mul(gate: &[f32], up: &mut [f32]) {
+    body::silu_mul(gate, up)
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
+    body::exp_shifted_sum(xs, max)
+}
