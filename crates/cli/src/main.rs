@@ -26,6 +26,9 @@ enum Command {
     Run(commands::run::Args),
     /// Chat with a language model on the terminal (Ctrl-D ends).
     Chat(commands::chat::Args),
+    /// Embed texts (one per line) with a sentence-embedding model; one JSON
+    /// array per line out, same order.
+    Embed(commands::embed::Args),
     /// Measure prompt processing and generation speed (as llama-bench does).
     Bench(commands::bench::Args),
 }
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Chat(args) => commands::chat::run(args),
+        Command::Embed(args) => commands::embed::run(args),
         Command::Bench(args) => commands::bench::run(args),
     };
     match result {

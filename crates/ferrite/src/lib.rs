@@ -1,4 +1,5 @@
 //! ferrite: run transformer models on the CPU.
+pub mod embed;
 pub mod error;
 pub mod formats;
 pub mod generate;

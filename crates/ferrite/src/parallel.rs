@@ -340,6 +340,22 @@ impl<'a, T> DisjointSlice<'a, T> {
         unsafe { self.ptr.add(i).write(value) }
     }
 
+    /// The start of the slice, for kernels that write disjoint strided
+    /// places (e.g. some columns of every row) through raw pointers. Every
+    /// write through it falls under the same contract as [`Self::write`].
+    pub fn as_mut_ptr(&self) -> *mut T {
+        self.ptr
+    }
+
+    /// The length of the slice.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// A mutable view of `len` values from `start`.
     ///
     /// # Safety

@@ -2,6 +2,7 @@
 pub mod bench;
 pub mod chat;
 pub mod common;
+pub mod embed;
 pub mod inspect;
 pub mod run;
 pub mod tokenize;

@@ -2,6 +2,7 @@
 //! metadata, a loader, and a forward pass built from `crate::layers`.
 
 pub mod decoder;
+pub mod encoder;
 pub mod gemma3;
 pub mod hparams;
 pub mod llama;

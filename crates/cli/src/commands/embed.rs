@@ -1,0 +1,229 @@
+//! `ferrite embed [MODEL] [FILE|-]`: one text per input line in, one
+//! embedding per output line out (a JSON array of floats), in input order;
+//! or all of them as one `.npy` matrix with `--format npy --output F`.
+
+use std::io::{self, BufWriter, IsTerminal, Read, Write};
+use std::path::PathBuf;
+
+use ferrite::embed::{EmbedOptions, Embedder, Embedding, Pooling};
+use ferrite::model_path;
+use ferrite::parallel::Threads;
+
+/// The embedding model used when none is named.
+pub const DEFAULT_EMBED_MODEL: &str = "minilm";
+
+/// Inputs above which a progress bar is drawn (on a terminal).
+const PROGRESS_MIN_INPUTS: usize = 256;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A model directory (sentence-transformers / HF) or GGUF file, or a
+    /// short name (default: minilm).
+    model: Option<String>,
+    /// Texts, one per line; `-` or nothing reads stdin.
+    input: Option<String>,
+    /// Keep only the first D dimensions (Matryoshka), re-normalized.
+    #[arg(long)]
+    dim: Option<usize>,
+    /// Pooling: mean, cls or last (default: the model's own).
+    #[arg(long)]
+    pooling: Option<String>,
+    /// Do not L2-normalize the embeddings.
+    #[arg(long)]
+    no_normalize: bool,
+    /// Reject inputs longer than the model's maximum instead of cutting them.
+    #[arg(long)]
+    no_truncate: bool,
+    /// Inputs per encoder call.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Threads (default: one per core).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Output format: json (one array per line) or npy.
+    #[arg(long, default_value = "json")]
+    format: String,
+    /// Write to this file instead of stdout (required for npy).
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+}
+
+/// Options shared with `ferrite bench --texts`.
+pub fn options(
+    dim: Option<usize>,
+    pooling: Option<&str>,
+    normalize: bool,
+    truncate: bool,
+    batch_size: usize,
+) -> Result<EmbedOptions, String> {
+    let pooling = match pooling {
+        None => None,
+        Some(p) => Some(
+            Pooling::from_name(p)
+                .ok_or_else(|| format!("--pooling '{p}': expected mean, cls or last"))?,
+        ),
+    };
+    if batch_size == 0 {
+        return Err("--batch-size must be at least 1".into());
+    }
+    Ok(EmbedOptions {
+        pooling,
+        normalize,
+        dim,
+        truncate,
+        batch_size,
+    })
+}
+
+/// Loads an embedding model by path or short name.
+pub fn load(model: Option<&str>) -> Result<Embedder, String> {
+    let path = model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL))?;
+    Embedder::open(&path).map_err(|e| e.to_string())
+}
+
+/// Reads texts, one per line (`\n` or `\r\n` endings), from a file or `-`.
+pub fn read_lines(input: Option<&str>) -> Result<Vec<String>, String> {
+    let mut bytes = Vec::new();
+    match input {
+        None | Some("-") => io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("reading stdin: {e}"))?,
+        Some(path) => {
+            bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+            bytes.len()
+        }
+    };
+    let name = input.unwrap_or("-");
+    let mut lines = Vec::new();
+    for (i, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let text = std::str::from_utf8(line)
+            .map_err(|e| format!("{name}: line {} is not valid UTF-8 ({e})", i + 1))?;
+        lines.push(text.to_string());
+    }
+    Ok(lines)
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    if args.threads == Some(0) {
+        return Err("--threads must be at least 1".into());
+    }
+    let npy = match args.format.as_str() {
+        "json" => false,
+        "npy" => true,
+        other => return Err(format!("--format '{other}': expected json or npy")),
+    };
+    if npy && args.output.is_none() {
+        return Err("--format npy needs --output FILE".into());
+    }
+    let opts = options(
+        args.dim,
+        args.pooling.as_deref(),
+        !args.no_normalize,
+        !args.no_truncate,
+        args.batch_size,
+    )?;
+    let embedder = load(args.model.as_deref())?;
+    let texts = read_lines(args.input.as_deref())?;
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let threads = args.threads.map_or_else(Threads::all_cores, Threads::new);
+
+    let show_progress = texts.len() >= PROGRESS_MIN_INPUTS && io::stderr().is_terminal();
+    let total = texts.len();
+    let mut progress = |done: usize| {
+        if show_progress {
+            let width = 40;
+            let filled = done * width / total.max(1);
+            eprint!(
+                "\r[{}{}] {done}/{total}",
+                "#".repeat(filled),
+                " ".repeat(width - filled)
+            );
+            if done == total {
+                eprintln!();
+            }
+        }
+    };
+    let embeddings = embedder
+        .embed_with_progress(&refs, &opts, &threads, &mut progress)
+        .map_err(|e| e.to_string())?;
+    warn_truncated(&embeddings, embedder.tokenizer.max_tokens);
+
+    let result = match &args.output {
+        Some(path) => {
+            let file =
+                std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut w = BufWriter::new(file);
+            let r = if npy {
+                write_npy(&mut w, &embeddings)
+            } else {
+                write_json_lines(&mut w, &embeddings)
+            };
+            r.and_then(|()| w.flush())
+                .map_err(|e| format!("{}: {e}", path.display()))
+        }
+        None => {
+            let mut w = BufWriter::new(io::stdout().lock());
+            super::output_result(write_json_lines(&mut w, &embeddings).and_then(|()| w.flush()))
+        }
+    };
+    result
+}
+
+/// One line on stderr per cut input (the first few), then a count.
+fn warn_truncated(embeddings: &[Embedding], max: usize) {
+    let cut: Vec<usize> = embeddings
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.truncated)
+        .map(|(i, _)| i + 1)
+        .collect();
+    for i in cut.iter().take(5) {
+        eprintln!("ferrite: warning: input {i} is longer than {max} tokens; truncated");
+    }
+    if cut.len() > 5 {
+        eprintln!(
+            "ferrite: warning: {} inputs in all were truncated to {max} tokens",
+            cut.len()
+        );
+    }
+}
+
+fn write_json_lines(w: &mut impl Write, embeddings: &[Embedding]) -> io::Result<()> {
+    for e in embeddings {
+        w.write_all(b"[")?;
+        for (i, v) in e.vector.iter().enumerate() {
+            if i > 0 {
+                w.write_all(b",")?;
+            }
+            // Shortest text that reads back as the same f32.
+            write!(w, "{v:?}")?;
+        }
+        w.write_all(b"]\n")?;
+    }
+    Ok(())
+}
+
+/// NumPy `.npy` version 1.0: little-endian f32, shape (n, dim).
+fn write_npy(w: &mut impl Write, embeddings: &[Embedding]) -> io::Result<()> {
+    let dim = embeddings.first().map_or(0, |e| e.vector.len());
+    let mut header = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dim}), }}",
+        embeddings.len()
+    );
+    // Magic (6) + version (2) + length (2) + header + '\n', padded to 64.
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    w.write_all(b"\x93NUMPY\x01\x00")?;
+    w.write_all(&(header.len() as u16).to_le_bytes())?;
+    w.write_all(header.as_bytes())?;
+    for e in embeddings {
+        for v in &e.vector {
+            w.write_all(&v.to_le_bytes())?;
+        }
+    }
+    Ok(())
+}

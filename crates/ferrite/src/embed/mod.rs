@@ -1,0 +1,351 @@
+//! Sentence embeddings, as sentence-transformers computes them: tokenize
+//! (cut to the model's maximum length), run the encoder, pool the last
+//! hidden states (mean, CLS or last token, as the model's
+//! `1_Pooling/config.json` or GGUF `pooling_type` says), optionally cut to
+//! fewer dimensions (Matryoshka), L2-normalize.
+//!
+//! Batches: inputs are sorted by token count so each batch holds similar
+//! lengths, run through the encoder with no padding (see
+//! `models::encoder`), and returned in input order. An input's embedding
+//! is bit-identical alone or in any batch, for any thread count.
+//!
+//! A model is either a sentence-transformers / HF directory
+//! (`config.json`, `model.safetensors`, `tokenizer.json`, optional
+//! `modules.json`, `1_Pooling/config.json`, `sentence_bert_config.json`) or
+//! a GGUF file of architecture `bert` or `nomic-bert` as llama.cpp writes
+//! them.
+
+pub mod tokenizer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::formats::gguf::GgufFile;
+use crate::formats::safetensors::{read_json, SafetensorsDir};
+use crate::models::encoder::weights::WeightSource;
+use crate::models::encoder::{bert, nomic_bert, Encoder, Workspace};
+use crate::models::hparams::HParams;
+use crate::parallel::Threads;
+use crate::Error;
+use tokenizer::EmbedTokenizer;
+
+/// How token vectors become one sentence vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    /// Average of every token's vector (special tokens included).
+    Mean,
+    /// The first token's vector (`[CLS]`).
+    Cls,
+    /// The last token's vector.
+    Last,
+}
+
+impl Pooling {
+    pub fn from_name(name: &str) -> Option<Pooling> {
+        Some(match name {
+            "mean" => Pooling::Mean,
+            "cls" => Pooling::Cls,
+            "last" => Pooling::Last,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Last => "last",
+        }
+    }
+}
+
+/// Per-request choices.
+#[derive(Clone, Copy, Debug)]
+pub struct EmbedOptions {
+    /// `None`: the model's own pooling.
+    pub pooling: Option<Pooling>,
+    pub normalize: bool,
+    /// Matryoshka: keep the first `dim` values (re-normalized).
+    pub dim: Option<usize>,
+    /// Cut inputs longer than the model's maximum (else reject them).
+    pub truncate: bool,
+    /// Most inputs per encoder call.
+    pub batch_size: usize,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions {
+            pooling: None,
+            normalize: true,
+            dim: None,
+            truncate: true,
+            batch_size: 32,
+        }
+    }
+}
+
+/// One input's result.
+pub struct Embedding {
+    pub vector: Vec<f32>,
+    /// Tokens the encoder saw (after truncation).
+    pub n_tokens: usize,
+    pub truncated: bool,
+}
+
+/// A loaded embedding model.
+pub struct Embedder {
+    pub encoder: Encoder,
+    pub tokenizer: EmbedTokenizer,
+    /// The model's own pooling.
+    pub pooling: Pooling,
+    /// nomic-bert's Matryoshka recipe: layer-normalize (no weights) before
+    /// cutting dimensions.
+    matryoshka_layer_norm: bool,
+    pub source: PathBuf,
+}
+
+impl Embedder {
+    /// Loads a model directory or GGUF file.
+    pub fn open(path: &Path) -> Result<Embedder, Error> {
+        if path.is_dir() {
+            Self::open_dir(path)
+        } else {
+            Self::open_gguf(path)
+        }
+    }
+
+    fn open_dir(dir: &Path) -> Result<Embedder, Error> {
+        let st = SafetensorsDir::open(dir)?;
+        let config = st.config.clone();
+        let source = dir.display().to_string();
+        let model_type = config
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
+        let src = WeightSource::Safetensors(st);
+        let encoder = match model_type {
+            "bert" => bert::from_hf(&src, &config)?,
+            "nomic_bert" => nomic_bert::from_hf(&src, &config)?,
+            other => {
+                return Err(Error::model(
+                    &source,
+                    format!("config.json model_type '{other}' is not a supported embedding model (bert, nomic_bert)"),
+                ))
+            }
+        };
+        // sentence-transformers' max_seq_length, else the model's positions.
+        let st_config = dir.join("sentence_bert_config.json");
+        let max_tokens = if st_config.is_file() {
+            read_json(&st_config)?
+                .get("max_seq_length")
+                .and_then(|v| v.as_u64())
+                .map(|n| n as usize)
+        } else {
+            None
+        }
+        .unwrap_or(encoder.config.max_positions)
+        .clamp(2, encoder.config.max_positions);
+        let pooling = pooling_from_dir(dir)?.unwrap_or(Pooling::Mean);
+        let tokenizer = EmbedTokenizer::from_file(&dir.join("tokenizer.json"), max_tokens)?;
+        Ok(Embedder {
+            matryoshka_layer_norm: encoder.config.arch == "nomic-bert",
+            encoder,
+            tokenizer,
+            pooling,
+            source: dir.to_path_buf(),
+        })
+    }
+
+    fn open_gguf(path: &Path) -> Result<Embedder, Error> {
+        let file = Arc::new(GgufFile::open(path)?);
+        let source = path.display().to_string();
+        let arch = file.header.architecture().unwrap_or("").to_string();
+        let meta = file.metadata();
+        let hp = HParams {
+            meta,
+            arch: &arch,
+            source: &source,
+        };
+        let src = WeightSource::Gguf(file.clone());
+        let encoder = match arch.as_str() {
+            "bert" => bert::from_gguf(&src, &hp)?,
+            "nomic-bert" => nomic_bert::from_gguf(&src, &hp)?,
+            other => return Err(Error::model(
+                &source,
+                format!(
+                    "architecture '{other}' is not a supported embedding model (bert, nomic-bert)"
+                ),
+            )),
+        };
+        // llama.cpp's pooling types: 1 mean, 2 cls, 3 last.
+        let pooling = match hp.opt_value("pooling_type").and_then(|v| v.as_u64()) {
+            Some(2) => Pooling::Cls,
+            Some(3) => Pooling::Last,
+            _ => Pooling::Mean,
+        };
+        let tokenizer = EmbedTokenizer::from_gguf(meta, encoder.config.max_positions, &source)?;
+        Ok(Embedder {
+            matryoshka_layer_norm: encoder.config.arch == "nomic-bert",
+            encoder,
+            tokenizer,
+            pooling,
+            source: path.to_path_buf(),
+        })
+    }
+
+    /// Width of the embeddings before any Matryoshka cut.
+    pub fn dim(&self) -> usize {
+        self.encoder.config.dim
+    }
+
+    /// Embeds `texts`, results in input order.
+    pub fn embed(
+        &self,
+        texts: &[&str],
+        opts: &EmbedOptions,
+        threads: &Threads,
+    ) -> Result<Vec<Embedding>, Error> {
+        let mut progress = |_: usize| {};
+        self.embed_with_progress(texts, opts, threads, &mut progress)
+    }
+
+    /// As [`Self::embed`], calling `progress(done)` after each batch.
+    pub fn embed_with_progress(
+        &self,
+        texts: &[&str],
+        opts: &EmbedOptions,
+        threads: &Threads,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Embedding>, Error> {
+        if let Some(d) = opts.dim {
+            if d == 0 || d > self.dim() {
+                return Err(Error::Input(format!(
+                    "--dim {d} is not in 1..={} for this model",
+                    self.dim()
+                )));
+            }
+        }
+        let mut tokens = Vec::with_capacity(texts.len());
+        for (i, t) in texts.iter().enumerate() {
+            let tok = self
+                .tokenizer
+                .encode(t, opts.truncate)
+                .map_err(|e| Error::Input(format!("input {}: {e}", i + 1)))?;
+            tokens.push(tok);
+        }
+        // Longest first, ties in input order: batches of similar lengths.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(tokens[i].ids.len()));
+        let mut out: Vec<Option<Embedding>> = (0..texts.len()).map(|_| None).collect();
+        let mut ws = Workspace::default();
+        let pooling = opts.pooling.unwrap_or(self.pooling);
+        let dim = self.dim();
+        let mut done = 0;
+        for batch in order.chunks(opts.batch_size.max(1)) {
+            let seqs: Vec<&[u32]> = batch.iter().map(|&i| tokens[i].ids.as_slice()).collect();
+            let hidden = self.encoder.forward(&seqs, threads, &mut ws)?;
+            let mut start = 0;
+            for (&i, seq) in batch.iter().zip(&seqs) {
+                let rows = &hidden[start * dim..(start + seq.len()) * dim];
+                start += seq.len();
+                let vector = self.finish(pool(rows, dim, pooling), opts);
+                out[i] = Some(Embedding {
+                    vector,
+                    n_tokens: seq.len(),
+                    truncated: tokens[i].truncated,
+                });
+            }
+            done += batch.len();
+            progress(done);
+        }
+        // Every index was in exactly one batch.
+        Ok(out
+            .into_iter()
+            .map(|e| e.expect("every input embedded"))
+            .collect())
+    }
+
+    /// Matryoshka cut and normalization of a pooled vector.
+    fn finish(&self, mut v: Vec<f32>, opts: &EmbedOptions) -> Vec<f32> {
+        if let Some(d) = opts.dim {
+            if self.matryoshka_layer_norm {
+                // nomic-embed-text-v1.5's documented recipe:
+                // F.layer_norm(emb, (dim,)) then cut, then normalize.
+                layer_norm_plain(&mut v, 1e-5);
+            }
+            v.truncate(d);
+        }
+        if opts.normalize {
+            l2_normalize(&mut v);
+        }
+        v
+    }
+}
+
+/// The pooling the sentence-transformers directory asks for, if it says.
+fn pooling_from_dir(dir: &Path) -> Result<Option<Pooling>, Error> {
+    let path = dir.join("1_Pooling").join("config.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let cfg = read_json(&path)?;
+    let on = |key: &str| cfg.get(key).and_then(|v| v.as_bool()) == Some(true);
+    Ok(if on("pooling_mode_cls_token") {
+        Some(Pooling::Cls)
+    } else if on("pooling_mode_lasttoken") {
+        Some(Pooling::Last)
+    } else if on("pooling_mode_mean_tokens") {
+        Some(Pooling::Mean)
+    } else {
+        let modes: Vec<&str> = cfg
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .filter(|(k, v)| k.starts_with("pooling_mode") && v.as_bool() == Some(true))
+                    .map(|(k, _)| k.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Err(Error::model(
+            path.display().to_string(),
+            format!("pooling {modes:?} is not supported (mean, cls, last token)"),
+        ));
+    })
+}
+
+/// Pools `rows` (`n x dim`) into one vector; sums in f64, in token order.
+fn pool(rows: &[f32], dim: usize, pooling: Pooling) -> Vec<f32> {
+    let n = rows.len() / dim;
+    if n == 0 {
+        return vec![0.0; dim];
+    }
+    match pooling {
+        Pooling::Cls => rows[..dim].to_vec(),
+        Pooling::Last => rows[(n - 1) * dim..].to_vec(),
+        Pooling::Mean => {
+            let mut sum = vec![0f64; dim];
+            for row in rows.chunks_exact(dim) {
+                sum.iter_mut().zip(row).for_each(|(s, &v)| *s += v as f64);
+            }
+            sum.iter().map(|&s| (s / n as f64) as f32).collect()
+        }
+    }
+}
+
+/// `v / max(|v|, 1e-12)`, as `torch.nn.functional.normalize`.
+pub fn l2_normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let inv = 1.0 / norm.max(1e-12);
+    v.iter_mut().for_each(|x| *x = (*x as f64 * inv) as f32);
+}
+
+/// Layer normalization without weights.
+fn layer_norm_plain(v: &mut [f32], eps: f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    v.iter_mut()
+        .for_each(|x| *x = ((*x as f64 - mean) * inv) as f32);
+}

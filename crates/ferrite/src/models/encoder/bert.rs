@@ -1,0 +1,245 @@
+//! BERT (Devlin et al. 2018) as HF transformers' `BertModel` and llama.cpp's
+//! `bert` GGUF architecture lay it out: word + learned position + token
+//! type embeddings, LayerNorm; per layer Q/K/V with biases, output
+//! projection, post-LN, a GELU feed-forward, post-LN.
+//!
+//! Tensor names: HF `bert/modeling_bert.py` (optionally under a `bert.`
+//! prefix, as in `BertForMaskedLM` checkpoints); llama.cpp
+//! `gguf-py/gguf/tensor_mapping.py` (`token_embd`, `position_embd`,
+//! `token_types`, `blk.N.attn_q`, ...).
+
+use ferrite_kernels::math::Activation;
+
+use super::config::JsonConfig;
+use super::weights::{Dense, WeightSource};
+use super::{Encoder, EncoderConfig, EncoderLayer, LayerNorm, Mlp, Positions};
+use crate::models::hparams::HParams;
+use crate::Error;
+
+/// Sizes shared by both layouts.
+struct Sizes {
+    dim: usize,
+    n_layers: usize,
+    n_heads: usize,
+    ffn: usize,
+    eps: f32,
+    n_positions: usize,
+    act: Activation,
+}
+
+/// The activation a `hidden_act` names.
+pub(crate) fn activation(name: &str) -> Option<Activation> {
+    Some(match name {
+        "gelu" => Activation::GeluErf,
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
+        "silu" | "swish" => Activation::Silu,
+        "relu" => Activation::Relu,
+        _ => return None,
+    })
+}
+
+/// Loads BERT from a safetensors directory with its `config.json`.
+pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder, Error> {
+    let cfg = JsonConfig {
+        value: config,
+        source: src.source(),
+    };
+    if let Some(p) = cfg.opt_str(&["position_embedding_type"]) {
+        if p != "absolute" {
+            return Err(cfg.error(
+                "position_embedding_type",
+                &format!("'{p}' is not supported (only 'absolute')"),
+            ));
+        }
+    }
+    let act_name = cfg.opt_str(&["hidden_act"]).unwrap_or("gelu");
+    let act = activation(act_name)
+        .ok_or_else(|| cfg.error("hidden_act", &format!("'{act_name}' is not supported")))?;
+    let sizes = Sizes {
+        dim: cfg.size(&["hidden_size"])?,
+        n_layers: cfg.size(&["num_hidden_layers"])?,
+        n_heads: cfg.size(&["num_attention_heads"])?,
+        ffn: cfg.size(&["intermediate_size"])?,
+        eps: cfg.opt_f64(&["layer_norm_eps"])?.unwrap_or(1e-12) as f32,
+        n_positions: cfg.size(&["max_position_embeddings"])?,
+        act,
+    };
+    let p = if src.has("bert.embeddings.word_embeddings.weight") {
+        "bert."
+    } else {
+        ""
+    };
+    let names = |i: usize, what: &str| -> String {
+        let part = match what {
+            "q" => "attention.self.query",
+            "k" => "attention.self.key",
+            "v" => "attention.self.value",
+            "out" => "attention.output.dense",
+            "attn_norm" => "attention.output.LayerNorm",
+            "up" => "intermediate.dense",
+            "down" => "output.dense",
+            _ => "output.LayerNorm",
+        };
+        format!("{p}encoder.layer.{i}.{part}")
+    };
+    load(
+        src,
+        &sizes,
+        &Globals {
+            token: format!("{p}embeddings.word_embeddings.weight"),
+            position: format!("{p}embeddings.position_embeddings.weight"),
+            token_type: format!("{p}embeddings.token_type_embeddings.weight"),
+            norm: format!("{p}embeddings.LayerNorm"),
+        },
+        &names,
+    )
+}
+
+/// Loads BERT from a GGUF file of architecture `bert`.
+pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
+    let dim = hp.size("embedding_length")?;
+    let sizes = Sizes {
+        dim,
+        n_layers: hp.size("block_count")?,
+        n_heads: hp.heads(dim)?.n_heads,
+        ffn: hp.size("feed_forward_length")?,
+        eps: hp.opt_f32("attention.layer_norm_epsilon")?.unwrap_or(1e-12),
+        n_positions: hp.size("context_length")?,
+        // llama.cpp's bert graph uses the exact (erf) GELU.
+        act: Activation::GeluErf,
+    };
+    let names = |i: usize, what: &str| -> String {
+        let part = match what {
+            "q" => "attn_q",
+            "k" => "attn_k",
+            "v" => "attn_v",
+            "out" => "attn_output",
+            "attn_norm" => "attn_output_norm",
+            "up" => "ffn_up",
+            "down" => "ffn_down",
+            _ => "layer_output_norm",
+        };
+        format!("blk.{i}.{part}")
+    };
+    load(
+        src,
+        &sizes,
+        &Globals {
+            token: "token_embd.weight".into(),
+            position: "position_embd.weight".into(),
+            token_type: "token_types.weight".into(),
+            norm: "token_embd_norm".into(),
+        },
+        &names,
+    )
+}
+
+/// Names of the tensors outside the layers.
+struct Globals {
+    token: String,
+    position: String,
+    token_type: String,
+    /// Prefix of `.weight` / `.bias`.
+    norm: String,
+}
+
+pub(crate) fn layer_norm(
+    src: &WeightSource,
+    prefix: &str,
+    dim: usize,
+    eps: f32,
+) -> Result<LayerNorm, Error> {
+    Ok(LayerNorm {
+        weight: src.vector(&format!("{prefix}.weight"), dim)?,
+        bias: src.vector(&format!("{prefix}.bias"), dim)?,
+        eps,
+    })
+}
+
+fn load(
+    src: &WeightSource,
+    s: &Sizes,
+    g: &Globals,
+    names: &dyn Fn(usize, &str) -> String,
+) -> Result<Encoder, Error> {
+    let dim = s.dim;
+    if !dim.is_multiple_of(s.n_heads) {
+        return Err(Error::model(
+            src.source(),
+            format!("hidden size {dim} is not divisible by {} heads", s.n_heads),
+        ));
+    }
+    let n_vocab = match src.shape(&g.token).as_deref() {
+        Some([n, d]) if *d == dim && *n > 0 => *n,
+        other => {
+            return Err(Error::model(
+                src.source(),
+                format!(
+                    "'{}' has shape {other:?}, expected (n_vocab, {dim})",
+                    g.token
+                ),
+            ))
+        }
+    };
+    let n_types = match src.shape(&g.token_type).as_deref() {
+        Some([n, d]) if *d == dim && *n > 0 => Some(*n),
+        None => None,
+        other => {
+            return Err(Error::model(
+                src.source(),
+                format!("'{}' has shape {other:?}", g.token_type),
+            ))
+        }
+    };
+    let token_type0 = match n_types {
+        Some(n) => Some(src.matrix(&g.token_type, n, dim)?[..dim].to_vec()),
+        None => None,
+    };
+    let table = src.matrix(&g.position, s.n_positions, dim)?;
+    let dense = |name: &str, rows: usize, cols: usize| -> Result<Dense, Error> {
+        let w = src.matrix(&format!("{name}.weight"), rows, cols)?;
+        let b = src.vector(&format!("{name}.bias"), rows)?;
+        Ok(Dense::new(&w, Some(b), rows, cols))
+    };
+    let mut layers = Vec::with_capacity(s.n_layers);
+    for i in 0..s.n_layers {
+        let part = |what: &str| -> Result<(Vec<f32>, Option<Vec<f32>>), Error> {
+            let name = names(i, what);
+            Ok((
+                src.matrix(&format!("{name}.weight"), dim, dim)?,
+                Some(src.vector(&format!("{name}.bias"), dim)?),
+            ))
+        };
+        let qkv = Dense::stacked(&[part("q")?, part("k")?, part("v")?], dim);
+        layers.push(EncoderLayer {
+            qkv,
+            out: dense(&names(i, "out"), dim, dim)?,
+            attn_norm: layer_norm(src, &names(i, "attn_norm"), dim, s.eps)?,
+            mlp: Mlp::Plain {
+                up: dense(&names(i, "up"), s.ffn, dim)?,
+                down: dense(&names(i, "down"), dim, s.ffn)?,
+                act: s.act,
+            },
+            out_norm: layer_norm(src, &names(i, "out_norm"), dim, s.eps)?,
+        });
+    }
+    Ok(Encoder {
+        config: EncoderConfig {
+            arch: "bert",
+            dim,
+            n_heads: s.n_heads,
+            head_dim: dim / s.n_heads,
+            ffn: s.ffn,
+            n_vocab,
+            max_positions: s.n_positions,
+        },
+        token_embd: src.matrix(&g.token, n_vocab, dim)?,
+        token_type0,
+        positions: Positions::Learned {
+            table,
+            n: s.n_positions,
+        },
+        embd_norm: layer_norm(src, &g.norm, dim, s.eps)?,
+        layers,
+    })
+}

@@ -1,0 +1,461 @@
+//! Bidirectional text encoders of the BERT family, in full f32 precision:
+//! BERT itself ([`bert`]: learned absolute positions, biases, GELU) and
+//! nomic-bert ([`nomic_bert`]: rotary positions, SwiGLU, no biases). Both
+//! are post-norm: `x = LN(x + attn(x)); x = LN(x + mlp(x))`.
+//!
+//! The forward pass takes several sequences at once and packs their tokens
+//! one after another with no padding: every matrix product runs over all
+//! tokens of the batch, and attention runs per sequence and head, so no
+//! token ever looks at another sequence and no mask is needed. Every value
+//! of a sequence's output is computed by the same operations in the same
+//! order whichever batch it is in (the GEMM's per-value order is fixed, see
+//! `ferrite_kernels::gemm`), so an input's embedding is bit-identical
+//! alone or in any batch, and for any thread count.
+//!
+//! References: Devlin et al. 2018 (BERT), HF transformers
+//! `models/bert/modeling_bert.py`, `models/nomic_bert/modeling_nomic_bert.py`.
+
+pub mod bert;
+pub mod config;
+pub mod nomic_bert;
+pub mod weights;
+
+use std::sync::Mutex;
+
+use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr, PackedWeights, NR};
+use ferrite_kernels::math::{self, Activation};
+
+use crate::parallel::{DisjointSlice, Threads};
+use crate::Error;
+use weights::Dense;
+
+/// Layer normalization with weight and bias.
+pub struct LayerNorm {
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
+    pub eps: f32,
+}
+
+impl LayerNorm {
+    /// Normalizes one row in place: mean and variance summed in f64, in
+    /// order, so the result does not depend on any vector width.
+    pub fn apply(&self, x: &mut [f32]) {
+        let n = x.len() as f64;
+        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+        let inv = 1.0 / (var + self.eps as f64).sqrt();
+        for ((v, &w), &b) in x.iter_mut().zip(&self.weight).zip(&self.bias) {
+            *v = ((*v as f64 - mean) * inv) as f32 * w + b;
+        }
+    }
+}
+
+/// How token positions enter the model.
+pub enum Positions {
+    /// A learned vector per position added to the input (BERT), `(n, dim)`.
+    Learned { table: Vec<f32>, n: usize },
+    /// Rotary embeddings on Q and K, rotating dimension `i` with `i +
+    /// head_dim / 2` (GPT-NeoX style), frequencies `base^(-2i/head_dim)`.
+    Rotary {
+        base: f64,
+        /// Dynamic NTK scaling past the trained length: `(factor,
+        /// trained_positions)`.
+        ntk: Option<(f64, usize)>,
+    },
+}
+
+/// The feed-forward block.
+pub enum Mlp {
+    /// `down(act(up(x)))` (BERT).
+    Plain {
+        up: Dense,
+        down: Dense,
+        act: Activation,
+    },
+    /// `down(silu(gate(x)) * up(x))` (nomic-bert).
+    SwiGlu { gate: Dense, up: Dense, down: Dense },
+}
+
+pub struct EncoderLayer {
+    /// Q, K and V stacked: `(3 * dim, dim)`.
+    pub qkv: Dense,
+    pub out: Dense,
+    pub attn_norm: LayerNorm,
+    pub mlp: Mlp,
+    pub out_norm: LayerNorm,
+}
+
+/// Sizes of an encoder.
+#[derive(Clone, Debug)]
+pub struct EncoderConfig {
+    pub arch: &'static str,
+    pub dim: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub n_vocab: usize,
+    /// Longest input (tokens, with specials) the model takes.
+    pub max_positions: usize,
+}
+
+pub struct Encoder {
+    pub config: EncoderConfig,
+    /// `(n_vocab, dim)`.
+    pub token_embd: Vec<f32>,
+    /// Token type 0's vector, `(dim,)`, if the model has token types.
+    pub token_type0: Option<Vec<f32>>,
+    pub positions: Positions,
+    pub embd_norm: LayerNorm,
+    pub layers: Vec<EncoderLayer>,
+}
+
+/// Buffers reused across calls.
+#[derive(Default)]
+pub struct Workspace {
+    x: Vec<f32>,
+    qkv: Vec<f32>,
+    attn: Vec<f32>,
+    proj: Vec<f32>,
+    up: Vec<f32>,
+    gate: Vec<f32>,
+    scratch: Vec<Mutex<AttnScratch>>,
+}
+
+/// One thread's attention buffers.
+#[derive(Default)]
+struct AttnScratch {
+    scores: Vec<f32>,
+    keys: PackedWeights,
+    values: PackedWeights,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+fn resize(v: &mut Vec<f32>, n: usize) {
+    v.clear();
+    v.resize(n, 0.0);
+}
+
+impl Encoder {
+    /// The last hidden state of every token of `seqs`, sequences one after
+    /// another: `(sum of lengths, dim)`.
+    pub fn forward(
+        &self,
+        seqs: &[&[u32]],
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<Vec<f32>, Error> {
+        let c = &self.config;
+        let dim = c.dim;
+        let mut starts = Vec::with_capacity(seqs.len() + 1);
+        let mut total = 0usize;
+        for s in seqs {
+            if s.len() > c.max_positions {
+                return Err(Error::Input(format!(
+                    "input of {} tokens is longer than the model's {} positions",
+                    s.len(),
+                    c.max_positions
+                )));
+            }
+            starts.push(total);
+            total += s.len();
+        }
+        starts.push(total);
+        if ws.scratch.len() < threads.count() {
+            ws.scratch.resize_with(threads.count(), Default::default);
+        }
+
+        resize(&mut ws.x, total * dim);
+        self.embed_tokens(seqs, &mut ws.x)?;
+        for layer in &self.layers {
+            self.layer(layer, &starts, total, threads, ws);
+        }
+        Ok(std::mem::take(&mut ws.x))
+    }
+
+    /// Token (+ type, + position) embeddings, normalized.
+    fn embed_tokens(&self, seqs: &[&[u32]], x: &mut [f32]) -> Result<(), Error> {
+        let dim = self.config.dim;
+        let mut rows = x.chunks_exact_mut(dim);
+        for seq in seqs {
+            for (pos, &tok) in seq.iter().enumerate() {
+                let t = tok as usize;
+                if t >= self.config.n_vocab {
+                    return Err(Error::Input(format!(
+                        "token id {tok} is outside the vocabulary of {}",
+                        self.config.n_vocab
+                    )));
+                }
+                // One row per token: `x` holds exactly that many.
+                let row = rows.next().expect("a row per token");
+                row.copy_from_slice(&self.token_embd[t * dim..(t + 1) * dim]);
+                if let Some(tt) = &self.token_type0 {
+                    row.iter_mut().zip(tt).for_each(|(v, &e)| *v += e);
+                }
+                if let Positions::Learned { table, .. } = &self.positions {
+                    let p = &table[pos * dim..(pos + 1) * dim];
+                    row.iter_mut().zip(p).for_each(|(v, &e)| *v += e);
+                }
+                self.embd_norm.apply(row);
+            }
+        }
+        Ok(())
+    }
+
+    fn layer(
+        &self,
+        l: &EncoderLayer,
+        starts: &[usize],
+        total: usize,
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) {
+        let c = &self.config;
+        let dim = c.dim;
+        resize(&mut ws.qkv, total * 3 * dim);
+        dense(&l.qkv, &ws.x, total, &mut ws.qkv, None, threads);
+        resize(&mut ws.attn, total * dim);
+        self.attention(starts, threads, ws);
+        resize(&mut ws.proj, total * dim);
+        dense(&l.out, &ws.attn, total, &mut ws.proj, None, threads);
+        add_and_norm(&mut ws.x, &ws.proj, &l.attn_norm, dim, threads);
+
+        match &l.mlp {
+            Mlp::Plain { up, act, .. } => {
+                resize(&mut ws.up, total * c.ffn);
+                dense(up, &ws.x, total, &mut ws.up, Some(*act), threads);
+            }
+            Mlp::SwiGlu { gate, up, .. } => {
+                resize(&mut ws.up, total * c.ffn);
+                resize(&mut ws.gate, total * c.ffn);
+                swiglu(gate, up, &ws.x, total, &mut ws.gate, &mut ws.up, threads);
+            }
+        }
+        let down = match &l.mlp {
+            Mlp::Plain { down, .. } | Mlp::SwiGlu { down, .. } => down,
+        };
+        dense(down, &ws.up, total, &mut ws.proj, None, threads);
+        add_and_norm(&mut ws.x, &ws.proj, &l.out_norm, dim, threads);
+    }
+
+    /// Softmax attention of each sequence's tokens over themselves, head by
+    /// head, from `ws.qkv` into `ws.attn`.
+    fn attention(&self, starts: &[usize], threads: &Threads, ws: &mut Workspace) {
+        let c = &self.config;
+        let (dim, hd, n_heads) = (c.dim, c.head_dim, c.n_heads);
+        let n_seqs = starts.len() - 1;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let qkv = &ws.qkv[..];
+        let out = DisjointSlice::new(&mut ws.attn[..]);
+        let scratch = &ws.scratch;
+        let ld = 3 * dim;
+        threads.split_indexed(n_seqs * n_heads, |thread, items| {
+            // Each thread has its own scratch; the lock is never contended.
+            let mut s = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
+            let s = &mut *s;
+            for item in items {
+                let (seq, h) = (item / n_heads, item % n_heads);
+                let (start, len) = (starts[seq], starts[seq + 1] - starts[seq]);
+                if len == 0 {
+                    continue;
+                }
+                let q_off = start * ld + h * hd;
+                let (k_off, v_off) = (q_off + dim, q_off + 2 * dim);
+                // Rotary: rotated copies of this head's Q (kept in
+                // `scores` temporarily) and K.
+                let mut q_rot = Vec::new();
+                let (q_rows, q_lda): (&[f32], usize) = match &self.positions {
+                    Positions::Rotary { base, ntk } => {
+                        rope_tables(*base, *ntk, hd, len, &mut s.cos, &mut s.sin);
+                        q_rot.resize(len * hd, 0.0);
+                        for t in 0..len {
+                            let src = &qkv[q_off + t * ld..q_off + t * ld + hd];
+                            let dst = &mut q_rot[t * hd..(t + 1) * hd];
+                            rotate(src, dst, &s.cos[t * hd / 2..], &s.sin[t * hd / 2..]);
+                        }
+                        let (cos, sin) = (&s.cos, &s.sin);
+                        s.keys.repack(len, hd, |t, row| {
+                            let src = &qkv[k_off + t * ld..k_off + t * ld + hd];
+                            rotate(src, row, &cos[t * hd / 2..], &sin[t * hd / 2..]);
+                        });
+                        (&q_rot, hd)
+                    }
+                    Positions::Learned { .. } => {
+                        s.keys.repack(len, hd, |t, row| {
+                            row.copy_from_slice(&qkv[k_off + t * ld..k_off + t * ld + hd])
+                        });
+                        (&qkv[q_off..], ld)
+                    }
+                };
+                // scores = Q Kᵀ * scale, softmax over each row.
+                resize(&mut s.scores, len * len);
+                let acts = Acts {
+                    a: q_rows,
+                    lda: q_lda,
+                    m: len,
+                };
+                let scores = OutPtr {
+                    ptr: s.scores.as_mut_ptr(),
+                    ld: len,
+                };
+                // SAFETY: `scores` holds len x len values and is this
+                // thread's own buffer.
+                unsafe { gemm_panels(acts, &s.keys, 0..s.keys.n_panels(), scores) };
+                for row in s.scores.chunks_exact_mut(len) {
+                    row.iter_mut().for_each(|v| *v *= scale);
+                    math::softmax(row);
+                }
+                // out = P V.
+                s.values.repack_transposed(&qkv[v_off..], ld, len, hd);
+                let acts = Acts {
+                    a: &s.scores,
+                    lda: len,
+                    m: len,
+                };
+                // SAFETY: this (sequence, head) pair is this thread's only:
+                // it writes rows start..start+len, columns h*hd..(h+1)*hd
+                // of `attn`, which no other item touches; in bounds because
+                // `attn` is total x dim.
+                unsafe {
+                    debug_assert!((start + len) * dim <= out.len());
+                    let target = OutPtr {
+                        ptr: out.as_mut_ptr().add(start * dim + h * hd),
+                        ld: dim,
+                    };
+                    gemm_panels(acts, &s.values, 0..s.values.n_panels(), target);
+                }
+            }
+        });
+    }
+}
+
+/// cos and sin of `pos * theta_i` for positions `0..len` and the `hd / 2`
+/// frequencies `theta_i = base^(-2i / hd)`, in f64 then rounded.
+fn rope_tables(
+    base: f64,
+    ntk: Option<(f64, usize)>,
+    hd: usize,
+    len: usize,
+    cos: &mut Vec<f32>,
+    sin: &mut Vec<f32>,
+) {
+    let half = hd / 2;
+    let base = match ntk {
+        // Dynamic NTK: stretch the base when the input is longer than the
+        // trained length (as HF's "dynamic" RoPE, per sequence).
+        Some((factor, trained)) if len > trained => {
+            let ratio = factor * len as f64 / trained as f64 - (factor - 1.0);
+            base * ratio.powf(hd as f64 / (hd as f64 - 2.0))
+        }
+        _ => base,
+    };
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| (1.0 / base.powf((2 * i) as f64 / hd as f64)) as f32)
+        .collect();
+    cos.clear();
+    sin.clear();
+    for pos in 0..len {
+        for &f in &inv_freq {
+            let angle = pos as f32 * f;
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+}
+
+/// GPT-NeoX rotation: `(x_i, x_{i+h})` by angle `i`, `h = len / 2`.
+fn rotate(src: &[f32], dst: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = src.len() / 2;
+    for i in 0..half {
+        let (a, b) = (src[i], src[i + half]);
+        dst[i] = a * cos[i] - b * sin[i];
+        dst[i + half] = b * cos[i] + a * sin[i];
+    }
+}
+
+/// `out = x · Wᵀ + b` (then `act`), `m` rows; threads split the output
+/// features by panels, and each applies bias and activation to its own.
+fn dense(
+    d: &Dense,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+    act: Option<Activation>,
+    threads: &Threads,
+) {
+    let n = d.w.n();
+    debug_assert_eq!(out.len(), m * n);
+    let k = d.w.k();
+    let target = DisjointSlice::new(out);
+    threads.split(d.w.n_panels(), |panels| {
+        let (j0, j1) = (panels.start * NR, (panels.end * NR).min(n));
+        // SAFETY: the panels of this range are this thread's alone, so are
+        // the output columns j0..j1 of every row; `out` is m x n.
+        unsafe {
+            let ptr = target.as_mut_ptr();
+            gemm_panels(
+                Acts { a: x, lda: k, m },
+                &d.w,
+                panels,
+                OutPtr { ptr, ld: n },
+            );
+            for i in 0..m {
+                let row = std::slice::from_raw_parts_mut(ptr.add(i * n + j0), j1 - j0);
+                if let Some(b) = &d.bias {
+                    row.iter_mut().zip(&b[j0..j1]).for_each(|(v, &b)| *v += b);
+                }
+                if let Some(act) = act {
+                    math::activate(act, row);
+                }
+            }
+        }
+    });
+}
+
+/// `up = silu(x · Gᵀ) * (x · Uᵀ)`, with `gate` as scratch.
+fn swiglu(
+    gate_w: &Dense,
+    up_w: &Dense,
+    x: &[f32],
+    m: usize,
+    gate: &mut [f32],
+    up: &mut [f32],
+    threads: &Threads,
+) {
+    let n = up_w.w.n();
+    let k = up_w.w.k();
+    let (g, u) = (DisjointSlice::new(gate), DisjointSlice::new(up));
+    threads.split(up_w.w.n_panels(), |panels| {
+        let (j0, j1) = (panels.start * NR, (panels.end * NR).min(n));
+        // SAFETY: as in `dense`: columns j0..j1 of both outputs are this
+        // thread's alone; both are m x n.
+        unsafe {
+            let gp = g.as_mut_ptr();
+            let up_ptr = u.as_mut_ptr();
+            let acts = Acts { a: x, lda: k, m };
+            gemm_panels(acts, &gate_w.w, panels.clone(), OutPtr { ptr: gp, ld: n });
+            gemm_panels(acts, &up_w.w, panels, OutPtr { ptr: up_ptr, ld: n });
+            for i in 0..m {
+                let gr = std::slice::from_raw_parts(gp.add(i * n + j0), j1 - j0);
+                let ur = std::slice::from_raw_parts_mut(up_ptr.add(i * n + j0), j1 - j0);
+                math::silu_mul(gr, ur);
+            }
+        }
+    });
+}
+
+/// `x = LN(x + y)` row by row, rows split across threads.
+fn add_and_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm, dim: usize, threads: &Threads) {
+    let rows = x.len() / dim;
+    let target = DisjointSlice::new(x);
+    threads.split(rows, |range| {
+        for r in range {
+            // SAFETY: row r is this thread's alone.
+            let row = unsafe { target.segment(r * dim, dim) };
+            row.iter_mut()
+                .zip(&y[r * dim..(r + 1) * dim])
+                .for_each(|(v, &a)| *v += a);
+            norm.apply(row);
+        }
+    });
+}

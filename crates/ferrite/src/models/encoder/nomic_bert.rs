@@ -1,0 +1,295 @@
+//! nomic-bert (nomic-embed-text v1/v1.5): a BERT encoder with rotary
+//! positions (GPT-NeoX layout, optional dynamic NTK scaling past the
+//! trained length), Q/K/V fused in one matrix, SwiGLU feed-forward, no
+//! biases by default, post-LN, token type embeddings.
+//!
+//! Three layouts of the same weights are read:
+//! - nomic's own checkpoints (`encoder.layers.N.attn.Wqkv`, `mlp.fc11` = up,
+//!   `mlp.fc12` = gate, `mlp.fc2`, `norm1`, `norm2`, `emb_ln`), with config
+//!   keys `n_embd`, `n_head`, `rotary_emb_base`, ...;
+//! - HF transformers' `NomicBertModel` (`layers.N.self_attn.q_proj`, ...);
+//! - llama.cpp's `nomic-bert` GGUF (`blk.N.attn_qkv`, `ffn_up`, `ffn_gate`).
+//!
+//! References: HF `models/nomic_bert/modeling_nomic_bert.py` and its
+//! checkpoint key mapping in `conversion_mapping.py`; llama.cpp
+//! `convert_hf_to_gguf.py` (`NomicBertModel`).
+
+use super::bert::layer_norm;
+use super::config::JsonConfig;
+use super::weights::{Dense, WeightSource};
+use super::{Encoder, EncoderConfig, EncoderLayer, Mlp, Positions};
+use crate::models::hparams::HParams;
+use crate::Error;
+
+/// Sizes shared by all layouts.
+struct Sizes {
+    dim: usize,
+    n_layers: usize,
+    n_heads: usize,
+    ffn: usize,
+    eps: f32,
+    n_positions: usize,
+    rope_base: f64,
+    ntk: Option<(f64, usize)>,
+}
+
+/// Where each weight of layer `i` lives.
+enum Layout {
+    Nomic,
+    Transformers,
+    Gguf,
+}
+
+impl Layout {
+    fn token(&self) -> &'static str {
+        match self {
+            Layout::Gguf => "token_embd.weight",
+            _ => "embeddings.word_embeddings.weight",
+        }
+    }
+
+    fn token_type(&self) -> &'static str {
+        match self {
+            Layout::Gguf => "token_types.weight",
+            _ => "embeddings.token_type_embeddings.weight",
+        }
+    }
+
+    fn embd_norm(&self) -> &'static str {
+        match self {
+            Layout::Nomic => "emb_ln",
+            Layout::Transformers => "embeddings.LayerNorm",
+            Layout::Gguf => "token_embd_norm",
+        }
+    }
+
+    /// The prefix (before `.weight` / `.bias`) of part `what` of layer `i`.
+    fn layer(&self, i: usize, what: &str) -> String {
+        let part = match (self, what) {
+            (Layout::Nomic, "qkv") => "attn.Wqkv",
+            (Layout::Nomic, "out") => "attn.out_proj",
+            (Layout::Nomic, "up") => "mlp.fc11",
+            (Layout::Nomic, "gate") => "mlp.fc12",
+            (Layout::Nomic, "down") => "mlp.fc2",
+            (Layout::Nomic, "attn_norm") => "norm1",
+            (Layout::Nomic, _) => "norm2",
+            (Layout::Transformers, "q") => "self_attn.q_proj",
+            (Layout::Transformers, "k") => "self_attn.k_proj",
+            (Layout::Transformers, "v") => "self_attn.v_proj",
+            (Layout::Transformers, "out") => "self_attn.o_proj",
+            (Layout::Transformers, "up") => "mlp.up_proj",
+            (Layout::Transformers, "gate") => "mlp.gate_proj",
+            (Layout::Transformers, "down") => "mlp.down_proj",
+            (Layout::Transformers, "attn_norm") => "post_attention_layernorm",
+            (Layout::Transformers, _) => "post_mlp_layernorm",
+            (Layout::Gguf, "qkv") => "attn_qkv",
+            (Layout::Gguf, "out") => "attn_output",
+            (Layout::Gguf, "up") => "ffn_up",
+            (Layout::Gguf, "gate") => "ffn_gate",
+            (Layout::Gguf, "down") => "ffn_down",
+            (Layout::Gguf, "attn_norm") => "attn_output_norm",
+            (Layout::Gguf, _) => "layer_output_norm",
+        };
+        match self {
+            Layout::Nomic => format!("encoder.layers.{i}.{part}"),
+            Layout::Transformers => format!("layers.{i}.{part}"),
+            Layout::Gguf => format!("blk.{i}.{part}"),
+        }
+    }
+}
+
+/// Loads nomic-bert from a safetensors directory with its `config.json`
+/// (nomic's original keys or transformers' `NomicBertConfig`).
+pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder, Error> {
+    let cfg = JsonConfig {
+        value: config,
+        source: src.source(),
+    };
+    if cfg.opt_bool(&["prenorm"]) == Some(true) {
+        return Err(cfg.error("prenorm", "pre-norm nomic-bert is not supported"));
+    }
+    if cfg.opt_bool(&["rotary_emb_interleaved"]) == Some(true) {
+        return Err(cfg.error(
+            "rotary_emb_interleaved",
+            "interleaved rotary embeddings are not supported",
+        ));
+    }
+    if let Some(f) = cfg.opt_f64(&["rotary_emb_fraction"])? {
+        if f != 1.0 {
+            return Err(cfg.error(
+                "rotary_emb_fraction",
+                &format!("{f}: only 1.0 is supported"),
+            ));
+        }
+    }
+    if let Some(a) = cfg.opt_str(&["activation_function", "hidden_act"]) {
+        if !matches!(a, "swiglu" | "silu" | "swish") {
+            return Err(cfg.error(
+                "activation_function",
+                &format!("'{a}' is not supported (swiglu)"),
+            ));
+        }
+    }
+    let rope = config
+        .get("rope_parameters")
+        .or_else(|| config.get("rope_scaling"));
+    let rope_cfg = rope.map(|r| JsonConfig {
+        value: r,
+        source: src.source(),
+    });
+    let rope_base = match &rope_cfg {
+        Some(r) => r.opt_f64(&["rope_theta"])?,
+        None => None,
+    };
+    let rope_base = match rope_base {
+        Some(b) => b,
+        None => cfg
+            .opt_f64(&["rotary_emb_base", "rope_theta"])?
+            .unwrap_or(1000.0),
+    };
+    let n_positions = cfg.size(&["n_positions", "max_position_embeddings"])?;
+    let ntk = match cfg.opt_f64(&["rotary_scaling_factor"])? {
+        Some(f) => Some((f, cfg.size(&["max_trained_positions"])?)),
+        None => match &rope_cfg {
+            Some(r) if r.opt_str(&["rope_type", "type"]) == Some("dynamic") => {
+                let f = r.opt_f64(&["factor"])?.ok_or_else(|| {
+                    cfg.error("rope_parameters", "dynamic scaling without 'factor'")
+                })?;
+                Some((f, cfg.size(&["max_position_embeddings"])?))
+            }
+            _ => None,
+        },
+    };
+    let sizes = Sizes {
+        dim: cfg.size(&["n_embd", "hidden_size"])?,
+        n_layers: cfg.size(&["n_layer", "num_hidden_layers"])?,
+        n_heads: cfg.size(&["n_head", "num_attention_heads"])?,
+        ffn: cfg.size(&["n_inner", "intermediate_size"])?,
+        eps: cfg
+            .opt_f64(&["layer_norm_epsilon", "layer_norm_eps"])?
+            .unwrap_or(1e-12) as f32,
+        n_positions,
+        rope_base,
+        ntk,
+    };
+    let layout = if src.has("encoder.layers.0.attn.Wqkv.weight") {
+        Layout::Nomic
+    } else {
+        Layout::Transformers
+    };
+    load(src, &sizes, &layout)
+}
+
+/// Loads nomic-bert from a GGUF file of architecture `nomic-bert`.
+pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
+    let dim = hp.size("embedding_length")?;
+    let sizes = Sizes {
+        dim,
+        n_layers: hp.size("block_count")?,
+        n_heads: hp.heads(dim)?.n_heads,
+        ffn: hp.size("feed_forward_length")?,
+        eps: hp.opt_f32("attention.layer_norm_epsilon")?.unwrap_or(1e-12),
+        n_positions: hp.size("context_length")?,
+        rope_base: hp.opt_f32("rope.freq_base")?.unwrap_or(1000.0) as f64,
+        ntk: None,
+    };
+    load(src, &sizes, &Layout::Gguf)
+}
+
+fn load(src: &WeightSource, s: &Sizes, layout: &Layout) -> Result<Encoder, Error> {
+    let dim = s.dim;
+    if !dim.is_multiple_of(s.n_heads) || !(dim / s.n_heads).is_multiple_of(2) {
+        return Err(Error::model(
+            src.source(),
+            format!(
+                "hidden size {dim} over {} heads does not give an even head size",
+                s.n_heads
+            ),
+        ));
+    }
+    let n_vocab = match src.shape(layout.token()).as_deref() {
+        Some([n, d]) if *d == dim && *n > 0 => *n,
+        other => {
+            return Err(Error::model(
+                src.source(),
+                format!(
+                    "'{}' has shape {other:?}, expected (n_vocab, {dim})",
+                    layout.token()
+                ),
+            ))
+        }
+    };
+    let token_type0 = match src.shape(layout.token_type()).as_deref() {
+        Some([n, d]) if *d == dim && *n > 0 => {
+            Some(src.matrix(layout.token_type(), *n, dim)?[..dim].to_vec())
+        }
+        None => None,
+        other => {
+            return Err(Error::model(
+                src.source(),
+                format!("'{}' has shape {other:?}", layout.token_type()),
+            ))
+        }
+    };
+    // A weight with an optional bias.
+    let part =
+        |name: &str, rows: usize, cols: usize| -> Result<(Vec<f32>, Option<Vec<f32>>), Error> {
+            let w = src.matrix(&format!("{name}.weight"), rows, cols)?;
+            let bias_name = format!("{name}.bias");
+            let b = if src.has(&bias_name) {
+                Some(src.vector(&bias_name, rows)?)
+            } else {
+                None
+            };
+            Ok((w, b))
+        };
+    let dense = |name: &str, rows: usize, cols: usize| -> Result<Dense, Error> {
+        let (w, b) = part(name, rows, cols)?;
+        Ok(Dense::new(&w, b, rows, cols))
+    };
+    let mut layers = Vec::with_capacity(s.n_layers);
+    for i in 0..s.n_layers {
+        let name = |what: &str| layout.layer(i, what);
+        let qkv = match layout {
+            Layout::Transformers => Dense::stacked(
+                &[
+                    part(&name("q"), dim, dim)?,
+                    part(&name("k"), dim, dim)?,
+                    part(&name("v"), dim, dim)?,
+                ],
+                dim,
+            ),
+            _ => dense(&name("qkv"), 3 * dim, dim)?,
+        };
+        layers.push(EncoderLayer {
+            qkv,
+            out: dense(&name("out"), dim, dim)?,
+            attn_norm: layer_norm(src, &name("attn_norm"), dim, s.eps)?,
+            mlp: Mlp::SwiGlu {
+                gate: dense(&name("gate"), s.ffn, dim)?,
+                up: dense(&name("up"), s.ffn, dim)?,
+                down: dense(&name("down"), dim, s.ffn)?,
+            },
+            out_norm: layer_norm(src, &name("out_norm"), dim, s.eps)?,
+        });
+    }
+    Ok(Encoder {
+        config: EncoderConfig {
+            arch: "nomic-bert",
+            dim,
+            n_heads: s.n_heads,
+            head_dim: dim / s.n_heads,
+            ffn: s.ffn,
+            n_vocab,
+            max_positions: s.n_positions,
+        },
+        token_embd: src.matrix(layout.token(), n_vocab, dim)?,
+        token_type0,
+        positions: Positions::Rotary {
+            base: s.rope_base,
+            ntk: s.ntk,
+        },
+        embd_norm: layer_norm(src, layout.embd_norm(), dim, s.eps)?,
+        layers,
+    })
+}

@@ -1,0 +1,145 @@
+//! Where an encoder's weights come from: a GGUF file (any block type,
+//! dequantized) or a safetensors directory (F32, F16 or BF16), read into f32
+//! by name with the shape checked, then packed for the f32 GEMM.
+
+use std::sync::Arc;
+
+use ferrite_kernels::gemm::PackedWeights;
+use ferrite_kernels::quant::dequantize;
+use ferrite_kernels::GgmlType;
+
+use crate::formats::gguf::GgufFile;
+use crate::formats::safetensors::SafetensorsDir;
+use crate::Error;
+
+/// A model file or directory that tensors are read from.
+pub enum WeightSource {
+    Gguf(Arc<GgufFile>),
+    Safetensors(SafetensorsDir),
+}
+
+impl WeightSource {
+    /// The path, for error messages.
+    pub fn source(&self) -> String {
+        match self {
+            WeightSource::Gguf(f) => f.path().display().to_string(),
+            WeightSource::Safetensors(d) => d.dir().display().to_string(),
+        }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        match self {
+            WeightSource::Gguf(f) => f.tensor(name).is_some(),
+            WeightSource::Safetensors(d) => d.tensor_info(name).is_some(),
+        }
+    }
+
+    /// The shape of `name` in row-major order (rows first), if present.
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        match self {
+            WeightSource::Gguf(f) => f
+                .tensor(name)
+                .map(|t| t.info.dims.iter().rev().map(|&d| d as usize).collect()),
+            WeightSource::Safetensors(d) => d.tensor_info(name).map(|t| t.shape.clone()),
+        }
+    }
+
+    /// Tensor `name`, which must have `shape` (row-major), as f32 values.
+    pub fn read(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, Error> {
+        let found = self
+            .shape(name)
+            .ok_or_else(|| Error::model(self.source(), format!("missing tensor '{name}'")))?;
+        // A vector may be stored as [n] or [1, n]; compare without leading 1s.
+        let strip = |s: &[usize]| -> Vec<usize> {
+            let first = s.iter().position(|&d| d != 1).unwrap_or(s.len());
+            s[first..].to_vec()
+        };
+        if strip(&found) != strip(shape) {
+            return Err(Error::model(
+                self.source(),
+                format!("tensor '{name}' has shape {found:?}, expected {shape:?}"),
+            ));
+        }
+        let n: usize = shape.iter().product();
+        let mut out = vec![0f32; n];
+        let (ty, bytes) = match self {
+            WeightSource::Gguf(f) => {
+                // Present: its shape was found above.
+                let t = f.tensor(name).expect("tensor present");
+                (t.info.ty, t.data)
+            }
+            WeightSource::Safetensors(d) => {
+                let info = d.tensor_info(name).expect("tensor present");
+                let ty = info
+                    .ty
+                    .filter(|t| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16));
+                let ty = ty.ok_or_else(|| {
+                    Error::model(
+                        self.source(),
+                        format!(
+                            "tensor '{name}': dtype {} is not F32, F16 or BF16",
+                            info.dtype
+                        ),
+                    )
+                })?;
+                (ty, d.tensor_data(info))
+            }
+        };
+        dequantize(ty, bytes, &mut out)
+            .map_err(|e| Error::model(self.source(), format!("tensor '{name}': {e}")))?;
+        Ok(out)
+    }
+
+    /// A vector of `n` values.
+    pub fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, Error> {
+        self.read(name, &[n])
+    }
+
+    /// A matrix of `rows x cols`.
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>, Error> {
+        self.read(name, &[rows, cols])
+    }
+}
+
+/// A fully connected layer `y = x · Wᵀ + b` on packed f32 weights.
+pub struct Dense {
+    pub w: PackedWeights,
+    /// `(n,)`, if the layer has one.
+    pub bias: Option<Vec<f32>>,
+}
+
+impl Dense {
+    /// Stacks several weight matrices (each `rows_i x cols`) into one layer
+    /// with `sum rows_i` outputs, e.g. Q, K and V into one product.
+    pub fn stacked(parts: &[(Vec<f32>, Option<Vec<f32>>)], cols: usize) -> Dense {
+        let rows: Vec<usize> = parts.iter().map(|(w, _)| w.len() / cols).collect();
+        let n: usize = rows.iter().sum();
+        let mut w = PackedWeights::default();
+        w.repack(n, cols, |j, out| {
+            let mut j = j;
+            for ((part, _), &r) in parts.iter().zip(&rows) {
+                if j < r {
+                    out.copy_from_slice(&part[j * cols..(j + 1) * cols]);
+                    return;
+                }
+                j -= r;
+            }
+        });
+        // A part without a bias adds zeros, if any other part has one.
+        let bias = parts.iter().any(|(_, b)| b.is_some()).then(|| {
+            parts
+                .iter()
+                .zip(&rows)
+                .flat_map(|((_, b), &r)| b.clone().unwrap_or_else(|| vec![0.0; r]))
+                .collect()
+        });
+        Dense { w, bias }
+    }
+
+    pub fn new(w: &[f32], bias: Option<Vec<f32>>, rows: usize, cols: usize) -> Dense {
+        Dense {
+            w: PackedWeights::pack(w, rows, cols),
+            bias,
+        }
+    }
+}
