@@ -39,6 +39,13 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Benchmark an embedding model on these texts (one per line) instead:
+    /// sentences/s and single-sentence latency (default model: minilm).
+    #[arg(long)]
+    texts: Option<String>,
+    /// Inputs per encoder call (with --texts).
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
 }
 
 /// Mean and sample standard deviation of the per-repetition rates (tokens/s).
@@ -156,6 +163,16 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     if args.threads == Some(0) {
         return Err("--threads must be at least 1".into());
+    }
+    if let Some(texts) = &args.texts {
+        return super::bench_embed::run(super::bench_embed::EmbedBench {
+            model: args.model.as_deref(),
+            texts,
+            batch_size: args.batch_size,
+            threads: args.threads,
+            reps: args.reps,
+            json: args.json,
+        });
     }
     let loaded = load(args.model.as_deref())?;
     let model = loaded.model.as_ref();

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 pub mod bench;
+pub mod bench_embed;
 pub mod chat;
 pub mod common;
 pub mod embed;

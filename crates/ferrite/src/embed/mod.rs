@@ -171,12 +171,14 @@ impl Embedder {
         let encoder = match arch.as_str() {
             "bert" => bert::from_gguf(&src, &hp)?,
             "nomic-bert" => nomic_bert::from_gguf(&src, &hp)?,
-            other => return Err(Error::model(
-                &source,
-                format!(
+            other => {
+                return Err(Error::model(
+                    &source,
+                    format!(
                     "architecture '{other}' is not a supported embedding model (bert, nomic-bert)"
                 ),
-            )),
+                ))
+            }
         };
         // llama.cpp's pooling types: 1 mean, 2 cls, 3 last.
         let pooling = match hp.opt_value("pooling_type").and_then(|v| v.as_u64()) {

@@ -1,0 +1,158 @@
+//! Embeddings do not depend on how inputs are batched or how many threads
+//! run: each input's vector is bit-identical alone, in any batch, in any
+//! position of a batch, for 1 or 2 threads (the encoder packs sequences
+//! without padding and every value has one fixed summation order).
+//! Also: the clear errors for bad requests.
+
+mod common;
+
+use ferrite::embed::{EmbedOptions, Embedder, Pooling};
+use ferrite::parallel::Threads;
+
+fn texts() -> Vec<String> {
+    let bench = std::fs::read_to_string(common::testdata().join("embed/bench-sentences.txt"))
+        .expect("testdata/embed/bench-sentences.txt");
+    let mut t: Vec<String> = bench.lines().take(37).map(String::from).collect();
+    t.push(String::new());
+    t.push("Ünïcödé — 日本語のテキスト, and emoji 🎉!".into());
+    t.push("word ".repeat(400));
+    t
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn minilm_vectors_are_identical_alone_in_any_batch_and_for_any_thread_count() {
+    let model = Embedder::open(&common::real_model("minilm")).unwrap();
+    let texts = texts();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let opts = EmbedOptions::default();
+    let reference = model.embed(&refs, &opts, &Threads::new(2)).unwrap();
+    assert_eq!(reference.len(), refs.len());
+    assert!(
+        reference.last().unwrap().truncated,
+        "the 400-word input is cut"
+    );
+
+    for (batch_size, n_threads) in [(1, 1), (7, 2), (40, 1), (3, 2)] {
+        let o = EmbedOptions { batch_size, ..opts };
+        let got = model.embed(&refs, &o, &Threads::new(n_threads)).unwrap();
+        for (i, (a, b)) in reference.iter().zip(&got).enumerate() {
+            assert_eq!(
+                bits(&a.vector),
+                bits(&b.vector),
+                "input {i}, batch size {batch_size}, {n_threads} threads"
+            );
+        }
+    }
+    // Input order does not matter either: reversed, each vector is the same.
+    let reversed: Vec<&str> = refs.iter().rev().copied().collect();
+    let got = model.embed(&reversed, &opts, &Threads::new(2)).unwrap();
+    for (a, b) in reference.iter().zip(got.iter().rev()) {
+        assert_eq!(bits(&a.vector), bits(&b.vector));
+    }
+}
+
+#[test]
+fn options_shape_the_output() {
+    let model = Embedder::open(&common::real_model("minilm")).unwrap();
+    let threads = Threads::new(1);
+    let text = ["A short sentence about embeddings."];
+    let full = &model
+        .embed(&text, &EmbedOptions::default(), &threads)
+        .unwrap()[0];
+    assert_eq!(full.vector.len(), 384);
+    let norm: f32 = full.vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5);
+
+    // --dim 64 for BERT: the first 64 values, re-normalized.
+    let o = EmbedOptions {
+        dim: Some(64),
+        ..Default::default()
+    };
+    let cut = &model.embed(&text, &o, &threads).unwrap()[0];
+    assert_eq!(cut.vector.len(), 64);
+    let head_norm: f32 = full.vector[..64].iter().map(|x| x * x).sum::<f32>().sqrt();
+    for (c, f) in cut.vector.iter().zip(&full.vector) {
+        assert!((c - f / head_norm).abs() < 1e-6);
+    }
+
+    // Unnormalized mean pooling, normalized afterwards, is the default.
+    let o = EmbedOptions {
+        normalize: false,
+        ..Default::default()
+    };
+    let raw = &model.embed(&text, &o, &threads).unwrap()[0];
+    let n: f32 = raw.vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(
+        (n - 1.0).abs() > 1e-3,
+        "mean pooling is not unit length by itself"
+    );
+    for (r, f) in raw.vector.iter().zip(&full.vector) {
+        assert!((r / n - f).abs() < 1e-6);
+    }
+
+    // CLS pooling differs from mean pooling.
+    let o = EmbedOptions {
+        pooling: Some(Pooling::Cls),
+        ..Default::default()
+    };
+    let cls = &model.embed(&text, &o, &threads).unwrap()[0];
+    assert!(cls
+        .vector
+        .iter()
+        .zip(&full.vector)
+        .any(|(a, b)| (a - b).abs() > 1e-3));
+}
+
+#[test]
+fn bad_requests_get_clear_errors() {
+    let model = Embedder::open(&common::real_model("minilm")).unwrap();
+    let threads = Threads::new(1);
+    let long = "word ".repeat(400);
+    let o = EmbedOptions {
+        truncate: false,
+        ..Default::default()
+    };
+    let err = model
+        .embed(&["fine", &long], &o, &threads)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("input 2") && err.contains("longer than"),
+        "{err}"
+    );
+    for dim in [0, 385] {
+        let o = EmbedOptions {
+            dim: Some(dim),
+            ..Default::default()
+        };
+        let err = model.embed(&["x"], &o, &threads).err().unwrap().to_string();
+        assert!(err.contains("--dim"), "{err}");
+    }
+    // An empty request is fine and gives nothing.
+    assert!(model
+        .embed(&[], &EmbedOptions::default(), &threads)
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn loading_a_decoder_or_a_missing_dir_as_an_embedding_model_fails_clearly() {
+    let err = Embedder::open(&common::real_model("smollm2"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("llama") && err.contains("not a supported embedding model"),
+        "{err}"
+    );
+    let err = Embedder::open(std::path::Path::new("/nonexistent/model"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("/nonexistent/model"), "{err}");
+}
