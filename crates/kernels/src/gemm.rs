@@ -20,6 +20,7 @@
 use std::ops::Range;
 
 use crate::dispatch::{active_kernel_set, KernelSet};
+use crate::math::Activation;
 
 /// Output features per panel: two 8-lane AVX registers, one cache line.
 pub const NR: usize = 16;
@@ -111,11 +112,28 @@ impl PackedWeights {
     }
 }
 
-/// Where a product's `m x n` results go: `ptr[i * ld + j]`.
+/// Where a product's `m x n` results go (`ptr[i * ld + j]`), and what is
+/// done to each value on the way out: `act(value + bias[j])`, each step
+/// only if given (the bias add is one rounded addition after the chain).
 #[derive(Clone, Copy)]
-pub struct OutPtr {
+pub struct OutPtr<'a> {
     pub ptr: *mut f32,
     pub ld: usize,
+    /// `(n,)`.
+    pub bias: Option<&'a [f32]>,
+    pub act: Option<Activation>,
+}
+
+impl OutPtr<'_> {
+    /// Results stored as they are.
+    pub fn plain(ptr: *mut f32, ld: usize) -> OutPtr<'static> {
+        OutPtr {
+            ptr,
+            ld,
+            bias: None,
+            act: None,
+        }
+    }
 }
 
 /// The activations: `m` rows of `k` values, row `i` at `a[i * lda..]`.
@@ -139,10 +157,7 @@ impl Acts<'_> {
 /// row-major). Single-threaded; see [`gemm_panels`] to split the work.
 pub fn gemm(a: Acts, w: &PackedWeights, c: &mut [f32]) {
     assert!(c.len() >= a.m * w.n, "output shorter than m x n");
-    let out = OutPtr {
-        ptr: c.as_mut_ptr(),
-        ld: w.n,
-    };
+    let out = OutPtr::plain(c.as_mut_ptr(), w.n);
     // SAFETY: `c` holds m x n values (checked above) and is exclusively
     // borrowed for the call.
     unsafe { gemm_panels(a, w, 0..w.n_panels(), out) };
@@ -158,6 +173,10 @@ pub fn gemm(a: Acts, w: &PackedWeights, c: &mut [f32]) {
 pub unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: OutPtr) {
     a.check(w.k);
     assert!(panels.end <= w.n_panels(), "panel range out of bounds");
+    assert!(
+        out.bias.is_none_or(|b| b.len() >= w.n),
+        "bias shorter than n"
+    );
     #[cfg(target_arch = "x86_64")]
     if active_kernel_set() == KernelSet::Avx2 {
         // SAFETY: the AVX2 set is active only where AVX2 and FMA were
@@ -189,7 +208,14 @@ pub unsafe fn gemm_panels_scalar(a: Acts, w: &PackedWeights, panels: Range<usize
                     *c = x.mul_add(wv, *c);
                 }
             }
-            for (l, &v) in acc[..cols].iter().enumerate() {
+            let acc = &mut acc[..cols];
+            if let Some(b) = out.bias {
+                acc.iter_mut().zip(&b[p * NR..]).for_each(|(v, &b)| *v += b);
+            }
+            if let Some(act) = out.act {
+                crate::math::reference::activate(act, acc);
+            }
+            for (l, &v) in acc.iter().enumerate() {
                 // SAFETY: row i < m, feature p * NR + l < n in the
                 // caller's panels: writable and ours by the contract.
                 unsafe { out.ptr.add(i * out.ld + p * NR + l).write(v) };
@@ -253,10 +279,7 @@ mod tests {
             let mut got = vec![f32::NAN; m * n];
             gemm(acts, &packed, &mut got);
             let mut scalar = vec![f32::NAN; m * n];
-            let out = OutPtr {
-                ptr: scalar.as_mut_ptr(),
-                ld: n,
-            };
+            let out = OutPtr::plain(scalar.as_mut_ptr(), n);
             // SAFETY: `scalar` holds m x n values, borrowed for the call.
             unsafe { gemm_panels_scalar(acts, &packed, 0..packed.n_panels(), out) };
             for idx in 0..m * n {
@@ -267,6 +290,35 @@ mod tests {
                 );
                 assert_eq!(scalar[idx].to_bits(), expect[idx].to_bits());
             }
+        }
+    }
+
+    #[test]
+    fn bias_and_activation_on_the_way_out_match_the_reference() {
+        let (m, n, k) = (8, 37, 50);
+        let a = values(m * k, 21);
+        let w = values(n * k, 22);
+        let bias = values(n, 23);
+        let packed = PackedWeights::pack(&w, n, k);
+        let acts = Acts { a: &a, lda: k, m };
+        for act in [None, Some(Activation::GeluErf), Some(Activation::Silu)] {
+            let mut expect = reference(&a, &w, m, n, k);
+            for row in expect.chunks_exact_mut(n) {
+                row.iter_mut().zip(&bias).for_each(|(v, &b)| *v += b);
+                if let Some(act) = act {
+                    crate::math::reference::activate(act, row);
+                }
+            }
+            let mut got = vec![0f32; m * n];
+            let out = OutPtr {
+                bias: Some(&bias),
+                act,
+                ..OutPtr::plain(got.as_mut_ptr(), n)
+            };
+            // SAFETY: `got` holds m x n values, borrowed for the call.
+            unsafe { gemm_panels(acts, &packed, 0..packed.n_panels(), out) };
+            let b = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(b(&got), b(&expect), "{act:?}");
         }
     }
 

@@ -131,8 +131,9 @@ struct AttnScratch {
     sin: Vec<f32>,
 }
 
+/// Makes `v` exactly `n` long; old contents are kept (every user
+/// overwrites the whole buffer), new room is zeroed once.
 fn resize(v: &mut Vec<f32>, n: usize) {
-    v.clear();
     v.resize(n, 0.0);
 }
 
@@ -294,10 +295,7 @@ impl Encoder {
                     lda: q_lda,
                     m: len,
                 };
-                let scores = OutPtr {
-                    ptr: s.scores.as_mut_ptr(),
-                    ld: len,
-                };
+                let scores = OutPtr::plain(s.scores.as_mut_ptr(), len);
                 // SAFETY: `scores` holds len x len values and is this
                 // thread's own buffer.
                 unsafe { gemm_panels(acts, &s.keys, 0..s.keys.n_panels(), scores) };
@@ -318,10 +316,7 @@ impl Encoder {
                 // `attn` is total x dim.
                 unsafe {
                     debug_assert!((start + len) * dim <= out.len());
-                    let target = OutPtr {
-                        ptr: out.as_mut_ptr().add(start * dim + h * hd),
-                        ld: dim,
-                    };
+                    let target = OutPtr::plain(out.as_mut_ptr().add(start * dim + h * hd), dim);
                     gemm_panels(acts, &s.values, 0..s.values.n_panels(), target);
                 }
             }
@@ -373,8 +368,8 @@ fn rotate(src: &[f32], dst: &mut [f32], cos: &[f32], sin: &[f32]) {
     }
 }
 
-/// `out = x · Wᵀ + b` (then `act`), `m` rows; threads split the output
-/// features by panels, and each applies bias and activation to its own.
+/// `out = act(x · Wᵀ + b)`, `m` rows; threads split the output features
+/// by panels, bias and activation applied as each tile is stored.
 fn dense(
     d: &Dense,
     x: &[f32],
@@ -388,27 +383,15 @@ fn dense(
     let k = d.w.k();
     let target = DisjointSlice::new(out);
     threads.split(d.w.n_panels(), |panels| {
-        let (j0, j1) = (panels.start * NR, (panels.end * NR).min(n));
+        let out = OutPtr {
+            ptr: target.as_mut_ptr(),
+            ld: n,
+            bias: d.bias.as_deref(),
+            act,
+        };
         // SAFETY: the panels of this range are this thread's alone, so are
-        // the output columns j0..j1 of every row; `out` is m x n.
-        unsafe {
-            let ptr = target.as_mut_ptr();
-            gemm_panels(
-                Acts { a: x, lda: k, m },
-                &d.w,
-                panels,
-                OutPtr { ptr, ld: n },
-            );
-            for i in 0..m {
-                let row = std::slice::from_raw_parts_mut(ptr.add(i * n + j0), j1 - j0);
-                if let Some(b) = &d.bias {
-                    row.iter_mut().zip(&b[j0..j1]).for_each(|(v, &b)| *v += b);
-                }
-                if let Some(act) = act {
-                    math::activate(act, row);
-                }
-            }
-        }
+        // their output columns in every row; `out` is m x n.
+        unsafe { gemm_panels(Acts { a: x, lda: k, m }, &d.w, panels, out) };
     });
 }
 
@@ -433,8 +416,16 @@ fn swiglu(
             let gp = g.as_mut_ptr();
             let up_ptr = u.as_mut_ptr();
             let acts = Acts { a: x, lda: k, m };
-            gemm_panels(acts, &gate_w.w, panels.clone(), OutPtr { ptr: gp, ld: n });
-            gemm_panels(acts, &up_w.w, panels, OutPtr { ptr: up_ptr, ld: n });
+            let gate_out = OutPtr {
+                bias: gate_w.bias.as_deref(),
+                ..OutPtr::plain(gp, n)
+            };
+            let up_out = OutPtr {
+                bias: up_w.bias.as_deref(),
+                ..OutPtr::plain(up_ptr, n)
+            };
+            gemm_panels(acts, &gate_w.w, panels.clone(), gate_out);
+            gemm_panels(acts, &up_w.w, panels, up_out);
             for i in 0..m {
                 let gr = std::slice::from_raw_parts(gp.add(i * n + j0), j1 - j0);
                 let ur = std::slice::from_raw_parts_mut(up_ptr.add(i * n + j0), j1 - j0);

@@ -8,6 +8,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::gemm::{panel_ptr, Acts, OutPtr, PackedWeights, MR, NR};
+use crate::math::Activation;
 
 /// Activation bytes a row group may take, so that it stays in the L2 cache
 /// while every panel of the thread's range streams past it.
@@ -45,6 +46,8 @@ pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize
                         c: c_ptr,
                         ldc: out.ld,
                         cols,
+                        bias: out.bias.map(|b| &b[p * NR..]),
+                        act: out.act,
                     };
                     match rows {
                         6 => tile::<6>(t),
@@ -63,7 +66,7 @@ pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize
 }
 
 /// One micro-kernel call's operands.
-struct Tile {
+struct Tile<'a> {
     /// First activation row; row `r` starts at `a + r * lda`.
     a: *const f32,
     lda: usize,
@@ -74,6 +77,9 @@ struct Tile {
     c: *mut f32,
     ldc: usize,
     cols: usize,
+    /// This panel's biases (`cols` of them, or more).
+    bias: Option<&'a [f32]>,
+    act: Option<Activation>,
 }
 
 /// `R` rows by one panel.
@@ -84,6 +90,10 @@ struct Tile {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn tile<const R: usize>(t: Tile) {
+    let mut bias = [0f32; NR];
+    if let Some(b) = t.bias {
+        bias[..t.cols].copy_from_slice(&b[..t.cols]);
+    }
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for kk in 0..t.k {
         // SAFETY: line kk of the panel and value kk of each row are in
@@ -100,18 +110,22 @@ unsafe fn tile<const R: usize>(t: Tile) {
         }
     }
     for (r, acc_r) in acc.iter().enumerate() {
-        // SAFETY: row r of the output has `cols` writable values.
+        let mut row = [0f32; NR];
+        // SAFETY: `row` and `bias` are 16 values each.
         unsafe {
-            let c = t.c.add(r * t.ldc);
-            if t.cols == NR {
-                _mm256_storeu_ps(c, acc_r[0]);
-                _mm256_storeu_ps(c.add(8), acc_r[1]);
-            } else {
-                let mut tmp = [0f32; NR];
-                _mm256_storeu_ps(tmp.as_mut_ptr(), acc_r[0]);
-                _mm256_storeu_ps(tmp.as_mut_ptr().add(8), acc_r[1]);
-                std::ptr::copy_nonoverlapping(tmp.as_ptr(), c, t.cols);
+            let (mut v0, mut v1) = (acc_r[0], acc_r[1]);
+            if t.bias.is_some() {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias.as_ptr()));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias.as_ptr().add(8)));
             }
+            _mm256_storeu_ps(row.as_mut_ptr(), v0);
+            _mm256_storeu_ps(row.as_mut_ptr().add(8), v1);
         }
+        if let Some(act) = t.act {
+            // SAFETY: AVX2 and FMA, by this function's contract.
+            unsafe { super::math::activate(act, &mut row) };
+        }
+        // SAFETY: row r of the output has `cols` writable values.
+        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), t.c.add(r * t.ldc), t.cols) };
     }
 }
