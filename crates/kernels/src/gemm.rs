@@ -174,7 +174,7 @@ pub unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out:
     a.check(w.k);
     assert!(panels.end <= w.n_panels(), "panel range out of bounds");
     assert!(
-        out.bias.is_none_or(|b| b.len() >= w.n),
+        out.bias.map_or(true, |b| b.len() >= w.n),
         "bias shorter than n"
     );
     #[cfg(target_arch = "x86_64")]
