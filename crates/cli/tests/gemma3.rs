@@ -1,36 +1,11 @@
 //! `ferrite run` and `ferrite chat` end to end on Gemma 3 270M.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use common::{ferrite, ok};
 
 use ferrite::formats::gguf::GgufFile;
 use ferrite::tokenize::Tokenizer;
-
-fn ferrite(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ferrite");
-    {
-        let mut input = child.stdin.take().unwrap();
-        if let Some(text) = stdin {
-            input.write_all(text.as_bytes()).unwrap();
-        }
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn ok(out: &Output) -> (String, String) {
-    let (stdout, stderr) = (
-        String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8"),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(out.status.success(), "failed: {stderr}");
-    (stdout, stderr)
-}
 
 /// The numbers in a `prompt: N tokens (M new), ...` statistics line.
 fn prompt_stats(stderr: &str) -> Vec<Vec<usize>> {

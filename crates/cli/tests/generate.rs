@@ -1,33 +1,8 @@
 //! `ferrite run` and `ferrite chat` end to end on SmolLM2.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
 
-fn ferrite(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ferrite");
-    {
-        let mut input = child.stdin.take().unwrap();
-        if let Some(text) = stdin {
-            input.write_all(text.as_bytes()).unwrap();
-        }
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn ok(out: &Output) -> (String, String) {
-    let (stdout, stderr) = (
-        String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8"),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(out.status.success(), "failed: {stderr}");
-    (stdout, stderr)
-}
+use common::{ferrite, ok};
 
 #[test]
 fn run_greedy_knows_the_capital_of_france() {

@@ -136,6 +136,15 @@ impl EmbedTokenizer {
         })
     }
 
+    /// The ids of `text` with the model's special tokens, however long.
+    pub fn encode_untruncated(&self, text: &str) -> Result<Vec<u32>, Error> {
+        let enc = self
+            .full
+            .encode_fast(text, true)
+            .map_err(|e| Error::Input(format!("cannot tokenize input: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
     /// The ids of `text` with the model's special tokens; cut to
     /// `max_tokens` if `truncate`, else an error if longer.
     pub fn encode(&self, text: &str, truncate: bool) -> Result<Tokens, Error> {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Text-embedding speed of ferrite against onnxruntime and sentence-transformers
+# (torch) on all-MiniLM-L6-v2 and testdata/embed/bench-sentences.txt; see
+# scripts/bench-embed.py for what is measured and how.
+#
+#   scripts/bench-embed.sh [--threads 1,2] [--rounds 3] [--n 512] [--batch-size 32] [--json OUT]
+#   scripts/bench-embed.sh --check      # cosine agreement of the three engines, no timing
+#
+# All options go to scripts/bench-embed.py (--help lists them). Before that,
+# this sets up the Python reference environment if it is missing
+# (../shared/tools/setup-refenv.sh, or $SETUP_REFENV), fetches the model
+# (scripts/fetch-models.sh minilm) and builds ferrite in release mode; a failed
+# build stops here. FERRITE_BIN=path skips the build and uses that binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+env_dir=${REFENV:-$HOME/.cache/ferrite-refenv}
+if ! "$env_dir/bin/python" -c 'import torch, transformers, sentence_transformers, onnxruntime, onnx, numpy' 2>/dev/null; then
+  setup=${SETUP_REFENV:-$repo/../shared/tools/setup-refenv.sh}
+  echo "bench-embed: setting up the Python reference environment ($setup)" >&2
+  env_dir=$(REFENV=$env_dir "$setup" | tail -n 1)
+fi
+py=$env_dir/bin/python
+
+scripts/fetch-models.sh minilm # silent when the model is already there
+model=${FERRITE_MODELS:-$repo/models}/all-MiniLM-L6-v2
+
+if [ -n "${FERRITE_BIN:-}" ]; then
+  ferrite=$FERRITE_BIN
+else
+  if ! cargo build --release -p ferrite-cli --quiet; then
+    echo "bench-embed: cargo build failed (FERRITE_BIN=target/release/ferrite uses the binary already built)" >&2
+    exit 1
+  fi
+  ferrite=$repo/target/release/ferrite
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+BENCH_EMBED_CMDLINE="$0${*:+ $*}" exec "$py" scripts/bench-embed.py --model "$model" --ferrite "$ferrite" "$@"
