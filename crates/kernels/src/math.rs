@@ -23,7 +23,12 @@ const ROUND_MAGIC: f32 = 12_582_912.0;
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let xc = x.clamp(-87.3, 88.0);
-    let n = xc.mul_add(LOG2E, ROUND_MAGIC) - ROUND_MAGIC;
+    // t = round(x * log2 e) + 1.5 * 2^23: the integer sits in t's low
+    // mantissa bits, so 2^n is built with integer operations only (a
+    // saturating `as i32` would not vectorize).
+    let t = xc.mul_add(LOG2E, ROUND_MAGIC);
+    let n = t - ROUND_MAGIC;
+    let n_int = t.to_bits().wrapping_sub(ROUND_MAGIC.to_bits());
     let r = n.mul_add(-LN2_HI, xc);
     let r = n.mul_add(-LN2_LO, r);
     // e^r on |r| <= ln2 / 2: Taylor series to degree 7 (truncation error
@@ -36,7 +41,7 @@ pub fn exp(x: f32) -> f32 {
     p = p.mul_add(r, 0.5);
     p = p.mul_add(r, 1.0);
     p = p.mul_add(r, 1.0);
-    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let scale = f32::from_bits(n_int.wrapping_add(127) << 23);
     let y = p * scale;
     if x < -87.3 {
         0.0
@@ -130,15 +135,15 @@ macro_rules! slice_fns {
             }
         }
 
-        /// `x = e^(x - max)` in place; returns the sum (left to right).
+        /// Sum in eight interleaved partial sums, folded in lane order,
+        /// then the tail left to right.
         #[inline(always)]
-        pub fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
-            xs.iter_mut().for_each(|x| *x = crate::math::exp(*x - max));
+        fn lane_sum(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
             let mut lanes = [0f32; 8];
             let mut chunks = xs.chunks_exact(8);
             for c in &mut chunks {
                 for (l, &v) in lanes.iter_mut().zip(c) {
-                    *l += v;
+                    *l += f(v);
                 }
             }
             let mut sum = 0.0;
@@ -146,9 +151,29 @@ macro_rules! slice_fns {
                 sum += l;
             }
             for &v in chunks.remainder() {
-                sum += v;
+                sum += f(v);
             }
             sum
+        }
+
+        /// Layer normalization of `x` in place with weight `w` and bias `b`:
+        /// mean, then the mean of squared deviations (two passes).
+        #[inline(always)]
+        pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+            let n = x.len() as f32;
+            let mean = lane_sum(x, |v| v) / n;
+            let var = lane_sum(x, |v| (v - mean) * (v - mean)) / n;
+            let inv = 1.0 / (var + eps).sqrt();
+            for ((v, &w), &b) in x.iter_mut().zip(w).zip(b) {
+                *v = (*v - mean) * inv * w + b;
+            }
+        }
+
+        /// `x = e^(x - max)` in place; returns the sum (left to right).
+        #[inline(always)]
+        pub fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
+            xs.iter_mut().for_each(|x| *x = crate::math::exp(*x - max));
+            lane_sum(xs, |v| v)
         }
     };
 }
@@ -181,6 +206,25 @@ pub fn silu_mul(gate: &[f32], up: &mut [f32]) {
     portable::silu_mul(gate, up)
 }
 
+/// Layer normalization in place: `(x - mean) / sqrt(var + eps) * w + b`,
+/// with the sums taken as in [`softmax`].
+pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    assert!(
+        w.len() >= x.len() && b.len() >= x.len(),
+        "weights shorter than the row"
+    );
+    if x.is_empty() {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if active_kernel_set() == KernelSet::Avx2 {
+        // SAFETY: as in `activate`.
+        unsafe { crate::x86::avx2::math::layer_norm(x, w, b, eps) };
+        return;
+    }
+    portable::layer_norm(x, w, b, eps)
+}
+
 /// Softmax of `xs` in place: `e^(x - max) / sum`, the sum taken in eight
 /// interleaved partial sums folded in a fixed order.
 pub fn softmax(xs: &mut [f32]) {
@@ -203,7 +247,7 @@ pub fn softmax(xs: &mut [f32]) {
 
 /// The portable versions, for tests comparing kernel sets.
 pub mod reference {
-    pub use super::portable::{activate, exp_shifted_sum, silu_mul};
+    pub use super::portable::{activate, exp_shifted_sum, layer_norm, silu_mul};
 }
 
 #[cfg(test)]
@@ -304,6 +348,12 @@ mod tests {
         let s2 = reference::exp_shifted_sum(&mut slow, max);
         assert_eq!(s1.to_bits(), s2.to_bits());
         assert_eq!(bits(&fast), bits(&slow));
+        let w: Vec<f32> = (0..xs.len()).map(|i| 1.0 + i as f32 * 0.001).collect();
+        let b: Vec<f32> = (0..xs.len()).map(|i| i as f32 * -0.002).collect();
+        let (mut p, mut q) = (xs.clone(), xs.clone());
+        layer_norm(&mut p, &w, &b, 1e-12);
+        reference::layer_norm(&mut q, &w, &b, 1e-12);
+        assert_eq!(bits(&p), bits(&q));
         let gate = xs.clone();
         let mut a = xs.iter().map(|x| x * 0.5).collect::<Vec<_>>();
         let mut b = a.clone();

@@ -37,16 +37,10 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    /// Normalizes one row in place: mean and variance summed in f64, in
-    /// order, so the result does not depend on any vector width.
+    /// Normalizes one row in place (sums in a fixed order, see
+    /// `ferrite_kernels::math::layer_norm`).
     pub fn apply(&self, x: &mut [f32]) {
-        let n = x.len() as f64;
-        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
-        let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-        let inv = 1.0 / (var + self.eps as f64).sqrt();
-        for ((v, &w), &b) in x.iter_mut().zip(&self.weight).zip(&self.bias) {
-            *v = ((*v as f64 - mean) * inv) as f32 * w + b;
-        }
+        math::layer_norm(x, &self.weight, &self.bias, self.eps);
     }
 }
 

@@ -126,6 +126,16 @@ unsafe fn tile<const R: usize>(t: Tile) {
             unsafe { super::math::activate(act, &mut row) };
         }
         // SAFETY: row r of the output has `cols` writable values.
-        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), t.c.add(r * t.ldc), t.cols) };
+        unsafe {
+            let c = t.c.add(r * t.ldc);
+            if t.cols == NR {
+                _mm256_storeu_ps(c, _mm256_loadu_ps(row.as_ptr()));
+                _mm256_storeu_ps(c.add(8), _mm256_loadu_ps(row.as_ptr().add(8)));
+            } else {
+                for (l, &v) in row[..t.cols].iter().enumerate() {
+                    c.add(l).write(v);
+                }
+            }
+        }
     }
 }

@@ -29,3 +29,10 @@ pub(crate) unsafe fn silu_mul(gate: &[f32], up: &mut [f32]) {
 pub(crate) unsafe fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
     body::exp_shifted_sum(xs, max)
 }
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    body::layer_norm(x, w, b, eps)
+}
