@@ -10,22 +10,11 @@
 
 use ferrite_kernels::math::Activation;
 
-use super::config::JsonConfig;
-use super::weights::{Dense, WeightSource};
-use super::{Encoder, EncoderConfig, EncoderLayer, LayerNorm, Mlp, Positions};
+use super::config::{JsonConfig, Sizes};
+use super::weights::{token_tables, Dense, WeightSource};
+use super::{Encoder, EncoderLayer, LayerNorm, Mlp, Positions};
 use crate::models::hparams::HParams;
 use crate::Error;
-
-/// Sizes shared by both layouts.
-struct Sizes {
-    dim: usize,
-    n_layers: usize,
-    n_heads: usize,
-    ffn: usize,
-    eps: f32,
-    n_positions: usize,
-    act: Activation,
-}
 
 /// The activation a `hidden_act` names.
 pub(crate) fn activation(name: &str) -> Option<Activation> {
@@ -55,15 +44,7 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
     let act_name = cfg.opt_str(&["hidden_act"]).unwrap_or("gelu");
     let act = activation(act_name)
         .ok_or_else(|| cfg.error("hidden_act", &format!("'{act_name}' is not supported")))?;
-    let sizes = Sizes {
-        dim: cfg.size(&["hidden_size"])?,
-        n_layers: cfg.size(&["num_hidden_layers"])?,
-        n_heads: cfg.size(&["num_attention_heads"])?,
-        ffn: cfg.size(&["intermediate_size"])?,
-        eps: cfg.opt_f64(&["layer_norm_eps"])?.unwrap_or(1e-12) as f32,
-        n_positions: cfg.size(&["max_position_embeddings"])?,
-        act,
-    };
+    let sizes = Sizes::from_json(&cfg, &["max_position_embeddings"])?;
     let p = if src.has("bert.embeddings.word_embeddings.weight") {
         "bert."
     } else {
@@ -85,6 +66,7 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
     load(
         src,
         &sizes,
+        act,
         &Globals {
             token: format!("{p}embeddings.word_embeddings.weight"),
             position: format!("{p}embeddings.position_embeddings.weight"),
@@ -97,17 +79,11 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
 
 /// Loads BERT from a GGUF file of architecture `bert`.
 pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
-    let dim = hp.size("embedding_length")?;
-    let sizes = Sizes {
-        dim,
-        n_layers: hp.size("block_count")?,
-        n_heads: hp.heads(dim)?.n_heads,
-        ffn: hp.size("feed_forward_length")?,
-        eps: hp.opt_f32("attention.layer_norm_epsilon")?.unwrap_or(1e-12),
-        n_positions: hp.size("context_length")?,
-        // llama.cpp's bert graph uses the exact (erf) GELU.
-        act: Activation::GeluErf,
-    };
+    let sizes = Sizes::from_gguf(hp)?;
+    // BERT checkpoints use the exact (erf) GELU (HF `hidden_act: gelu`);
+    // llama.cpp's graph approximates it with tanh, and its embeddings
+    // differ from HF's by about 6e-5 for that reason.
+    let act = Activation::GeluErf;
     let names = |i: usize, what: &str| -> String {
         let part = match what {
             "q" => "attn_q",
@@ -124,6 +100,7 @@ pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
     load(
         src,
         &sizes,
+        act,
         &Globals {
             token: "token_embd.weight".into(),
             position: "position_embd.weight".into(),
@@ -159,42 +136,13 @@ pub(crate) fn layer_norm(
 fn load(
     src: &WeightSource,
     s: &Sizes,
+    act: Activation,
     g: &Globals,
     names: &dyn Fn(usize, &str) -> String,
 ) -> Result<Encoder, Error> {
     let dim = s.dim;
-    if !dim.is_multiple_of(s.n_heads) {
-        return Err(Error::model(
-            src.source(),
-            format!("hidden size {dim} is not divisible by {} heads", s.n_heads),
-        ));
-    }
-    let n_vocab = match src.shape(&g.token).as_deref() {
-        Some([n, d]) if *d == dim && *n > 0 => *n,
-        other => {
-            return Err(Error::model(
-                src.source(),
-                format!(
-                    "'{}' has shape {other:?}, expected (n_vocab, {dim})",
-                    g.token
-                ),
-            ))
-        }
-    };
-    let n_types = match src.shape(&g.token_type).as_deref() {
-        Some([n, d]) if *d == dim && *n > 0 => Some(*n),
-        None => None,
-        other => {
-            return Err(Error::model(
-                src.source(),
-                format!("'{}' has shape {other:?}", g.token_type),
-            ))
-        }
-    };
-    let token_type0 = match n_types {
-        Some(n) => Some(src.matrix(&g.token_type, n, dim)?[..dim].to_vec()),
-        None => None,
-    };
+    let tables = token_tables(src, &g.token, &g.token_type, dim)?;
+    let config = s.config("bert", tables.n_vocab, false, &src.source())?;
     let table = src.matrix(&g.position, s.n_positions, dim)?;
     let dense = |name: &str, rows: usize, cols: usize| -> Result<Dense, Error> {
         let w = src.matrix(&format!("{name}.weight"), rows, cols)?;
@@ -218,23 +166,15 @@ fn load(
             mlp: Mlp::Plain {
                 up: dense(&names(i, "up"), s.ffn, dim)?,
                 down: dense(&names(i, "down"), dim, s.ffn)?,
-                act: s.act,
+                act,
             },
             out_norm: layer_norm(src, &names(i, "out_norm"), dim, s.eps)?,
         });
     }
     Ok(Encoder {
-        config: EncoderConfig {
-            arch: "bert",
-            dim,
-            n_heads: s.n_heads,
-            head_dim: dim / s.n_heads,
-            ffn: s.ffn,
-            n_vocab,
-            max_positions: s.n_positions,
-        },
-        token_embd: src.matrix(&g.token, n_vocab, dim)?,
-        token_type0,
+        config,
+        token_embd: tables.token_embd,
+        token_type0: tables.type0,
         positions: Positions::Learned {
             table,
             n: s.n_positions,

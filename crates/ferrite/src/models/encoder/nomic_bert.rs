@@ -15,21 +15,15 @@
 //! `convert_hf_to_gguf.py` (`NomicBertModel`).
 
 use super::bert::layer_norm;
-use super::config::JsonConfig;
-use super::weights::{Dense, WeightSource};
-use super::{Encoder, EncoderConfig, EncoderLayer, Mlp, Positions};
+use super::config::{JsonConfig, Sizes};
+use super::weights::{token_tables, Dense, WeightSource};
+use super::{Encoder, EncoderLayer, Mlp, Positions};
 use crate::models::hparams::HParams;
 use crate::Error;
 
-/// Sizes shared by all layouts.
-struct Sizes {
-    dim: usize,
-    n_layers: usize,
-    n_heads: usize,
-    ffn: usize,
-    eps: f32,
-    n_positions: usize,
-    rope_base: f64,
+/// How positions are rotated: base and optional dynamic NTK scaling.
+struct Rope {
+    base: f64,
     ntk: Option<(f64, usize)>,
 }
 
@@ -147,7 +141,6 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
             .opt_f64(&["rotary_emb_base", "rope_theta"])?
             .unwrap_or(1000.0),
     };
-    let n_positions = cfg.size(&["n_positions", "max_position_embeddings"])?;
     let ntk = match cfg.opt_f64(&["rotary_scaling_factor"])? {
         Some(f) => Some((f, cfg.size(&["max_trained_positions"])?)),
         None => match &rope_cfg {
@@ -160,16 +153,9 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
             _ => None,
         },
     };
-    let sizes = Sizes {
-        dim: cfg.size(&["n_embd", "hidden_size"])?,
-        n_layers: cfg.size(&["n_layer", "num_hidden_layers"])?,
-        n_heads: cfg.size(&["n_head", "num_attention_heads"])?,
-        ffn: cfg.size(&["n_inner", "intermediate_size"])?,
-        eps: cfg
-            .opt_f64(&["layer_norm_epsilon", "layer_norm_eps"])?
-            .unwrap_or(1e-12) as f32,
-        n_positions,
-        rope_base,
+    let sizes = Sizes::from_json(&cfg, &["n_positions", "max_position_embeddings"])?;
+    let rope = Rope {
+        base: rope_base,
         ntk,
     };
     let layout = if src.has("encoder.layers.0.attn.Wqkv.weight") {
@@ -177,60 +163,22 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
     } else {
         Layout::Transformers
     };
-    load(src, &sizes, &layout)
+    load(src, &sizes, &rope, &layout)
 }
 
 /// Loads nomic-bert from a GGUF file of architecture `nomic-bert`.
 pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
-    let dim = hp.size("embedding_length")?;
-    let sizes = Sizes {
-        dim,
-        n_layers: hp.size("block_count")?,
-        n_heads: hp.heads(dim)?.n_heads,
-        ffn: hp.size("feed_forward_length")?,
-        eps: hp.opt_f32("attention.layer_norm_epsilon")?.unwrap_or(1e-12),
-        n_positions: hp.size("context_length")?,
-        rope_base: hp.opt_f32("rope.freq_base")?.unwrap_or(1000.0) as f64,
+    let rope = Rope {
+        base: hp.opt_f32("rope.freq_base")?.unwrap_or(1000.0) as f64,
         ntk: None,
     };
-    load(src, &sizes, &Layout::Gguf)
+    load(src, &Sizes::from_gguf(hp)?, &rope, &Layout::Gguf)
 }
 
-fn load(src: &WeightSource, s: &Sizes, layout: &Layout) -> Result<Encoder, Error> {
+fn load(src: &WeightSource, s: &Sizes, rope: &Rope, layout: &Layout) -> Result<Encoder, Error> {
     let dim = s.dim;
-    if !dim.is_multiple_of(s.n_heads) || !(dim / s.n_heads).is_multiple_of(2) {
-        return Err(Error::model(
-            src.source(),
-            format!(
-                "hidden size {dim} over {} heads does not give an even head size",
-                s.n_heads
-            ),
-        ));
-    }
-    let n_vocab = match src.shape(layout.token()).as_deref() {
-        Some([n, d]) if *d == dim && *n > 0 => *n,
-        other => {
-            return Err(Error::model(
-                src.source(),
-                format!(
-                    "'{}' has shape {other:?}, expected (n_vocab, {dim})",
-                    layout.token()
-                ),
-            ))
-        }
-    };
-    let token_type0 = match src.shape(layout.token_type()).as_deref() {
-        Some([n, d]) if *d == dim && *n > 0 => {
-            Some(src.matrix(layout.token_type(), *n, dim)?[..dim].to_vec())
-        }
-        None => None,
-        other => {
-            return Err(Error::model(
-                src.source(),
-                format!("'{}' has shape {other:?}", layout.token_type()),
-            ))
-        }
-    };
+    let tables = token_tables(src, layout.token(), layout.token_type(), dim)?;
+    let config = s.config("nomic-bert", tables.n_vocab, true, &src.source())?;
     // A weight with an optional bias.
     let part =
         |name: &str, rows: usize, cols: usize| -> Result<(Vec<f32>, Option<Vec<f32>>), Error> {
@@ -274,20 +222,12 @@ fn load(src: &WeightSource, s: &Sizes, layout: &Layout) -> Result<Encoder, Error
         });
     }
     Ok(Encoder {
-        config: EncoderConfig {
-            arch: "nomic-bert",
-            dim,
-            n_heads: s.n_heads,
-            head_dim: dim / s.n_heads,
-            ffn: s.ffn,
-            n_vocab,
-            max_positions: s.n_positions,
-        },
-        token_embd: src.matrix(layout.token(), n_vocab, dim)?,
-        token_type0,
+        config,
+        token_embd: tables.token_embd,
+        token_type0: tables.type0,
         positions: Positions::Rotary {
-            base: s.rope_base,
-            ntk: s.ntk,
+            base: rope.base,
+            ntk: rope.ntk,
         },
         embd_norm: layer_norm(src, layout.embd_norm(), dim, s.eps)?,
         layers,

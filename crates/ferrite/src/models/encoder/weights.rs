@@ -101,6 +101,52 @@ impl WeightSource {
     }
 }
 
+/// An encoder's input tables.
+pub struct TokenTables {
+    pub n_vocab: usize,
+    /// `(n_vocab, dim)`.
+    pub token_embd: Vec<f32>,
+    /// Row 0 of the token type table, if the model has one (every input
+    /// is token type 0).
+    pub type0: Option<Vec<f32>>,
+}
+
+/// The token embedding table stored as `token` and the token type table
+/// `token_type`, shapes checked against `dim`.
+pub fn token_tables(
+    src: &WeightSource,
+    token: &str,
+    token_type: &str,
+    dim: usize,
+) -> Result<TokenTables, Error> {
+    let n_vocab = match src.shape(token).as_deref() {
+        Some([n, d]) if *d == dim && *n > 0 => *n,
+        other => {
+            return Err(Error::model(
+                src.source(),
+                format!("'{token}' has shape {other:?}, expected (n_vocab, {dim})"),
+            ))
+        }
+    };
+    let type0 = match src.shape(token_type).as_deref() {
+        Some([n, d]) if *d == dim && *n > 0 => {
+            Some(src.matrix(token_type, *n, dim)?[..dim].to_vec())
+        }
+        None => None,
+        other => {
+            return Err(Error::model(
+                src.source(),
+                format!("'{token_type}' has shape {other:?}, expected (n_types, {dim})"),
+            ))
+        }
+    };
+    Ok(TokenTables {
+        n_vocab,
+        token_embd: src.matrix(token, n_vocab, dim)?,
+        type0,
+    })
+}
+
 /// A fully connected layer `y = x · Wᵀ + b` on packed f32 weights.
 pub struct Dense {
     pub w: PackedWeights,
