@@ -156,3 +156,48 @@ fn loading_a_decoder_or_a_missing_dir_as_an_embedding_model_fails_clearly() {
         .to_string();
     assert!(err.contains("/nonexistent/model"), "{err}");
 }
+
+/// Copies the bert-tiny fixture with `config.json` rewritten by `edit`,
+/// and returns the error opening it gives.
+fn open_with_config(edit: impl Fn(&mut serde_json::Value)) -> String {
+    let src = common::testdata().join("embed/bert-tiny");
+    let dir = std::env::temp_dir().join(format!(
+        "ferrite-bad-config-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let result = Embedder::open(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+    match result {
+        Ok(_) => "opened".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn inconsistent_configs_are_clear_errors_not_panics() {
+    let err = open_with_config(|c| c["hidden_size"] = 96.into());
+    assert!(err.contains("shape") && err.contains("96"), "{err}");
+    let err = open_with_config(|c| c["num_attention_heads"] = 5.into());
+    assert!(err.contains("heads"), "{err}");
+    let err = open_with_config(|c| c["num_hidden_layers"] = 3.into());
+    assert!(
+        err.contains("missing tensor") && err.contains("layer.2"),
+        "{err}"
+    );
+    let err = open_with_config(|c| c["hidden_act"] = "swishy".into());
+    assert!(err.contains("hidden_act"), "{err}");
+    let err = open_with_config(|c| c["hidden_size"] = (-1).into());
+    assert!(err.contains("hidden_size"), "{err}");
+    let err = open_with_config(|c| c["model_type"] = "t5".into());
+    assert!(err.contains("model_type 't5'"), "{err}");
+    assert_eq!(open_with_config(|_| {}), "opened");
+}
