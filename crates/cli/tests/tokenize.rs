@@ -2,28 +2,23 @@
 //! llama-tokenize goldens in testdata/tokenizer/ (made by
 //! scripts/make-tokenizer-goldens.py).
 
-use std::io::Write;
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value as Json;
 
 fn testdata() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tokenizer")
+    common::testdata().join("tokenizer")
 }
 
 /// Runs `ferrite tokenize ARGS` with `stdin` as standard input.
 fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .arg("tokenize")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ferrite");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
+    let args: Vec<&str> = std::iter::once("tokenize")
+        .chain(args.iter().copied())
+        .collect();
+    common::ferrite_bytes(&args, stdin)
 }
 
 fn ok(args: &[&str], stdin: &[u8]) -> String {

@@ -123,6 +123,11 @@ struct AttnScratch {
     values: PackedWeights,
     cos: Vec<f32>,
     sin: Vec<f32>,
+    /// The sequence length `cos` / `sin` were made for (the tables depend
+    /// on nothing else), so the heads of a sequence share them.
+    rope_len: Option<usize>,
+    /// One head's rotated queries, `(len, head_dim)`.
+    q_rot: Vec<f32>,
 }
 
 /// Makes `v` exactly `n` long; old contents are kept (every user
@@ -258,14 +263,16 @@ impl Encoder {
                 let (k_off, v_off) = (q_off + dim, q_off + 2 * dim);
                 // Rotary: rotated copies of this head's Q (kept in
                 // `scores` temporarily) and K.
-                let mut q_rot = Vec::new();
                 let (q_rows, q_lda): (&[f32], usize) = match &self.positions {
                     Positions::Rotary { base, ntk } => {
-                        rope_tables(*base, *ntk, hd, len, &mut s.cos, &mut s.sin);
-                        q_rot.resize(len * hd, 0.0);
+                        if s.rope_len != Some(len) {
+                            rope_tables(*base, *ntk, hd, len, &mut s.cos, &mut s.sin);
+                            s.rope_len = Some(len);
+                        }
+                        resize(&mut s.q_rot, len * hd);
                         for t in 0..len {
                             let src = &qkv[q_off + t * ld..q_off + t * ld + hd];
-                            let dst = &mut q_rot[t * hd..(t + 1) * hd];
+                            let dst = &mut s.q_rot[t * hd..(t + 1) * hd];
                             rotate(src, dst, &s.cos[t * hd / 2..], &s.sin[t * hd / 2..]);
                         }
                         let (cos, sin) = (&s.cos, &s.sin);
@@ -273,7 +280,7 @@ impl Encoder {
                             let src = &qkv[k_off + t * ld..k_off + t * ld + hd];
                             rotate(src, row, &cos[t * hd / 2..], &sin[t * hd / 2..]);
                         });
-                        (&q_rot, hd)
+                        (&s.q_rot, hd)
                     }
                     Positions::Learned { .. } => {
                         s.keys.repack(len, hd, |t, row| {
