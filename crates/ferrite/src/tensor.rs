@@ -9,6 +9,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use ferrite_kernels::dot::interleave::{self, ROWS as GROUP};
 use ferrite_kernels::dot::{vec_dot_kernel, VecDotKernel};
 use ferrite_kernels::quant::{dequantize, quantize};
 use ferrite_kernels::GgmlType;
@@ -97,13 +98,24 @@ impl Loader {
                 format!("tensor '{name}': no matmul kernel for type {ty}"),
             )
         })?;
+        let row_bytes = bytes.bytes().len() / rows;
+        let groups = kernel
+            .dot8
+            .and_then(|_| interleave_groups(ty, bytes.bytes(), rows, row_bytes));
+        if groups.is_some() {
+            // The grouped rows are read from the copy from now on.
+            let start = bytes.range.start;
+            self.file
+                .release(start..start + rows / GROUP * GROUP * row_bytes);
+        }
         Ok(Linear {
             ty,
             rows,
             cols,
-            row_bytes: bytes.bytes().len() / rows,
+            row_bytes,
             bytes,
             kernel,
+            groups,
         })
     }
 
@@ -167,6 +179,32 @@ pub struct Linear {
     row_bytes: usize,
     bytes: TensorBytes,
     kernel: VecDotKernel,
+    /// When the kernel has an eight-row version (`dot8`): the first
+    /// `rows / 8 * 8` rows, repacked in groups of eight
+    /// (`ferrite_kernels::dot::interleave`), `8 * row_bytes` bytes a group.
+    /// Those rows are then read from here, not from the file; any last
+    /// rows that do not fill a group still are.
+    groups: Option<Vec<u8>>,
+}
+
+/// The whole groups of eight rows of `bytes` (`rows` rows of `row_bytes`)
+/// repacked for an eight-row kernel, or None if `ty` has no such layout.
+fn interleave_groups(ty: GgmlType, bytes: &[u8], rows: usize, row_bytes: usize) -> Option<Vec<u8>> {
+    let group_bytes = GROUP * row_bytes;
+    let n_groups = rows / GROUP;
+    if !interleave::has_layout(ty) || n_groups == 0 {
+        return None;
+    }
+    let mut out = vec![0u8; n_groups * group_bytes];
+    for (src, dst) in bytes
+        .chunks_exact(group_bytes)
+        .zip(out.chunks_exact_mut(group_bytes))
+    {
+        if !interleave::interleave(ty, src, dst) {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 /// Activations quantized into the format a weight type's dot product
@@ -307,28 +345,34 @@ pub fn matmul_many(
     debug_assert_eq!(x.len(), n_tokens * cols);
     acts.quantize(act_type, x, cols)?;
     let acts = &*acts;
-    // (weights, output) of each job, and the first global row of each; on
-    // the stack, so that decoding allocates nothing.
+    // (weights, output) of each job, and the first global unit of each; on
+    // the stack, so that decoding allocates nothing. Threads split units
+    // of GROUP rows (the last unit of a job may be shorter), so that work
+    // boundaries fall on the eight-row groups of interleaved weights.
     let mut starts = [0usize; MAX_JOBS + 1];
     let mut total = 0;
     for (i, job) in jobs.iter().enumerate() {
         debug_assert_eq!(job.out.len(), n_tokens * job.w.rows);
         starts[i] = total;
-        total += job.w.rows;
+        total += job.w.rows.div_ceil(GROUP);
     }
     starts[jobs.len()] = total;
     let mut outs = jobs.iter_mut();
     let targets: [Option<(&Linear, DisjointSlice<f32>)>; MAX_JOBS] =
         std::array::from_fn(|_| outs.next().map(|j| (j.w, DisjointSlice::new(&mut *j.out))));
     threads.split(total, |range| {
-        // Walk this thread's global rows job by job, in blocks of rows.
+        // Walk this thread's units job by job, in blocks of rows.
         for (i, (w, out)) in targets.iter().flatten().enumerate() {
             let lo = range.start.max(starts[i]);
             let hi = range.end.min(starts[i + 1]);
-            let mut r0 = lo;
-            while r0 < hi {
-                let r1 = (r0 + ROW_BLOCK).min(hi);
-                w.block_products(r0 - starts[i]..r1 - starts[i], n_tokens, acts, out);
+            if lo >= hi {
+                continue;
+            }
+            let end = ((hi - starts[i]) * GROUP).min(w.rows);
+            let mut r0 = (lo - starts[i]) * GROUP;
+            while r0 < end {
+                let r1 = (r0 + ROW_BLOCK).min(end);
+                w.block_products(r0..r1, n_tokens, acts, out);
                 r0 = r1;
             }
         }
@@ -338,8 +382,9 @@ pub fn matmul_many(
 
 impl Linear {
     /// Rows `rows` of this matrix against every token: each weight row is
-    /// used for all tokens while it is in cache, four rows at a time where
-    /// the kernel has a four-row version (bit-identical per row).
+    /// used for all tokens while it is in cache, eight rows at a time from
+    /// the interleaved copy where there is one, else four rows at a time
+    /// where the kernel has a four-row version (bit-identical per row).
     fn block_products(
         &self,
         rows: std::ops::Range<usize>,
@@ -353,6 +398,24 @@ impl Linear {
             let a = acts.row(t);
             let base = t * self.rows;
             let mut r = rows.start;
+            if let (Some(groups), Some(dot8)) = (&self.groups, self.kernel.dot8) {
+                let grouped = (groups.len() / rb).min(rows.end);
+                let mut eight = [0f32; GROUP];
+                while r < grouped {
+                    // The group holding row r; the callers split work on
+                    // group boundaries, so this is normally all of it.
+                    let g = r / GROUP * GROUP;
+                    dot8(&groups[g * rb..(g + GROUP) * rb], a, &mut eight);
+                    let end = (g + GROUP).min(rows.end);
+                    for r in r..end {
+                        // SAFETY: rows r..end belong to this thread's range
+                        // only, so these output indices are written by this
+                        // thread only.
+                        unsafe { out.write(base + r, eight[r - g]) };
+                    }
+                    r = end;
+                }
+            }
             if self.kernel.dot4.is_some() {
                 let mut four = [0f32; 4];
                 while r + 4 <= rows.end {

@@ -18,6 +18,7 @@
 use ferrite_kernels::dispatch::{
     active_kernel_set, kernel_set_name, scalar_vec_dot_kernel, vec_dot_kernel, KernelSet,
 };
+use ferrite_kernels::dot::interleave;
 use ferrite_kernels::quant::{
     quantize, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
     BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
@@ -661,4 +662,106 @@ fn dot_rows4_falls_back_to_dot() {
         }
     }
     eprintln!("{} dot_rows4 results bit-identical", tally.cases);
+}
+
+/// The types whose kernel in `set` has an eight-row `dot8`.
+fn dot8_types(set: KernelSet) -> Vec<GgmlType> {
+    ALL_TYPES
+        .into_iter()
+        .filter(|&t| set.vec_dot_kernel(t).is_some_and(|k| k.dot8.is_some()))
+        .collect()
+}
+
+/// `out[i]` of a `dot8` call on the interleaved `rows` (eight rows of
+/// `rows.len() / 8` bytes) against the scalar `dot` of row `i`, bit for bit
+/// (NaN payloads aside if `nan_ok`).
+fn check_dot8(
+    tally: &mut Tally,
+    what: &str,
+    t: GgmlType,
+    dot8: fn(&[u8], &[u8], &mut [f32; 8]),
+    scalar: fn(&[u8], &[u8]) -> f32,
+    (rows, a): (&[u8], &[u8]),
+    nan_ok: bool,
+) {
+    let mut group = vec![0u8; rows.len()];
+    assert!(
+        interleave::interleave(t, rows, &mut group),
+        "{what}: interleave"
+    );
+    let mut out = [f32::NAN; 8];
+    dot8(&group, a, &mut out);
+    let rb = rows.len() / 8;
+    for (i, &got) in out.iter().enumerate() {
+        let want = scalar(&rows[i * rb..(i + 1) * rb], a);
+        tally.check(&format!("{what} out[{i}]"), got, want, nan_ok);
+    }
+}
+
+#[test]
+fn dot8_matches_scalar_rows_bit_for_bit() {
+    const CASES_PER_LENGTH: usize = 40;
+    const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
+    let mut total = 0;
+    for (set, _) in simd_sets() {
+        for t in dot8_types(set) {
+            let dot8 = set.vec_dot_kernel(t).and_then(|k| k.dot8).expect("dot8");
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
+            let a_t = scalar.act_type;
+            let mut rng = Rng::new(u64::from(t.id()) * 7_919 + 11);
+            let mut tally = Tally::default();
+            for blocks in 1..=40 {
+                let n = blocks * t.block_size();
+                for case in 0..CASES_PER_LENGTH {
+                    let what = format!("{} {t} dot8 blocks={blocks} case={case}", set.name());
+                    let w: Vec<u8> = (0..8).flat_map(|_| weight_row(t, n, &mut rng)).collect();
+                    let a = activation_row(a_t, n, &mut rng);
+                    let check = |tally: &mut Tally, a: &[u8]| {
+                        check_dot8(tally, &what, t, dot8, scalar.dot, (&w, a), false)
+                    };
+                    check(&mut tally, &a);
+                    let s_a = rng.below(32);
+                    check(&mut tally, &misaligned(&a, s_a)[s_a..]);
+                    // Mismatched lengths: activations cut anywhere, or
+                    // longer than the rows.
+                    check(&mut tally, &a[..rng.below(a.len() + 1)]);
+                    let mut a3 = a.clone();
+                    a3.extend(activation_row(a_t, t.block_size(), &mut rng));
+                    check(&mut tally, &a3);
+                }
+            }
+            // Rows of one extreme byte each, against extreme activations,
+            // scales as they come (random finite).
+            let n = 5 * t.block_size();
+            let row_bytes = t.bytes_for(n as u64).expect("whole blocks") as usize;
+            // (Scales are then made of these bytes too, 0xffff being NaN.)
+            for ab in BYTES {
+                for shift in 0..BYTES.len() {
+                    let w: Vec<u8> = (0..8)
+                        .flat_map(|i| vec![BYTES[(shift + i) % BYTES.len()]; row_bytes])
+                        .collect();
+                    let a = vec![ab; a_t.bytes_for(n as u64).expect("whole blocks") as usize];
+                    let what = format!("{} {t} dot8 extreme w={shift} a={ab:#x}", set.name());
+                    check_dot8(&mut tally, &what, t, dot8, scalar.dot, (&w, &a), true);
+                }
+            }
+            // Any group length: never a panic, and the whole blocks agree.
+            let w = weight_row(t, 8 * 3 * t.block_size(), &mut rng);
+            let a = activation_row(a_t, 3 * t.block_size(), &mut rng);
+            for len in 0..w.len() {
+                let mut out = [0f32; 8];
+                dot8(&w[..len], &a, &mut out);
+            }
+            eprintln!(
+                "{} {t:>5} x {a_t}: dot8, {} row results, {} bit-identical, {} NaN with \
+                 another payload",
+                set.name(),
+                tally.cases,
+                tally.cases - tally.nan_payloads,
+                tally.nan_payloads
+            );
+            total += tally.cases;
+        }
+    }
+    eprintln!("{total} dot8 row results in all");
 }

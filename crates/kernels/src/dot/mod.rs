@@ -59,6 +59,7 @@
 //! meaningless number, never a panic or an out-of-bounds read.
 
 mod float;
+pub mod interleave;
 pub(crate) mod k_quants;
 mod legacy;
 
@@ -81,7 +82,15 @@ pub struct VecDotKernel {
     /// `row_bytes = w.len() / 4`. Must never panic or read out of bounds, whatever the lengths. `None` when
     /// the set has nothing faster than four calls of `dot` ([`VecDotKernel::dot_rows4`] does that).
     pub dot4: Option<Dot4Fn>,
+    /// Optional: one group of eight rows repacked by [`interleave::interleave`] (`w.len() / 8` bytes per
+    /// row) against one activation row; `out[i]` must equal `dot(row i, act)` bit for bit, row i being the
+    /// row the group was made from. Must never panic or read out of bounds, whatever the lengths. `None`
+    /// when the set has no eight-row kernel for this type; the matrix then keeps the file's layout.
+    pub dot8: Option<Dot8Fn>,
 }
+
+/// An eight-row kernel, as in [`VecDotKernel::dot8`].
+pub type Dot8Fn = fn(group: &[u8], act: &[u8], out: &mut [f32; 8]);
 
 /// A four-row kernel, as in [`VecDotKernel::dot4`].
 pub type Dot4Fn = fn(w: &[u8], act: &[u8], out: &mut [f32; 4]);
@@ -121,6 +130,7 @@ pub fn scalar_vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
             act_type,
             dot,
             dot4: None,
+            dot8: None,
         })
     }
     match w {

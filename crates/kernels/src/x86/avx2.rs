@@ -23,6 +23,7 @@ pub(crate) mod gemm;
 mod k_quants;
 mod legacy;
 pub(crate) mod math;
+mod rows8;
 
 use std::arch::x86_64::*;
 
@@ -43,6 +44,7 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
         act_type,
         dot,
         dot4: kernel4_fn(w),
+        dot8: rows8::kernel8_fn(w),
     })
 }
 

@@ -198,6 +198,39 @@ impl GgufFile {
         self.bytes.as_slice()
     }
 
+    /// Tells the OS that the bytes in `range` will not be read for a while,
+    /// so that the pages wholly inside it leave this process's resident set
+    /// (used once a tensor has been repacked into a copy). A later read
+    /// still sees the file's bytes: the pages come back from the page
+    /// cache or the disk. Does nothing for in-memory files, or if the OS
+    /// declines.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        if let Bytes::Mapped(map) = &self.bytes {
+            const PAGE: usize = 4096;
+            let start = range.start.next_multiple_of(PAGE);
+            let end = range.end.min(map.len()) / PAGE * PAGE;
+            if start < end {
+                // SAFETY: the map is a read-only shared mapping of a file
+                // (`Mmap::map`), never written through. MADV_DONTNEED on
+                // such a mapping only drops this process's page-table
+                // entries: any later read (including through slices
+                // borrowed before this call) faults the page in again with
+                // the same file contents, so no reference observes a change.
+                // The range lies inside the map (clamped just above).
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start,
+                        end - start,
+                    )
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = range;
+    }
+
     pub fn metadata(&self) -> &Metadata {
         &self.header.metadata
     }

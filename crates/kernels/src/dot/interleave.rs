@@ -1,0 +1,139 @@
+//! Eight weight rows interleaved block by block: the layout the eight-row
+//! kernels ([`super::VecDotKernel::dot8`]) read.
+//!
+//! A matrix is repacked once, at load time, in groups of [`ROWS`]
+//! consecutive rows. Within a group, block `b` of the eight rows is stored
+//! together (`8 * block_bytes` bytes), and inside it every *piece* of the
+//! block (a 2-byte scale, or a 4-byte run of packed values) is stored for
+//! row 0, row 1, ..., row 7 in turn. So a 32-byte vector load of a 4-byte
+//! piece holds the same four values of all eight rows, one row per i32
+//! lane: an integer dot product against the four matching activation bytes
+//! (broadcast to every lane) leaves row `r`'s partial sum in lane `r`, with
+//! no horizontal adds; and the eight rows' f16 scales load as one vector.
+//!
+//! The byte at offset `o` of block `b` of row `r`, in a piece that starts
+//! at offset `p` of the block and is `w` bytes wide, moves to
+//! `8 * block_bytes * b + 8 * p + w * r + (o - p)`. The group has exactly
+//! the bytes of its rows, so a repacked matrix is no bigger than the file's.
+//!
+//! The layout only moves bytes; the values, and therefore the results of
+//! the dot products, are those of the rows it came from (the kernels are
+//! tested bit for bit against the scalar reference on the rows).
+
+use crate::GgmlType;
+
+/// Rows per interleaved group.
+pub const ROWS: usize = 8;
+
+/// The widths of the pieces of one block of `ty`, in order, or `None` for a
+/// type without an interleaved layout.
+fn piece_widths(ty: GgmlType) -> Option<&'static [usize]> {
+    use GgmlType::*;
+    Some(match ty {
+        // d, then the 16 bytes of nibbles as four 4-byte pieces.
+        Q4_0 => &[2, 4, 4, 4, 4],
+        // d, m, nibbles.
+        Q4_1 => &[2, 2, 4, 4, 4, 4],
+        // d, the 4 bytes of fifth bits, nibbles.
+        Q5_0 => &[2, 4, 4, 4, 4, 4],
+        // d, the 32 bytes of values as eight 4-byte pieces.
+        Q8_0 => &[2, 4, 4, 4, 4, 4, 4, 4, 4],
+        _ => return None,
+    })
+}
+
+/// Whether `ty` has an interleaved layout.
+pub fn has_layout(ty: GgmlType) -> bool {
+    piece_widths(ty).is_some()
+}
+
+/// For each byte offset of a block of `ty`, where it goes for row 0 and how
+/// far it moves per row (the piece width): `(8 * p + (o - p), w)`.
+fn byte_map(ty: GgmlType) -> Option<Vec<(usize, usize)>> {
+    let widths = piece_widths(ty)?;
+    let mut map = Vec::new();
+    let mut start = 0;
+    for &w in widths {
+        for i in 0..w {
+            map.push((ROWS * start + i, w));
+        }
+        start += w;
+    }
+    debug_assert_eq!(Some(start as u64), ty.bytes_for(ty.block_size() as u64));
+    Some(map)
+}
+
+/// Repacks the eight rows in `rows` (`rows.len() / 8` bytes each, a whole
+/// number of blocks) into `out` (the same length). Returns false, leaving
+/// `out` unspecified, if `ty` has no layout or the lengths do not fit.
+pub fn interleave(ty: GgmlType, rows: &[u8], out: &mut [u8]) -> bool {
+    move_bytes(ty, rows, out, true)
+}
+
+/// The inverse of [`interleave`]: the eight rows of one group, row after
+/// row. Returns false as [`interleave`] does.
+pub fn deinterleave(ty: GgmlType, group: &[u8], out: &mut [u8]) -> bool {
+    move_bytes(ty, group, out, false)
+}
+
+fn move_bytes(ty: GgmlType, src: &[u8], dst: &mut [u8], forward: bool) -> bool {
+    let Some(map) = byte_map(ty) else {
+        return false;
+    };
+    let block = map.len();
+    let row_bytes = src.len() / ROWS;
+    if src.len() != dst.len() || src.len() % ROWS != 0 || row_bytes % block != 0 {
+        return false;
+    }
+    for b in 0..row_bytes / block {
+        let group_block = b * ROWS * block;
+        for r in 0..ROWS {
+            let row_block = r * row_bytes + b * block;
+            for (o, &(at, w)) in map.iter().enumerate() {
+                let (plain, packed) = (row_block + o, group_block + at + w * r);
+                if forward {
+                    dst[packed] = src[plain];
+                } else {
+                    dst[plain] = src[packed];
+                }
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleave_round_trips_and_places_pieces() {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+        ] {
+            let block = ty.bytes_for(32).unwrap() as usize;
+            let rows: Vec<u8> = (0..ROWS * 3 * block)
+                .map(|i| (i * 7 + i / 5) as u8)
+                .collect();
+            let mut packed = vec![0u8; rows.len()];
+            assert!(interleave(ty, &rows, &mut packed));
+            let mut back = vec![0u8; rows.len()];
+            assert!(deinterleave(ty, &packed, &mut back));
+            assert_eq!(back, rows, "{ty}");
+            // The first scale of every row comes first, row after row.
+            let row_bytes = rows.len() / ROWS;
+            for r in 0..ROWS {
+                assert_eq!(
+                    packed[2 * r..2 * r + 2],
+                    rows[r * row_bytes..r * row_bytes + 2]
+                );
+            }
+        }
+        let mut out = [0u8; 16];
+        assert!(!interleave(GgmlType::Q6K, &[0u8; 16], &mut out));
+        assert!(!interleave(GgmlType::Q8_0, &[0u8; 15], &mut out[..15]));
+    }
+}

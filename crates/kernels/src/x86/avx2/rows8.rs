@@ -1,0 +1,291 @@
+//! AVX2 eight-row dot products (`VecDotKernel::dot8`) of the 32-value
+//! formats Q4_0, Q4_1, Q5_0 and Q8_0, on groups of eight weight rows
+//! repacked by [`crate::dot::interleave`].
+//!
+//! In that layout a 32-byte load of one 4-byte piece of a block holds the
+//! same four values of all eight rows, row `r` in i32 lane `r`. Multiplying
+//! it by the four matching activation bytes, broadcast to every lane, and
+//! summing adjacent products leaves row `r`'s partial integer sum in lane
+//! `r`: a block's eight exact integer dot products come out in one vector,
+//! with no horizontal adds. The eight rows' f16 scales are one 16-byte
+//! load. Each lane then does its row's scalar sequence of f32 operations
+//! (`(d_w * d_x) * isum`, `+ m_w * s_x` for Q4_1, added to the running sum
+//! in block order, separate multiplies and adds), so `out[r]` has the bits
+//! of the scalar reference's `dot` of row `r`.
+//!
+//! No overflow or saturation for any bytes: the bounds are noted at each
+//! kernel.
+
+use std::arch::x86_64::*;
+
+use super::{hsum_i32, load_i8, load_u8, load_u8x16};
+use crate::dot::interleave::ROWS;
+use crate::dot::{whole_blocks, Dot8Fn};
+use crate::quant::{Block, BlockQ8_0, BlockQ8_1};
+use crate::GgmlType;
+
+/// The eight-row kernel for weights of type `w`, if this set has one.
+pub(super) fn kernel8_fn(w: GgmlType) -> Option<Dot8Fn> {
+    use GgmlType::*;
+    Some(match w {
+        Q4_0 => q4_0_q8_0_x8 as Dot8Fn,
+        Q4_1 => q4_1_q8_1_x8,
+        Q5_0 => q5_0_q8_0_x8,
+        Q8_0 => q8_0_q8_0_x8,
+        _ => return None,
+    })
+}
+
+/// A weight format in the interleaved layout, and its activation format.
+trait Rows8 {
+    /// Bytes of one block of one row.
+    const BLOCK: usize;
+    /// The activation block format.
+    type A: Block;
+    /// Whether the term has the `m_w * s_x` part (the eight `m_w` are then
+    /// the 16 bytes after the eight `d_w`).
+    const MIN: bool;
+
+    /// Lane `r`: the exact integer dot product of row `r`'s block with the
+    /// activation block `a`, from the interleaved block `w` (`8 * BLOCK`
+    /// bytes; the eight `d_w` are its first 16 bytes).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, FMA and F16C.
+    unsafe fn isums(w: &[u8], a: &Self::A) -> __m256i;
+
+    /// The f16 bits of `d_x` and, if `MIN`, `s_x` (else anything).
+    fn a_scales(a: &Self::A) -> [u16; 2];
+}
+
+/// The eight rows of `group` against the activation row `act`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn dot8<K: Rows8>(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    let step = ROWS * K::BLOCK;
+    let ab = whole_blocks::<K::A>(act);
+    // As the one-row kernels: the whole blocks common to a row (there are
+    // `group.len() / step` of them in each) and the activations.
+    let n = (group.len() / step).min(ab.len());
+    let mut acc = _mm256_setzero_ps();
+    for (w, a) in group.chunks_exact(step).zip(&ab[..n]) {
+        let isum = _mm256_cvtepi32_ps(K::isums(w, a));
+        let [d_x, s_x] = K::a_scales(a);
+        let d_w = _mm256_cvtph_ps(load_u8x16(w));
+        let mut term = _mm256_mul_ps(_mm256_mul_ps(d_w, f16_splat(d_x)), isum);
+        if K::MIN {
+            let m_w = _mm256_cvtph_ps(load_u8x16(&w[16..]));
+            term = _mm256_add_ps(term, _mm256_mul_ps(m_w, f16_splat(s_x)));
+        }
+        acc = _mm256_add_ps(acc, term);
+    }
+    // SAFETY: `out` is 8 writable f32; `storeu` has no alignment requirement.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// One f16 value in all eight lanes, as f32 (exactly).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_splat(h: u16) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(h as i16))
+}
+
+/// Activation bytes `at..at + 4` as one i32, to broadcast.
+#[inline(always)]
+fn x4(x: &[i8; 32], at: usize) -> i32 {
+    let b = &x[at..at + 4];
+    i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
+}
+
+/// `sum(q * x)` of the four nibble pieces starting at `w[at]`, eight rows
+/// at once, as 16 i16 (row `r` in lanes `2r` and `2r + 1`): piece `c`'s low
+/// nibbles are values `4c..4c + 4` of each row, its high nibbles values
+/// `16 + 4c..`. Each i16 lane sums 16 products of a value in `0..16` and an
+/// i8, so it is at most `16 * 15 * 128 = 30720` in size: exact.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn nibble_pairs(w: &[u8], at: usize, x: &[i8; 32]) -> __m256i {
+    let low = _mm256_set1_epi8(0x0f);
+    let mut sum = _mm256_setzero_si256();
+    for c in 0..4 {
+        let v = load_u8(&w[at + 32 * c..]);
+        let lo = _mm256_and_si256(v, low);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+        let x_lo = _mm256_set1_epi32(x4(x, 4 * c));
+        let x_hi = _mm256_set1_epi32(x4(x, 16 + 4 * c));
+        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(lo, x_lo));
+        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(hi, x_hi));
+    }
+    sum
+}
+
+/// `offset * sum(x)` of an activation block, in every lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn offset_sum(offset: i32, x: &[i8; 32]) -> __m256i {
+    let v = load_i8(x);
+    let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
+    let sum = hsum_i32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+    _mm256_set1_epi32(offset * sum)
+}
+
+struct Q4_0;
+impl Rows8 for Q4_0 {
+    const BLOCK: usize = 18;
+    type A = BlockQ8_0;
+    const MIN: bool = false;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn isums(w: &[u8], a: &BlockQ8_0) -> __m256i {
+        // sum((q - 8) * x) = sum(q * x) - 8 * sum(x); both exact in i32.
+        let pairs = nibble_pairs(w, 16, &a.qs);
+        let sums = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+        _mm256_sub_epi32(sums, offset_sum(8, &a.qs))
+    }
+    fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
+        [u16::from_le_bytes(a.d), 0]
+    }
+}
+
+struct Q4_1;
+impl Rows8 for Q4_1 {
+    const BLOCK: usize = 20;
+    type A = BlockQ8_1;
+    const MIN: bool = true;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn isums(w: &[u8], a: &BlockQ8_1) -> __m256i {
+        _mm256_madd_epi16(nibble_pairs(w, 32, &a.qs), _mm256_set1_epi16(1))
+    }
+    fn a_scales(a: &BlockQ8_1) -> [u16; 2] {
+        [u16::from_le_bytes(a.d), u16::from_le_bytes(a.s)]
+    }
+}
+
+struct Q5_0;
+impl Rows8 for Q5_0 {
+    const BLOCK: usize = 22;
+    type A = BlockQ8_0;
+    const MIN: bool = false;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn isums(w: &[u8], a: &BlockQ8_0) -> __m256i {
+        // The fifth bits of row r are the u32 in lane r of bytes 16..48:
+        // bit j for value j. Piece c's low nibbles (values 4c + j) take bit
+        // 4c + j, in byte c / 2 of the lane; its high nibbles (values
+        // 16 + 4c + j) bit 16 + 4c + j, in byte 2 + c / 2. A shuffle copies
+        // that byte to the four bytes of the lane, and byte j tests its bit.
+        let qh = load_u8(&w[16..]);
+        let low = _mm256_set1_epi8(0x0f);
+        let sixteen = _mm256_set1_epi8(0x10);
+        let x = &a.qs;
+        let mut sums = _mm256_setzero_si256();
+        for half in 0..2 {
+            // Two pieces per i16 accumulator: each i16 lane sums 8 products
+            // of a value in 0..32 and an i8, at most 8 * 31 * 128 = 31744.
+            let mut pairs = _mm256_setzero_si256();
+            for c in 2 * half..2 * half + 2 {
+                let v = load_u8(&w[48 + 32 * c..]);
+                let byte = |k: usize| _mm256_set1_epi32((k * 0x0101_0101) as i32);
+                let spread_lo = _mm256_shuffle_epi8(qh, _mm256_add_epi8(byte(c / 2), lanes()));
+                let spread_hi = _mm256_shuffle_epi8(qh, _mm256_add_epi8(byte(2 + c / 2), lanes()));
+                let bit = _mm256_set1_epi32((0x0804_0201u32 << (4 * (c % 2))) as i32);
+                let set = |s: __m256i| {
+                    let hit = _mm256_cmpeq_epi8(_mm256_and_si256(s, bit), bit);
+                    _mm256_and_si256(hit, sixteen)
+                };
+                let lo = _mm256_or_si256(_mm256_and_si256(v, low), set(spread_lo));
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                    set(spread_hi),
+                );
+                let x_lo = _mm256_set1_epi32(x4(x, 4 * c));
+                let x_hi = _mm256_set1_epi32(x4(x, 16 + 4 * c));
+                pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(lo, x_lo));
+                pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(hi, x_hi));
+            }
+            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+        }
+        // sum((q - 16) * x) = sum(q * x) - 16 * sum(x).
+        _mm256_sub_epi32(sums, offset_sum(16, x))
+    }
+    fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
+        [u16::from_le_bytes(a.d), 0]
+    }
+}
+
+/// Byte `4r + j` of each 128-bit half holds `4r`: added to a byte index
+/// `k` in every byte, a shuffle then reads byte `k` of each i32 lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn lanes() -> __m256i {
+    _mm256_set_epi32(
+        0x0c0c_0c0c,
+        0x0808_0808,
+        0x0404_0404,
+        0,
+        0x0c0c_0c0c,
+        0x0808_0808,
+        0x0404_0404,
+        0,
+    )
+}
+
+struct Q8_0;
+impl Rows8 for Q8_0 {
+    const BLOCK: usize = 34;
+    type A = BlockQ8_0;
+    const MIN: bool = false;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn isums(w: &[u8], a: &BlockQ8_0) -> __m256i {
+        // Both sides span all of i8: each piece is widened to i16, rows
+        // 0..4 and rows 4..8 separately, against the four activations
+        // widened and repeated; madd sums products in pairs, so row r'
+        // of a half has two i32 lanes (2r', 2r' + 1), each at most
+        // 8 * 2 * 128 * 128 in size.
+        let mut rows_lo = _mm256_setzero_si256();
+        let mut rows_hi = _mm256_setzero_si256();
+        for c in 0..8 {
+            let at = 16 + 32 * c;
+            let x = _mm256_cvtepi8_epi16(_mm_set1_epi32(x4(&a.qs, 4 * c)));
+            let w_lo = _mm256_cvtepi8_epi16(load_u8x16(&w[at..]));
+            let w_hi = _mm256_cvtepi8_epi16(load_u8x16(&w[at + 16..]));
+            rows_lo = _mm256_add_epi32(rows_lo, _mm256_madd_epi16(w_lo, x));
+            rows_hi = _mm256_add_epi32(rows_hi, _mm256_madd_epi16(w_hi, x));
+        }
+        // Per 128-bit half, hadd gives [r0, r1, r4, r5] (low) and
+        // [r2, r3, r6, r7] (high); reorder the 64-bit pairs to r0..r8.
+        let h = _mm256_hadd_epi32(rows_lo, rows_hi);
+        _mm256_permute4x64_epi64::<0b11_01_10_00>(h)
+    }
+    fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
+        [u16::from_le_bytes(a.d), 0]
+    }
+}
+
+/// Q4_0 x Q8_0, eight interleaved rows.
+fn q4_0_q8_0_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: handed out only by `avx2::vec_dot_kernel`, whose callers have
+    // checked that the CPU supports AVX2, FMA and F16C.
+    unsafe { dot8::<Q4_0>(group, act, out) }
+}
+
+/// Q4_1 x Q8_1, eight interleaved rows.
+fn q4_1_q8_1_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8::<Q4_1>(group, act, out) }
+}
+
+/// Q5_0 x Q8_0, eight interleaved rows.
+fn q5_0_q8_0_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8::<Q5_0>(group, act, out) }
+}
+
+/// Q8_0 x Q8_0, eight interleaved rows.
+fn q8_0_q8_0_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8::<Q8_0>(group, act, out) }
+}
