@@ -5,6 +5,7 @@
 //! (SIMD) versions, picked at run time by [`dispatch`], give the same bits
 //! and are tested against it.
 
+pub mod attend;
 pub mod dispatch;
 pub mod dot;
 pub mod gemm;

@@ -11,6 +11,7 @@
 //! nothing when asked to rewind further than [`KvCache::set_max_rewind`]
 //! allows.
 
+use ferrite_kernels::attend::F16Rows;
 use ferrite_kernels::quant::f16_bits_from_f32;
 
 /// Keys and values of one layer: `capacity` slots of `kv_dim` values each.
@@ -49,6 +50,37 @@ impl LayerKv {
         for (d, &x) in self.v[slot].iter_mut().zip(v) {
             *d = f16_bits_from_f32(x);
         }
+    }
+
+    /// The keys of positions `positions` (at most `capacity` of them), from
+    /// value `offset` of each on: one run of rows, or two where the ring
+    /// wraps, in position order.
+    pub fn key_runs(&self, positions: std::ops::Range<usize>, offset: usize) -> [F16Rows<'_>; 2] {
+        self.runs(&self.k, positions, offset)
+    }
+
+    /// As [`LayerKv::key_runs`], for the values.
+    pub fn value_runs(&self, positions: std::ops::Range<usize>, offset: usize) -> [F16Rows<'_>; 2] {
+        self.runs(&self.v, positions, offset)
+    }
+
+    fn runs<'a>(
+        &self,
+        table: &'a [u16],
+        positions: std::ops::Range<usize>,
+        offset: usize,
+    ) -> [F16Rows<'a>; 2] {
+        let n = positions.len().min(self.capacity);
+        let first = positions.start % self.capacity;
+        let head = n.min(self.capacity - first);
+        let bytes = u16_bytes(table);
+        let stride = 2 * self.kv_dim;
+        let run = |slot: usize, n: usize| F16Rows {
+            bytes: bytes.get(slot * stride + 2 * offset..).unwrap_or_default(),
+            stride,
+            n,
+        };
+        [run(first, head), run(0, n - head)]
     }
 
     /// The key of position `pos`: `kv_dim` little-endian f16 values.

@@ -5,13 +5,10 @@
 //! softmax and weighted sum are computed in one fixed order, so a token's
 //! output does not depend on the batch it is in or on the thread count.
 
-use ferrite_kernels::dispatch::f16_to_f32_row;
-use ferrite_kernels::dot::vec_dot_kernel;
-use ferrite_kernels::GgmlType;
+use ferrite_kernels::attend::{scores_f16, weighted_sum_f16};
 
 use crate::generate::kv_cache::LayerKv;
 use crate::parallel::{DisjointSlice, Threads};
-use crate::tensor::f32_bytes;
 
 /// Shape of an attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -56,11 +53,6 @@ pub fn attention(
     let hd = shape.head_dim;
     let q_dim = shape.n_heads * hd;
     let group = shape.n_heads / shape.n_kv_heads;
-    // q . k with the kernels' f16 x f32 dot product (keys are f16 in the
-    // cache): SIMD, and one fixed summation order wherever it runs.
-    let dot = vec_dot_kernel(GgmlType::F16)
-        .expect("the f16 dot product always exists")
-        .dot;
     let per_thread = scratch.len() / threads.count();
     let scratch = DisjointSlice::new(scratch);
     let out = DisjointSlice::new(out);
@@ -69,7 +61,7 @@ pub fn attention(
         // segment of the scratch space.
         let mine = unsafe { scratch.segment(thread * per_thread, per_thread) };
         let (acc, rest) = mine.split_at_mut(hd);
-        let (v_row, scores) = rest.split_at_mut(hd);
+        let scores = &mut rest[hd..];
         for item in items {
             let (t, h) = (item / shape.n_heads, item % shape.n_heads);
             let pos = at.start + t;
@@ -82,12 +74,14 @@ pub fn attention(
 
             let n = pos + 1 - first;
             let s = &mut scores[..n];
-            let mut max = f32::NEG_INFINITY;
-            for (j, sj) in s.iter_mut().enumerate() {
-                let k = &cache.key(first + j)[2 * kv_off..2 * (kv_off + hd)];
-                *sj = dot(k, f32_bytes(qh)) * shape.scale;
-                max = max.max(*sj);
-            }
+            scores_f16(
+                qh,
+                &cache.key_runs(first..pos + 1, kv_off),
+                hd,
+                shape.scale,
+                s,
+            );
+            let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let mut sum = 0f32;
             for sj in s.iter_mut() {
                 *sj = (*sj - max).exp();
@@ -95,16 +89,7 @@ pub fn attention(
             }
             let inv = 1.0 / sum;
 
-            acc.fill(0.0);
-            for (j, &p) in s.iter().enumerate() {
-                f16_to_f32_row(
-                    &cache.value(first + j)[2 * kv_off..2 * (kv_off + hd)],
-                    v_row,
-                );
-                for (a, &vd) in acc.iter_mut().zip(v_row.iter()) {
-                    *a += p * vd;
-                }
-            }
+            weighted_sum_f16(s, &cache.value_runs(first..pos + 1, kv_off), acc);
             let base = t * q_dim + h * hd;
             for (d, &a) in acc.iter().enumerate() {
                 // SAFETY: (t, h) pairs are split across threads, so this

@@ -17,6 +17,7 @@
 //! [`vec_dot_kernel`] hands out safe wrappers, and is itself `unsafe` so that
 //! only `crate::dispatch`, after checking the CPU, can call it.
 
+pub(crate) mod attend;
 pub(crate) mod convert;
 mod float;
 pub(crate) mod gemm;

@@ -1,0 +1,159 @@
+//! The two inner loops of attention over an f16 KV cache: the scores of
+//! one query against a run of cached keys, and the probability-weighted
+//! sum of cached values.
+//!
+//! Both have one fixed order of f32 operations per output value, written
+//! here in scalar code; the AVX2 versions (`crate::x86::avx2::attend`) give
+//! the same bits:
+//!
+//! - a score is the float dot product of `crate::dot` (32 lanes, products
+//!   and sums rounded separately, lanes folded in halves), times `scale`;
+//! - `out[d]` starts at 0 and adds `p[j] * v_j[d]` (a rounded product, then
+//!   a rounded sum) for the rows in order.
+//!
+//! The f16 -> f32 conversion is exact, so a score equals the float kernel
+//! applied to the f16 bytes directly.
+
+use crate::dispatch::{active_kernel_set, scalar_vec_dot_kernel, KernelSet};
+use crate::quant::float::f16_le;
+use crate::GgmlType;
+
+/// `n` rows of f16 values, row `j` starting at byte `j * stride` of
+/// `bytes` (little-endian f16; a row is `head_dim` values, so the last one
+/// only needs `2 * head_dim` bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct F16Rows<'a> {
+    pub bytes: &'a [u8],
+    pub stride: usize,
+    pub n: usize,
+}
+
+impl<'a> F16Rows<'a> {
+    /// Row `j`: `2 * head_dim` bytes (shorter if `bytes` ends first).
+    #[inline]
+    pub(crate) fn row(&self, j: usize, head_dim: usize) -> &'a [u8] {
+        let start = (j * self.stride).min(self.bytes.len());
+        let end = (start + 2 * head_dim).min(self.bytes.len());
+        &self.bytes[start..end]
+    }
+}
+
+/// `out[j] = (k_j . q) * scale` for every row `k_j` of `runs`, in order
+/// (`out` holds at least as many values as the runs have rows; `q` is
+/// `head_dim` values).
+pub fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if active_kernel_set() == KernelSet::Avx2 {
+        // SAFETY: the AVX2 set is active only if AVX2, FMA and F16C were
+        // detected on this CPU.
+        unsafe { crate::x86::avx2::attend::scores_f16(q, runs, head_dim, scale, out) };
+        return;
+    }
+    reference::scores_f16(q, runs, head_dim, scale, out);
+}
+
+/// `out[d] = sum_j p[j] * v_j[d]` over the rows `v_j` of `runs` in order,
+/// for `d` in `0..head_dim` (`out.len()`), starting from 0.
+pub fn weighted_sum_f16(p: &[f32], runs: &[F16Rows], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if active_kernel_set() == KernelSet::Avx2 {
+        // SAFETY: as in `scores_f16`.
+        unsafe { crate::x86::avx2::attend::weighted_sum_f16(p, runs, out) };
+        return;
+    }
+    reference::weighted_sum_f16(p, runs, out);
+}
+
+/// The scalar reference of the two loops (public for tests).
+pub mod reference {
+    use super::*;
+
+    /// As [`super::scores_f16`], in scalar code.
+    pub fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out: &mut [f32]) {
+        let dot = scalar_vec_dot_kernel(GgmlType::F16)
+            .expect("the f16 dot product always exists")
+            .dot;
+        let q = f32_bytes(&q[..head_dim.min(q.len())]);
+        let rows = runs
+            .iter()
+            .flat_map(|run| (0..run.n).map(move |j| run.row(j, head_dim)));
+        for (o, k) in out.iter_mut().zip(rows) {
+            *o = dot(k, q) * scale;
+        }
+    }
+
+    /// As [`super::weighted_sum_f16`], in scalar code.
+    pub fn weighted_sum_f16(p: &[f32], runs: &[F16Rows], out: &mut [f32]) {
+        let head_dim = out.len();
+        out.fill(0.0);
+        let rows = runs
+            .iter()
+            .flat_map(|run| (0..run.n).map(move |j| run.row(j, head_dim)));
+        for (&p, v) in p.iter().zip(rows) {
+            for (o, b) in out.iter_mut().zip(v.chunks_exact(2)) {
+                *o += p * f16_le([b[0], b[1]]);
+            }
+        }
+    }
+}
+
+/// The bytes of an f32 slice.
+pub(crate) fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and any byte pattern may be read as u8;
+    // the length is the same memory in bytes, the lifetime the input's.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f16_bits(x: f32) -> [u8; 2] {
+        crate::quant::f16_bits_from_f32(x).to_le_bytes()
+    }
+
+    #[test]
+    fn fast_loops_match_the_reference_bit_for_bit() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        };
+        for head_dim in [1, 7, 8, 31, 32, 64, 72, 256] {
+            for n in [1usize, 2, 5, 33] {
+                let kv_dim = head_dim * 3 + 5;
+                let cache: Vec<u8> = (0..(n + 3) * kv_dim)
+                    .flat_map(|_| f16_bits(next()))
+                    .collect();
+                let off = 2 * head_dim;
+                // Two runs, as a wrapped ring gives them.
+                let first = n / 2;
+                let runs = [
+                    F16Rows {
+                        bytes: &cache[off + 2 * kv_dim * 3..],
+                        stride: 2 * kv_dim,
+                        n: first,
+                    },
+                    F16Rows {
+                        bytes: &cache[off..],
+                        stride: 2 * kv_dim,
+                        n: n - first,
+                    },
+                ];
+                let q: Vec<f32> = (0..head_dim).map(|_| next()).collect();
+                let p: Vec<f32> = (0..n).map(|_| next().abs()).collect();
+                let (mut s_fast, mut s_ref) = (vec![0f32; n], vec![0f32; n]);
+                scores_f16(&q, &runs, head_dim, 0.125, &mut s_fast);
+                reference::scores_f16(&q, &runs, head_dim, 0.125, &mut s_ref);
+                let (mut o_fast, mut o_ref) = (vec![1f32; head_dim], vec![2f32; head_dim]);
+                weighted_sum_f16(&p, &runs, &mut o_fast);
+                reference::weighted_sum_f16(&p, &runs, &mut o_ref);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&s_fast), bits(&s_ref), "scores hd={head_dim} n={n}");
+                assert_eq!(bits(&o_fast), bits(&o_ref), "sum hd={head_dim} n={n}");
+            }
+        }
+    }
+}
