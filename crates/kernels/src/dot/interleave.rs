@@ -38,9 +38,26 @@ fn piece_widths(ty: GgmlType) -> Option<&'static [usize]> {
         Q5_0 => &[2, 4, 4, 4, 4, 4],
         // d, the 32 bytes of values as eight 4-byte pieces.
         Q8_0 => &[2, 4, 4, 4, 4, 4, 4, 4, 4],
+        // d, dmin, the 12 scale bytes, then 128 bytes of nibbles.
+        Q4K => &Q4K_PIECES,
+        // 128 bytes of low nibbles, 64 of high bits, 16 scales, then d.
+        Q6K => &Q6K_PIECES,
         _ => return None,
     })
 }
+
+const Q4K_PIECES: [usize; 37] = {
+    let mut p = [4; 37];
+    p[0] = 2;
+    p[1] = 2;
+    p
+};
+
+const Q6K_PIECES: [usize; 53] = {
+    let mut p = [4; 53];
+    p[52] = 2;
+    p
+};
 
 /// Whether `ty` has an interleaved layout.
 pub fn has_layout(ty: GgmlType) -> bool {
@@ -133,7 +150,7 @@ mod tests {
             }
         }
         let mut out = [0u8; 16];
-        assert!(!interleave(GgmlType::Q6K, &[0u8; 16], &mut out));
+        assert!(!interleave(GgmlType::Q5_1, &[0u8; 16], &mut out));
         assert!(!interleave(GgmlType::Q8_0, &[0u8; 15], &mut out[..15]));
     }
 }

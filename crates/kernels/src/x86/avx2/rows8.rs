@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 use super::{hsum_i32, load_i8, load_u8, load_u8x16};
 use crate::dot::interleave::ROWS;
 use crate::dot::{whole_blocks, Dot8Fn};
-use crate::quant::{Block, BlockQ8_0, BlockQ8_1};
+use crate::quant::{Block, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
 
 /// The eight-row kernel for weights of type `w`, if this set has one.
@@ -32,6 +32,8 @@ pub(super) fn kernel8_fn(w: GgmlType) -> Option<Dot8Fn> {
         Q4_1 => q4_1_q8_1_x8,
         Q5_0 => q5_0_q8_0_x8,
         Q8_0 => q8_0_q8_0_x8,
+        Q4K => q4_k_q8_k_x8,
+        Q6K => q6_k_q8_k_x8,
         _ => return None,
     })
 }
@@ -42,13 +44,27 @@ trait Rows8 {
     const BLOCK: usize;
     /// The activation block format.
     type A: Block;
+
+    /// Lane `r`: the scalar reference's f32 term of row `r`'s block with
+    /// the activation block `a` (the term the row sum adds for this
+    /// block), from the interleaved block `w` (`8 * BLOCK` bytes).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, FMA and F16C.
+    unsafe fn term(w: &[u8], a: &Self::A) -> __m256;
+}
+
+/// A 32-value format: its exact integer sums and scales, from which
+/// [`legacy_term`] makes the term.
+trait Legacy: Rows8 {
     /// Whether the term has the `m_w * s_x` part (the eight `m_w` are then
     /// the 16 bytes after the eight `d_w`).
     const MIN: bool;
 
     /// Lane `r`: the exact integer dot product of row `r`'s block with the
-    /// activation block `a`, from the interleaved block `w` (`8 * BLOCK`
-    /// bytes; the eight `d_w` are its first 16 bytes).
+    /// activation block `a`, from the interleaved block `w` (the eight
+    /// `d_w` are its first 16 bytes).
     ///
     /// # Safety
     ///
@@ -57,6 +73,23 @@ trait Rows8 {
 
     /// The f16 bits of `d_x` and, if `MIN`, `s_x` (else anything).
     fn a_scales(a: &Self::A) -> [u16; 2];
+}
+
+/// The term of a 32-value format: `(d_w * d_x) * isum`, `+ m_w * s_x`
+/// if it has a min.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn legacy_term<K: Legacy>(w: &[u8], a: &K::A) -> __m256 {
+    let isum = _mm256_cvtepi32_ps(K::isums(w, a));
+    let [d_x, s_x] = K::a_scales(a);
+    let d_w = _mm256_cvtph_ps(load_u8x16(w));
+    let term = _mm256_mul_ps(_mm256_mul_ps(d_w, f16_splat(d_x)), isum);
+    if K::MIN {
+        let m_w = _mm256_cvtph_ps(load_u8x16(&w[16..]));
+        _mm256_add_ps(term, _mm256_mul_ps(m_w, f16_splat(s_x)))
+    } else {
+        term
+    }
 }
 
 /// The eight rows of `group` against the activation row `act`.
@@ -70,15 +103,7 @@ unsafe fn dot8<K: Rows8>(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
     let n = (group.len() / step).min(ab.len());
     let mut acc = _mm256_setzero_ps();
     for (w, a) in group.chunks_exact(step).zip(&ab[..n]) {
-        let isum = _mm256_cvtepi32_ps(K::isums(w, a));
-        let [d_x, s_x] = K::a_scales(a);
-        let d_w = _mm256_cvtph_ps(load_u8x16(w));
-        let mut term = _mm256_mul_ps(_mm256_mul_ps(d_w, f16_splat(d_x)), isum);
-        if K::MIN {
-            let m_w = _mm256_cvtph_ps(load_u8x16(&w[16..]));
-            term = _mm256_add_ps(term, _mm256_mul_ps(m_w, f16_splat(s_x)));
-        }
-        acc = _mm256_add_ps(acc, term);
+        acc = _mm256_add_ps(acc, K::term(w, a));
     }
     // SAFETY: `out` is 8 writable f32; `storeu` has no alignment requirement.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
@@ -134,6 +159,13 @@ struct Q4_0;
 impl Rows8 for Q4_0 {
     const BLOCK: usize = 18;
     type A = BlockQ8_0;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8_0) -> __m256 {
+        legacy_term::<Self>(w, a)
+    }
+}
+impl Legacy for Q4_0 {
     const MIN: bool = false;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
@@ -152,6 +184,13 @@ struct Q4_1;
 impl Rows8 for Q4_1 {
     const BLOCK: usize = 20;
     type A = BlockQ8_1;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8_1) -> __m256 {
+        legacy_term::<Self>(w, a)
+    }
+}
+impl Legacy for Q4_1 {
     const MIN: bool = true;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
@@ -167,6 +206,13 @@ struct Q5_0;
 impl Rows8 for Q5_0 {
     const BLOCK: usize = 22;
     type A = BlockQ8_0;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8_0) -> __m256 {
+        legacy_term::<Self>(w, a)
+    }
+}
+impl Legacy for Q5_0 {
     const MIN: bool = false;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
@@ -236,6 +282,13 @@ struct Q8_0;
 impl Rows8 for Q8_0 {
     const BLOCK: usize = 34;
     type A = BlockQ8_0;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8_0) -> __m256 {
+        legacy_term::<Self>(w, a)
+    }
+}
+impl Legacy for Q8_0 {
     const MIN: bool = false;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
@@ -263,6 +316,193 @@ impl Rows8 for Q8_0 {
     fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
         [u16::from_le_bytes(a.d), 0]
     }
+}
+
+/// Lane `r`: byte `k` of i32 lane `r` of `v`, as i16 in both halves of
+/// the lane (sign-extended if `SIGNED`, else zero-extended), ready to
+/// multiply a row's i16 pair sums with `madd`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn byte_pairs<const SIGNED: bool>(v: __m256i, k: usize) -> __m256i {
+    // Byte k of each lane into the high byte of both i16 halves (0x80
+    // clears the low byte), then an arithmetic or logical shift down.
+    let idx = |r: i32| {
+        let b = k as i32 + 4 * r;
+        0x80 | (b << 8) | (0x80 << 16) | (b << 24)
+    };
+    let v = _mm256_shuffle_epi8(
+        v,
+        _mm256_setr_epi32(
+            idx(0),
+            idx(1),
+            idx(2),
+            idx(3),
+            idx(0),
+            idx(1),
+            idx(2),
+            idx(3),
+        ),
+    );
+    if SIGNED {
+        _mm256_srai_epi16::<8>(v)
+    } else {
+        _mm256_srli_epi16::<8>(v)
+    }
+}
+
+/// Q4_K (super-blocks of 256 values, 8 groups of 32 with 6-bit scales and
+/// mins) in the interleaved layout: `d` at 0, `dmin` at 16, the 12 scale
+/// bytes as three pieces at 32, 64, 96, then the 32 pieces of nibbles at
+/// `128 + 32p` (pieces `8c..8c + 8` hold group `2c` in their low nibbles
+/// and group `2c + 1` in their high ones).
+struct Q4K;
+impl Rows8 for Q4K {
+    const BLOCK: usize = 144;
+    type A = BlockQ8K;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
+        // The 6-bit scales and mins of groups 0..4 and 4..8, one byte per
+        // group in each row's lane (as `scale_min_k4`).
+        let s0 = load_u8(&w[32..]);
+        let s1 = load_u8(&w[64..]);
+        let s2 = load_u8(&w[96..]);
+        let six = _mm256_set1_epi8(0x3f);
+        let four = _mm256_set1_epi8(0x0f);
+        let tops = _mm256_set1_epi8(0x30);
+        let sc_lo = _mm256_and_si256(s0, six);
+        let m_lo = _mm256_and_si256(s1, six);
+        let sc_hi = _mm256_or_si256(
+            _mm256_and_si256(s2, four),
+            _mm256_and_si256(_mm256_srli_epi32::<2>(s0), tops),
+        );
+        let m_hi = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32::<4>(s2), four),
+            _mm256_and_si256(_mm256_srli_epi32::<2>(s1), tops),
+        );
+        let x = &a.qs;
+        let low = _mm256_set1_epi8(0x0f);
+        let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for c in 0..4 {
+            // i16 pair sums of groups 2c (low nibbles) and 2c + 1: each
+            // lane adds 16 products of a nibble and an i8, |.| <= 30720.
+            let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for p in 0..8 {
+                let v = load_u8(&w[128 + 32 * (8 * c + p)..]);
+                let x_even = _mm256_set1_epi32(x4k(x, 64 * c + 4 * p));
+                let x_odd = _mm256_set1_epi32(x4k(x, 64 * c + 32 + 4 * p));
+                let lo = _mm256_and_si256(v, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                even = _mm256_add_epi16(even, _mm256_maddubs_epi16(lo, x_even));
+                odd = _mm256_add_epi16(odd, _mm256_maddubs_epi16(hi, x_odd));
+            }
+            for (g, pairs) in [(2 * c, even), (2 * c + 1, odd)] {
+                let (sc, m) = if g < 4 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
+                // isum += sc * sum(q * x): |.| <= 8 * 63 * 2 * 30720.
+                isum = _mm256_add_epi32(
+                    isum,
+                    _mm256_madd_epi16(pairs, byte_pairs::<false>(sc, g % 4)),
+                );
+                // msum += m * (bsum[2g] + bsum[2g + 1]), as one madd.
+                let bs = i32::from(u16::from_le_bytes(a.bsums[2 * g]))
+                    | (i32::from(u16::from_le_bytes(a.bsums[2 * g + 1])) << 16);
+                msum = _mm256_add_epi32(
+                    msum,
+                    _mm256_madd_epi16(byte_pairs::<false>(m, g % 4), _mm256_set1_epi32(bs)),
+                );
+            }
+        }
+        // with_min: (d_x * d) * isum - (d_x * dmin) * msum.
+        let d_x = _mm256_set1_ps(a.d());
+        let d = _mm256_cvtph_ps(load_u8x16(w));
+        let dmin = _mm256_cvtph_ps(load_u8x16(&w[16..]));
+        _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_mul_ps(d_x, d), _mm256_cvtepi32_ps(isum)),
+            _mm256_mul_ps(_mm256_mul_ps(d_x, dmin), _mm256_cvtepi32_ps(msum)),
+        )
+    }
+}
+
+/// Q6_K (super-blocks of 256 values, 16 groups of 16 with i8 scales) in
+/// the interleaved layout: the 32 pieces of `ql` at `32p`, the 16 of `qh`
+/// at `1024 + 32p`, the four of scales at `1536 + 32p`, `d` at 1664.
+struct Q6K;
+impl Rows8 for Q6K {
+    const BLOCK: usize = 210;
+    type A = BlockQ8K;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
+        let x = &a.qs;
+        let low = _mm256_set1_epi8(0x0f);
+        let two = _mm256_set1_epi8(0x03);
+        let thirty_two = _mm256_set1_epi8(32);
+        let mut isum = _mm256_setzero_si256();
+        // Run r of 32 values (groups 2r, 2r + 1), as in the scalar
+        // reference: half h = r / 4, k = r % 4; value i of the run is in
+        // ql piece 16h + 8(k % 2) + i / 4 (low nibble if k < 2) and qh
+        // piece 8h + i / 4 (bits 2k, 2k + 1).
+        for r in 0..8 {
+            let (h, k) = (r / 4, r % 4);
+            for half in 0..2 {
+                let group = 2 * r + half;
+                let scales = load_u8(&w[1536 + 32 * (group / 4)..]);
+                let sc = byte_pairs::<true>(scales, group % 4);
+                for pair in 0..2 {
+                    // Two pieces: i16 pair sums of (q - 32) * x, each
+                    // |.| <= 2 * 32 * 128, two added <= 16384.
+                    let mut pairs = _mm256_setzero_si256();
+                    for i4 in 4 * half + 2 * pair..4 * half + 2 * pair + 2 {
+                        let l = load_u8(&w[32 * (16 * h + 8 * (k % 2) + i4)..]);
+                        let nib = if k < 2 {
+                            _mm256_and_si256(l, low)
+                        } else {
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(l), low)
+                        };
+                        let hq = load_u8(&w[1024 + 32 * (8 * h + i4)..]);
+                        let top = _mm256_and_si256(
+                            _mm256_srl_epi16(hq, _mm_cvtsi32_si128(2 * k as i32)),
+                            two,
+                        );
+                        let q = _mm256_or_si256(nib, _mm256_slli_epi16::<4>(top));
+                        let xb = _mm256_set1_epi32(x4k(x, 32 * r + 4 * i4));
+                        let d = _mm256_sub_epi16(
+                            _mm256_maddubs_epi16(q, xb),
+                            _mm256_maddubs_epi16(thirty_two, xb),
+                        );
+                        pairs = _mm256_add_epi16(pairs, d);
+                    }
+                    // |isum| <= 256 * 32 * 128 * 128 = 2^28.
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sc));
+                }
+            }
+        }
+        // q6_k_term: (d * d_x) * isum.
+        let d = _mm256_cvtph_ps(load_u8x16(&w[1664..]));
+        _mm256_mul_ps(
+            _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
+            _mm256_cvtepi32_ps(isum),
+        )
+    }
+}
+
+/// Activation bytes `at..at + 4` of a Q8_K block as one i32, to broadcast.
+#[inline(always)]
+fn x4k(x: &[i8; 256], at: usize) -> i32 {
+    let b = &x[at..at + 4];
+    i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
+}
+
+/// Q4_K x Q8_K, eight interleaved rows.
+fn q4_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8::<Q4K>(group, act, out) }
+}
+
+/// Q6_K x Q8_K, eight interleaved rows.
+fn q6_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8::<Q6K>(group, act, out) }
 }
 
 /// Q4_0 x Q8_0, eight interleaved rows.
