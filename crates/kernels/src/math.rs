@@ -94,9 +94,10 @@ pub fn gelu_erf(x: f32) -> f32 {
 pub fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     let u = SQRT_2_OVER_PI * (0.044_715 * x * x).mul_add(x, x);
-    // tanh(u) = 1 - 2 / (e^{2u} + 1), saturating cleanly at both ends.
-    let tanh = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
-    0.5 * x * (1.0 + tanh)
+    // 0.5 * (1 + tanh(u)) = 1 / (1 + e^{-2u}): no cancellation where tanh
+    // nears -1 (large negative x, where 1 + tanh(u) would lose most of its
+    // digits), and it saturates cleanly at both ends.
+    x / (1.0 + exp(-2.0 * u))
 }
 
 /// SiLU: `x * sigmoid(x)`.

@@ -20,9 +20,12 @@ pub fn swiglu_in_place(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// GeGLU (Gemma): `gate[i] = gelu_tanh(gate[i]) * up[i]`.
+/// GeGLU (Gemma): `gate[i] = gelu_tanh(gate[i]) * up[i]`, with the
+/// kernels' vectorized GELU (`ferrite_kernels::math::gelu_tanh`, within a
+/// few ulp of the libm-based [`gelu_tanh`] above).
 pub fn geglu_in_place(gate: &mut [f32], up: &[f32]) {
+    ferrite_kernels::math::activate(ferrite_kernels::math::Activation::GeluTanh, gate);
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = gelu_tanh(*g) * u;
+        *g *= u;
     }
 }

@@ -443,3 +443,63 @@ fn blocks_from_f32<B: Block, const N: usize>(src: &[f32], dst: &mut [u8], f: fn(
         *b = f(x);
     }
 }
+
+/// `v.round()` (halves away from zero, C's `roundf`), bit for bit, with no
+/// call into libm for `|v| < 2^23`: there `|v| + 0.5` is exact in f64, and
+/// truncating it is the floor. (Without SSE4.1 in the baseline target,
+/// `f32::round` is a libm call, a measurable cost when quantizing
+/// activations.)
+#[inline(always)]
+pub(crate) fn round_half_away(v: f32) -> f32 {
+    if v.abs() < 8_388_608.0 {
+        ((f64::from(v.abs()) + 0.5) as i32 as f32).copysign(v)
+    } else {
+        v.round()
+    }
+}
+
+/// `v.round_ties_even()` for `|v| < 2^22` by ggml's `nearest_int` trick
+/// (adding 1.5 * 2^23 leaves the rounded integer in the low bits; exact,
+/// ties to even), `round_ties_even` itself otherwise (and for NaN). The
+/// sign of a zero result may differ; callers convert to an integer.
+#[inline(always)]
+pub(crate) fn round_ties_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    if v.abs() < 4_194_304.0 {
+        (v + MAGIC) - MAGIC
+    } else {
+        v.round_ties_even()
+    }
+}
+
+#[cfg(test)]
+mod rounding_tests {
+    use super::*;
+
+    #[test]
+    fn fast_rounding_matches_std() {
+        let mut bits = 0u32;
+        let mut checked = 0;
+        // Every f32 in steps (all exponents), plus every value near the
+        // halves up to 300.
+        while bits < u32::MAX - 4093 {
+            let v = f32::from_bits(bits);
+            assert_eq!(round_half_away(v).to_bits(), v.round().to_bits(), "{v:e}");
+            let want = v.round_ties_even();
+            let got = round_ties_even(v);
+            assert!(got == want || (got.is_nan() && want.is_nan()), "{v:e}");
+            bits += 4093;
+            checked += 1;
+        }
+        for i in -600..=600 {
+            let half = i as f32 * 0.5;
+            let b = half.to_bits();
+            for v in [b, b.wrapping_add(1), b.wrapping_sub(1)].map(f32::from_bits) {
+                assert_eq!(round_half_away(v).to_bits(), v.round().to_bits(), "{v:e}");
+                let (got, want) = (round_ties_even(v), v.round_ties_even());
+                assert!(got == want || (got.is_nan() && want.is_nan()), "{v:e}");
+            }
+        }
+        assert!(checked > 1_000_000);
+    }
+}

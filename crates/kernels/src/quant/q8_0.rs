@@ -35,7 +35,7 @@ pub(crate) fn quantize_q8(x: &[f32; QK]) -> (f32, [i8; QK]) {
     for (q, &v) in qs.iter_mut().zip(x) {
         // |v * id| <= 127 up to rounding, so the cast does not saturate for
         // finite input (and is saturating, not undefined, otherwise).
-        *q = (v * id).round() as i8;
+        *q = super::round_half_away(v * id) as i8;
     }
     (d, qs)
 }

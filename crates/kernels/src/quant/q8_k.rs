@@ -71,7 +71,7 @@ impl BlockQ8K {
             // `nearest_int` is round-half-even for |v| < 2^22; here
             // |iscale * v| <= 127 (NaN, from infinite input, gives 0 as in
             // ggml's bit trick).
-            let n = (iscale * v).round_ties_even() as i32;
+            let n = super::round_ties_even(iscale * v) as i32;
             *q = n.min(127) as i8;
         }
         for (s, q) in out.bsums.iter_mut().zip(out.qs.chunks_exact(16)) {
