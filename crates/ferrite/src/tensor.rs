@@ -219,8 +219,16 @@ pub struct QuantizedActs {
 }
 
 impl QuantizedActs {
-    /// Quantizes `n_tokens` rows of `cols` values from `x` into format `ty`.
-    pub fn quantize(&mut self, ty: GgmlType, x: &[f32], cols: usize) -> Result<(), Error> {
+    /// Quantizes `n_tokens` rows of `cols` values from `x` into format `ty`,
+    /// the rows split across `threads` (each row is quantized on its own,
+    /// so the bytes do not depend on the split).
+    pub fn quantize(
+        &mut self,
+        ty: GgmlType,
+        x: &[f32],
+        cols: usize,
+        threads: &Threads,
+    ) -> Result<(), Error> {
         let n_tokens = x.len() / cols;
         let row_bytes = ty
             .bytes_for(cols as u64)
@@ -233,10 +241,28 @@ impl QuantizedActs {
         self.ty = Some(ty);
         self.cols = cols;
         self.row_bytes = row_bytes;
-        let bytes = self.bytes_mut();
-        for (src, dst) in x.chunks_exact(cols).zip(bytes.chunks_exact_mut(row_bytes)) {
-            quantize(ty, src, dst).map_err(|e| Error::Input(e.to_string()))?;
+        let bytes = &mut self.bytes_mut()[..n_tokens * row_bytes];
+        // The first row on its own: it fails exactly when any row would
+        // (a type without quantization), and then nothing runs in threads.
+        let (first, rest) = bytes.split_at_mut(row_bytes.min(bytes.len()));
+        if n_tokens == 0 {
+            return Ok(());
         }
+        quantize(ty, &x[..cols], first).map_err(|e| Error::Input(e.to_string()))?;
+        if n_tokens == 1 {
+            return Ok(());
+        }
+        let rest = DisjointSlice::new(rest);
+        threads.split(n_tokens - 1, |rows| {
+            // SAFETY: the row ranges of different threads are disjoint, so
+            // are these byte segments.
+            let dst = unsafe { rest.segment(rows.start * row_bytes, rows.len() * row_bytes) };
+            let src = &x[(rows.start + 1) * cols..(rows.end + 1) * cols];
+            for (src, dst) in src.chunks_exact(cols).zip(dst.chunks_exact_mut(row_bytes)) {
+                // Cannot fail: the same type and lengths as the first row.
+                let _ = quantize(ty, src, dst);
+            }
+        });
         Ok(())
     }
 
@@ -343,7 +369,7 @@ pub fn matmul_many(
     }
     let n_tokens = x.len() / cols;
     debug_assert_eq!(x.len(), n_tokens * cols);
-    acts.quantize(act_type, x, cols)?;
+    acts.quantize(act_type, x, cols, threads)?;
     let acts = &*acts;
     // (weights, output) of each job, and the first global unit of each; on
     // the stack, so that decoding allocates nothing. Threads split units

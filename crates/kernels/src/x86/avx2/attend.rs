@@ -22,14 +22,53 @@ pub(crate) unsafe fn scores_f16(
     scale: f32,
     out: &mut [f32],
 ) {
-    let q = f32_bytes(&q[..head_dim.min(q.len())]);
-    let rows = runs
-        .iter()
-        .flat_map(|run| (0..run.n).map(move |j| run.row(j, head_dim)));
-    for (o, k) in out.iter_mut().zip(rows) {
-        *o = f16_dot(k, q) * scale;
+    let whole = |r: &F16Rows| r.n == 0 || (r.n - 1) * r.stride + 2 * head_dim <= r.bytes.len();
+    let total: usize = runs.iter().map(|r| r.n).sum();
+    if head_dim % LANES != 0 || q.len() < head_dim || out.len() < total || !runs.iter().all(whole) {
+        // Partial lane chunks or short rows: the float kernel row by row.
+        let q = f32_bytes(&q[..head_dim.min(q.len())]);
+        let rows = runs
+            .iter()
+            .flat_map(|run| (0..run.n).map(move |j| run.row(j, head_dim)));
+        for (o, k) in out.iter_mut().zip(rows) {
+            *o = f16_dot(k, q) * scale;
+        }
+        return;
+    }
+    // The float kernel's order, written out for whole chunks of 32 values:
+    // four 8-lane sums (value i in vector (i % 32) / 8), each product
+    // rounded then added, folded 16, 8, 4, 2, 1.
+    let mut o = 0;
+    for run in runs {
+        for j in 0..run.n {
+            let k = &run.bytes[j * run.stride..][..2 * head_dim];
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (kc, qc) in k.chunks_exact(2 * LANES).zip(q.chunks_exact(LANES)) {
+                for (v, a) in acc.iter_mut().enumerate() {
+                    let h = &kc[16 * v..16 * v + 16];
+                    // SAFETY: `h` is 16 readable bytes and `qc[8v..8v + 8]`
+                    // 8 readable f32; `loadu` has no alignment requirement.
+                    let (kv, qv) = unsafe {
+                        (
+                            _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())),
+                            _mm256_loadu_ps(qc[8 * v..8 * v + 8].as_ptr()),
+                        )
+                    };
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(kv, qv));
+                }
+            }
+            let x = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+            let x = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+            let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+            let x = _mm_add_ss(x, _mm_shuffle_ps::<0b01>(x, x));
+            out[o] = _mm_cvtss_f32(x) * scale;
+            o += 1;
+        }
     }
 }
+
+/// The float kernel's lane count.
+const LANES: usize = 32;
 
 /// Values per register block of the weighted sum.
 const BLOCK: usize = 64;
