@@ -63,7 +63,11 @@ pub fn attention(
         let (acc, rest) = mine.split_at_mut(hd);
         let scores = &mut rest[hd..];
         for item in items {
-            let (t, h) = (item / shape.n_heads, item % shape.n_heads);
+            // Items run through the tokens from both ends in turn (0, n-1,
+            // 1, n-2, ...): a causal token's cost grows with its position,
+            // so each thread's contiguous range of items gets a fair mix.
+            let (u, h) = (item / shape.n_heads, item % shape.n_heads);
+            let t = if u % 2 == 0 { u / 2 } else { at.n - 1 - u / 2 };
             let pos = at.start + t;
             let first = match shape.window {
                 Some(w) => (pos + 1).saturating_sub(w),
