@@ -64,20 +64,17 @@ pub fn has_layout(ty: GgmlType) -> bool {
     piece_widths(ty).is_some()
 }
 
-/// For each byte offset of a block of `ty`, where it goes for row 0 and how
-/// far it moves per row (the piece width): `(8 * p + (o - p), w)`.
-fn byte_map(ty: GgmlType) -> Option<Vec<(usize, usize)>> {
+/// The pieces of a block of `ty` as `(start, width)`, and the block size.
+fn pieces(ty: GgmlType) -> Option<(Vec<(usize, usize)>, usize)> {
     let widths = piece_widths(ty)?;
-    let mut map = Vec::new();
+    let mut pieces = Vec::with_capacity(widths.len());
     let mut start = 0;
     for &w in widths {
-        for i in 0..w {
-            map.push((ROWS * start + i, w));
-        }
+        pieces.push((start, w));
         start += w;
     }
-    debug_assert_eq!(Some(start as u64), ty.bytes_for(ty.block_size() as u64));
-    Some(map)
+    debug_assert_eq!(start, ty.type_size());
+    Some((pieces, start))
 }
 
 /// Repacks the eight rows in `rows` (`rows.len() / 8` bytes each, a whole
@@ -94,10 +91,9 @@ pub fn deinterleave(ty: GgmlType, group: &[u8], out: &mut [u8]) -> bool {
 }
 
 fn move_bytes(ty: GgmlType, src: &[u8], dst: &mut [u8], forward: bool) -> bool {
-    let Some(map) = byte_map(ty) else {
+    let Some((pieces, block)) = pieces(ty) else {
         return false;
     };
-    let block = map.len();
     let row_bytes = src.len() / ROWS;
     if src.len() != dst.len() || src.len() % ROWS != 0 || row_bytes % block != 0 {
         return false;
@@ -106,12 +102,13 @@ fn move_bytes(ty: GgmlType, src: &[u8], dst: &mut [u8], forward: bool) -> bool {
         let group_block = b * ROWS * block;
         for r in 0..ROWS {
             let row_block = r * row_bytes + b * block;
-            for (o, &(at, w)) in map.iter().enumerate() {
-                let (plain, packed) = (row_block + o, group_block + at + w * r);
+            for &(p, w) in &pieces {
+                let plain = row_block + p..row_block + p + w;
+                let packed = group_block + ROWS * p + w * r..group_block + ROWS * p + w * (r + 1);
                 if forward {
-                    dst[packed] = src[plain];
+                    dst[packed].copy_from_slice(&src[plain]);
                 } else {
-                    dst[plain] = src[packed];
+                    dst[plain].copy_from_slice(&src[packed]);
                 }
             }
         }
