@@ -282,6 +282,11 @@ impl QuantizedActs {
     fn row(&self, t: usize) -> &[u8] {
         &self.bytes()[t * self.row_bytes..(t + 1) * self.row_bytes]
     }
+
+    /// Rows `tokens`, one after the other.
+    fn rows(&self, tokens: Range<usize>) -> &[u8] {
+        &self.bytes()[tokens.start * self.row_bytes..tokens.end * self.row_bytes]
+    }
 }
 
 /// Weight rows processed together against every token of a chunk, so that
@@ -420,6 +425,34 @@ impl Linear {
     ) {
         let w = self.bytes.bytes();
         let rb = self.row_bytes;
+        let mut rows = rows;
+        if let (Some(groups), Some(dot8n)) = (&self.groups, self.kernel.dot8n) {
+            // Several tokens: each group against the tokens in chunks, its
+            // blocks decoded once per pass of the kernel over many tokens.
+            let grouped = (groups.len() / rb).min(rows.end) / GROUP * GROUP;
+            let aligned = rows.start / GROUP * GROUP == rows.start;
+            if n_tokens > 1 && aligned && rows.start < grouped {
+                const CHUNK: usize = 32;
+                let mut buf = [[0f32; GROUP]; CHUNK];
+                for g in (rows.start..grouped).step_by(GROUP) {
+                    let group = &groups[g * rb..(g + GROUP) * rb];
+                    for t0 in (0..n_tokens).step_by(CHUNK) {
+                        let t1 = (t0 + CHUNK).min(n_tokens);
+                        let part = &mut buf[..t1 - t0];
+                        dot8n(group, acts.rows(t0..t1), acts.row_bytes, part);
+                        for (t, eight) in (t0..t1).zip(part.iter()) {
+                            for (i, &v) in eight.iter().enumerate() {
+                                // SAFETY: rows g..g+8 belong to this
+                                // thread's range only, so these output
+                                // indices are written by this thread only.
+                                unsafe { out.write(t * self.rows + g + i, v) };
+                            }
+                        }
+                    }
+                }
+                rows.start = grouped;
+            }
+        }
         for t in 0..n_tokens {
             let a = acts.row(t);
             let base = t * self.rows;

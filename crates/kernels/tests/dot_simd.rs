@@ -765,3 +765,57 @@ fn dot8_matches_scalar_rows_bit_for_bit() {
     }
     eprintln!("{total} dot8 row results in all");
 }
+
+#[test]
+fn dot8n_matches_dot8_row_by_row() {
+    let mut total = 0;
+    for (set, _) in simd_sets() {
+        for t in ALL_TYPES {
+            let Some(kernel) = set.vec_dot_kernel(t) else {
+                continue;
+            };
+            let (Some(dot8), Some(dot8n)) = (kernel.dot8, kernel.dot8n) else {
+                continue;
+            };
+            let a_t = kernel.act_type;
+            let mut rng = Rng::new(u64::from(t.id()) * 31 + 5);
+            for blocks in [1usize, 2, 3, 7, 18, 20] {
+                let n = blocks * t.block_size();
+                let rows: Vec<u8> = (0..8).flat_map(|_| weight_row(t, n, &mut rng)).collect();
+                let mut group = vec![0u8; rows.len()];
+                assert!(interleave::interleave(t, &rows, &mut group));
+                let act_row = a_t.bytes_for(n as u64).expect("whole blocks") as usize;
+                // Up to 40 rows (more than one pass), the last row cut
+                // short, or missing.
+                for n_rows in [1usize, 2, 15, 16, 17, 40] {
+                    let mut acts: Vec<u8> = (0..n_rows)
+                        .flat_map(|_| activation_row(a_t, n, &mut rng))
+                        .collect();
+                    let cut = acts.len() - rng.below(act_row + 1);
+                    acts.truncate(cut);
+                    let mut out = vec![[f32::NAN; 8]; n_rows + 1];
+                    dot8n(&group, &acts, act_row, &mut out);
+                    for (r, got) in out.iter().enumerate() {
+                        let start = (r * act_row).min(acts.len());
+                        let end = (start + act_row).min(acts.len());
+                        let mut want = [0f32; 8];
+                        dot8(&group, &acts[start..end], &mut want);
+                        for i in 0..8 {
+                            assert!(
+                                got[i].to_bits() == want[i].to_bits()
+                                    || (got[i].is_nan() && want[i].is_nan()),
+                                "{} {t} dot8n blocks={blocks} rows={n_rows} row {r} out[{i}]: \
+                                 {} vs {}",
+                                set.name(),
+                                got[i],
+                                want[i]
+                            );
+                            total += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{total} dot8n results, each equal to dot8's");
+}

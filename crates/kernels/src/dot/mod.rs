@@ -87,7 +87,14 @@ pub struct VecDotKernel {
     /// row the group was made from. Must never panic or read out of bounds, whatever the lengths. `None`
     /// when the set has no eight-row kernel for this type; the matrix then keeps the file's layout.
     pub dot8: Option<Dot8Fn>,
+    /// Optional: `dot8` of one group against many activation rows at once (row `t` is bytes
+    /// `t * act_row_bytes..` of `acts`, one row per entry of `out`; a missing row counts as empty), with
+    /// the same bits as `dot8` row by row; the group's blocks are decoded once for several rows (prefill).
+    pub dot8n: Option<Dot8NFn>,
 }
+
+/// A many-row eight-row kernel, as in [`VecDotKernel::dot8n`].
+pub type Dot8NFn = fn(group: &[u8], acts: &[u8], act_row_bytes: usize, out: &mut [[f32; 8]]);
 
 /// An eight-row kernel, as in [`VecDotKernel::dot8`].
 pub type Dot8Fn = fn(group: &[u8], act: &[u8], out: &mut [f32; 8]);
@@ -131,6 +138,7 @@ pub fn scalar_vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
             dot,
             dot4: None,
             dot8: None,
+            dot8n: None,
         })
     }
     match w {

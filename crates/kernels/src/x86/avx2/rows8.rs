@@ -18,9 +18,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{hsum_i32, load_i8, load_u8, load_u8x16};
+use super::{load_i8, load_u8, load_u8x16};
 use crate::dot::interleave::ROWS;
-use crate::dot::{whole_blocks, Dot8Fn};
+use crate::dot::{whole_blocks, Dot8Fn, Dot8NFn};
 use crate::quant::{Block, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
 
@@ -80,15 +80,133 @@ trait Legacy: Rows8 {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn legacy_term<K: Legacy>(w: &[u8], a: &K::A) -> __m256 {
-    let isum = _mm256_cvtepi32_ps(K::isums(w, a));
-    let [d_x, s_x] = K::a_scales(a);
+    term_from::<K>(K::isums(w, a), w_scales::<K>(w), a)
+}
+
+/// The eight `d_w` (and `m_w`, if the format has a min) of an interleaved
+/// block, as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn w_scales<K: Legacy>(w: &[u8]) -> [__m256; 2] {
     let d_w = _mm256_cvtph_ps(load_u8x16(w));
+    let m_w = if K::MIN {
+        _mm256_cvtph_ps(load_u8x16(&w[16..]))
+    } else {
+        _mm256_setzero_ps()
+    };
+    [d_w, m_w]
+}
+
+/// The term from the exact integer sums and the weight scales.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn term_from<K: Legacy>(isum: __m256i, [d_w, m_w]: [__m256; 2], a: &K::A) -> __m256 {
+    let isum = _mm256_cvtepi32_ps(isum);
+    let [d_x, s_x] = K::a_scales(a);
     let term = _mm256_mul_ps(_mm256_mul_ps(d_w, f16_splat(d_x)), isum);
     if K::MIN {
-        let m_w = _mm256_cvtph_ps(load_u8x16(&w[16..]));
         _mm256_add_ps(term, _mm256_mul_ps(m_w, f16_splat(s_x)))
     } else {
         term
+    }
+}
+
+/// A 32-value format of small unsigned values (below 32) with an optional
+/// offset: `w = d * (q - OFFSET)` (+ `m`). Its blocks decode once into
+/// eight vectors of values that any number of activation rows can then
+/// use ([`dot8n`]).
+trait Small: Legacy {
+    /// Subtracted from every value (8 for Q4_0, 16 for Q5_0, 0 for Q4_1).
+    const OFFSET: i32;
+    /// Whether values reach 31 (five bits), not just 15.
+    const FIVE_BITS: bool;
+
+    /// The eight rows' values of an interleaved block: vector `2c` holds
+    /// values `4c..4c + 4` of each row (row `r` in bytes `4r..4r + 4`),
+    /// vector `2c + 1` values `16 + 4c..16 + 4c + 4`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, FMA and F16C.
+    unsafe fn values(w: &[u8]) -> [__m256i; 8];
+
+    /// The activation block's values.
+    fn qs(a: &Self::A) -> &[i8; 32];
+}
+
+/// Lane `r`: the exact `sum((q - OFFSET) * x)` of row `r`, from the
+/// decoded values `q` and the activation block's values `x`. The i16 pair
+/// sums add 16 products per lane for four-bit values (at most
+/// `16 * 15 * 128 = 30720`), 8 for five-bit ones (`8 * 31 * 128 = 31744`):
+/// exact.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn small_isums<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    let mut sums = _mm256_setzero_si256();
+    let mut pairs = _mm256_setzero_si256();
+    for c in 0..4 {
+        let x_lo = _mm256_set1_epi32(x4(x, 4 * c));
+        let x_hi = _mm256_set1_epi32(x4(x, 16 + 4 * c));
+        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q[2 * c], x_lo));
+        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q[2 * c + 1], x_hi));
+        if K::FIVE_BITS && c == 1 {
+            sums = _mm256_madd_epi16(pairs, ones);
+            pairs = _mm256_setzero_si256();
+        }
+    }
+    sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, ones));
+    if K::OFFSET != 0 {
+        // sum((q - o) * x) = sum(q * x) - o * sum(x), exact in i32.
+        sums = _mm256_sub_epi32(sums, offset_sum(K::OFFSET, x));
+    }
+    sums
+}
+
+/// Activation rows per pass of [`dot8n`] (their running sums live on the
+/// stack while a weight block is decoded once for all of them).
+const TOKENS: usize = 16;
+
+/// `out[t]` = [`dot8`] of `group` with activation row `t` (bytes
+/// `t * act_row..(t + 1) * act_row` of `acts`; a missing row counts as
+/// empty), bit for bit: each block of the group is decoded once per pass
+/// of up to [`TOKENS`] rows, and each row's sum adds its terms in block
+/// order as `dot8` does.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn dot8n<K: Small>(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    let step = ROWS * K::BLOCK;
+    let row = |t: usize| {
+        let start = (t * act_row).min(acts.len());
+        whole_blocks::<K::A>(&acts[start..(start + act_row).min(acts.len())])
+    };
+    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
+        let rows: [&[K::A]; TOKENS] = std::array::from_fn(|i| {
+            if i < chunk.len() {
+                row(c * TOKENS + i)
+            } else {
+                &[]
+            }
+        });
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let n = (group.len() / step).min(longest);
+        let mut acc = [_mm256_setzero_ps(); TOKENS];
+        for (b, w) in group.chunks_exact(step).take(n).enumerate() {
+            let q = K::values(w);
+            let scales = w_scales::<K>(w);
+            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
+                // Rows shorter than the group stop where `dot8` would.
+                if let Some(a) = r.get(b) {
+                    let term = term_from::<K>(small_isums::<K>(&q, K::qs(a)), scales, a);
+                    *acc = _mm256_add_ps(*acc, term);
+                }
+            }
+        }
+        for (o, a) in chunk.iter_mut().zip(&acc) {
+            // SAFETY: `o` is 8 writable f32; `storeu` has no alignment
+            // requirement.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
+        }
     }
 }
 
@@ -123,141 +241,150 @@ fn x4(x: &[i8; 32], at: usize) -> i32 {
     i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
 }
 
-/// `sum(q * x)` of the four nibble pieces starting at `w[at]`, eight rows
-/// at once, as 16 i16 (row `r` in lanes `2r` and `2r + 1`): piece `c`'s low
-/// nibbles are values `4c..4c + 4` of each row, its high nibbles values
-/// `16 + 4c..`. Each i16 lane sums 16 products of a value in `0..16` and an
-/// i8, so it is at most `16 * 15 * 128 = 30720` in size: exact.
+/// The values of four nibble pieces starting at `w[at]`, in the layout of
+/// [`Small::values`]: piece `c`'s low nibbles are values `4c..4c + 4` of
+/// each row, its high nibbles values `16 + 4c..`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn nibble_pairs(w: &[u8], at: usize, x: &[i8; 32]) -> __m256i {
+unsafe fn nibbles8(w: &[u8], at: usize) -> [__m256i; 8] {
     let low = _mm256_set1_epi8(0x0f);
-    let mut sum = _mm256_setzero_si256();
+    let mut q = [_mm256_setzero_si256(); 8];
     for c in 0..4 {
         let v = load_u8(&w[at + 32 * c..]);
-        let lo = _mm256_and_si256(v, low);
-        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-        let x_lo = _mm256_set1_epi32(x4(x, 4 * c));
-        let x_hi = _mm256_set1_epi32(x4(x, 16 + 4 * c));
-        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(lo, x_lo));
-        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(hi, x_hi));
+        q[2 * c] = _mm256_and_si256(v, low);
+        q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
     }
-    sum
+    q
 }
 
-/// `offset * sum(x)` of an activation block, in every lane.
+/// `offset * sum(x)` of an activation block, in every lane (`offset` a
+/// power of two).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn offset_sum(offset: i32, x: &[i8; 32]) -> __m256i {
     let v = load_i8(x);
     let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
-    let sum = hsum_i32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-    _mm256_set1_epi32(offset * sum)
+    let s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    // The eight partial sums added into every lane, without leaving the
+    // vector registers.
+    let s = _mm256_add_epi32(s, _mm256_permute2x128_si256::<1>(s, s));
+    let s = _mm256_add_epi32(s, _mm256_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm256_add_epi32(s, _mm256_shuffle_epi32::<0b10_11_00_01>(s));
+    debug_assert!(offset.count_ones() == 1);
+    _mm256_sll_epi32(s, _mm_cvtsi32_si128(offset.trailing_zeros() as i32))
 }
 
+/// The `Rows8`, `Legacy` and `Small` impls of a small-value format whose
+/// activations are `$act` and whose min (Q4_1) is `$min`.
+macro_rules! small_format {
+    ($name:ident, $block:expr, $act:ty, $min:expr) => {
+        impl Rows8 for $name {
+            const BLOCK: usize = $block;
+            type A = $act;
+            #[target_feature(enable = "avx2,fma,f16c")]
+            #[inline]
+            unsafe fn term(w: &[u8], a: &$act) -> __m256 {
+                legacy_term::<Self>(w, a)
+            }
+        }
+        impl Legacy for $name {
+            const MIN: bool = $min;
+            #[target_feature(enable = "avx2,fma,f16c")]
+            #[inline]
+            unsafe fn isums(w: &[u8], a: &$act) -> __m256i {
+                small_isums::<Self>(&Self::values(w), &a.qs)
+            }
+            fn a_scales(a: &$act) -> [u16; 2] {
+                a.scales()
+            }
+        }
+    };
+}
+
+/// `Small::qs` of a format whose activations are `$act`.
+macro_rules! act_values {
+    ($act:ty) => {
+        fn qs(a: &$act) -> &[i8; 32] {
+            &a.qs
+        }
+    };
+}
+
+/// The f16 bits of an activation block's `d` and (Q8_1) `s`.
+trait ActScales {
+    fn scales(&self) -> [u16; 2];
+}
+impl ActScales for BlockQ8_0 {
+    fn scales(&self) -> [u16; 2] {
+        [u16::from_le_bytes(self.d), 0]
+    }
+}
+impl ActScales for BlockQ8_1 {
+    fn scales(&self) -> [u16; 2] {
+        [u16::from_le_bytes(self.d), u16::from_le_bytes(self.s)]
+    }
+}
+
+/// Q4_0: `d` at 0, the four nibble pieces at `16 + 32c`; `w = d (q - 8)`.
 struct Q4_0;
-impl Rows8 for Q4_0 {
-    const BLOCK: usize = 18;
-    type A = BlockQ8_0;
+small_format!(Q4_0, 18, BlockQ8_0, false);
+impl Small for Q4_0 {
+    act_values!(BlockQ8_0);
+    const OFFSET: i32 = 8;
+    const FIVE_BITS: bool = false;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn term(w: &[u8], a: &BlockQ8_0) -> __m256 {
-        legacy_term::<Self>(w, a)
-    }
-}
-impl Legacy for Q4_0 {
-    const MIN: bool = false;
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn isums(w: &[u8], a: &BlockQ8_0) -> __m256i {
-        // sum((q - 8) * x) = sum(q * x) - 8 * sum(x); both exact in i32.
-        let pairs = nibble_pairs(w, 16, &a.qs);
-        let sums = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-        _mm256_sub_epi32(sums, offset_sum(8, &a.qs))
-    }
-    fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
-        [u16::from_le_bytes(a.d), 0]
+    unsafe fn values(w: &[u8]) -> [__m256i; 8] {
+        nibbles8(w, 16)
     }
 }
 
+/// Q4_1: `d` at 0, `m` at 16, the nibble pieces at `32 + 32c`.
 struct Q4_1;
-impl Rows8 for Q4_1 {
-    const BLOCK: usize = 20;
-    type A = BlockQ8_1;
+small_format!(Q4_1, 20, BlockQ8_1, true);
+impl Small for Q4_1 {
+    act_values!(BlockQ8_1);
+    const OFFSET: i32 = 0;
+    const FIVE_BITS: bool = false;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn term(w: &[u8], a: &BlockQ8_1) -> __m256 {
-        legacy_term::<Self>(w, a)
-    }
-}
-impl Legacy for Q4_1 {
-    const MIN: bool = true;
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn isums(w: &[u8], a: &BlockQ8_1) -> __m256i {
-        _mm256_madd_epi16(nibble_pairs(w, 32, &a.qs), _mm256_set1_epi16(1))
-    }
-    fn a_scales(a: &BlockQ8_1) -> [u16; 2] {
-        [u16::from_le_bytes(a.d), u16::from_le_bytes(a.s)]
+    unsafe fn values(w: &[u8]) -> [__m256i; 8] {
+        nibbles8(w, 32)
     }
 }
 
+/// Q5_0: `d` at 0, the fifth bits at 16 (one u32 per row), the nibble
+/// pieces at `48 + 32c`; `w = d (q - 16)`.
 struct Q5_0;
-impl Rows8 for Q5_0 {
-    const BLOCK: usize = 22;
-    type A = BlockQ8_0;
+small_format!(Q5_0, 22, BlockQ8_0, false);
+impl Small for Q5_0 {
+    act_values!(BlockQ8_0);
+    const OFFSET: i32 = 16;
+    const FIVE_BITS: bool = true;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn term(w: &[u8], a: &BlockQ8_0) -> __m256 {
-        legacy_term::<Self>(w, a)
-    }
-}
-impl Legacy for Q5_0 {
-    const MIN: bool = false;
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn isums(w: &[u8], a: &BlockQ8_0) -> __m256i {
+    unsafe fn values(w: &[u8]) -> [__m256i; 8] {
         // The fifth bits of row r are the u32 in lane r of bytes 16..48:
         // bit j for value j. Piece c's low nibbles (values 4c + j) take bit
         // 4c + j, in byte c / 2 of the lane; its high nibbles (values
         // 16 + 4c + j) bit 16 + 4c + j, in byte 2 + c / 2. A shuffle copies
         // that byte to the four bytes of the lane, and byte j tests its bit.
         let qh = load_u8(&w[16..]);
-        let low = _mm256_set1_epi8(0x0f);
         let sixteen = _mm256_set1_epi8(0x10);
-        let x = &a.qs;
-        let mut sums = _mm256_setzero_si256();
-        for half in 0..2 {
-            // Two pieces per i16 accumulator: each i16 lane sums 8 products
-            // of a value in 0..32 and an i8, at most 8 * 31 * 128 = 31744.
-            let mut pairs = _mm256_setzero_si256();
-            for c in 2 * half..2 * half + 2 {
-                let v = load_u8(&w[48 + 32 * c..]);
-                let byte = |k: usize| _mm256_set1_epi32((k * 0x0101_0101) as i32);
-                let spread_lo = _mm256_shuffle_epi8(qh, _mm256_add_epi8(byte(c / 2), lanes()));
-                let spread_hi = _mm256_shuffle_epi8(qh, _mm256_add_epi8(byte(2 + c / 2), lanes()));
-                let bit = _mm256_set1_epi32((0x0804_0201u32 << (4 * (c % 2))) as i32);
-                let set = |s: __m256i| {
-                    let hit = _mm256_cmpeq_epi8(_mm256_and_si256(s, bit), bit);
-                    _mm256_and_si256(hit, sixteen)
-                };
-                let lo = _mm256_or_si256(_mm256_and_si256(v, low), set(spread_lo));
-                let hi = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
-                    set(spread_hi),
-                );
-                let x_lo = _mm256_set1_epi32(x4(x, 4 * c));
-                let x_hi = _mm256_set1_epi32(x4(x, 16 + 4 * c));
-                pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(lo, x_lo));
-                pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(hi, x_hi));
-            }
-            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+        let mut q = nibbles8(w, 48);
+        for c in 0..4 {
+            let byte = |k: usize| _mm256_set1_epi32((k * 0x0101_0101) as i32);
+            let spread_lo = _mm256_shuffle_epi8(qh, _mm256_add_epi8(byte(c / 2), lanes()));
+            let spread_hi = _mm256_shuffle_epi8(qh, _mm256_add_epi8(byte(2 + c / 2), lanes()));
+            let bit = _mm256_set1_epi32((0x0804_0201u32 << (4 * (c % 2))) as i32);
+            let set = |s: __m256i| {
+                let hit = _mm256_cmpeq_epi8(_mm256_and_si256(s, bit), bit);
+                _mm256_and_si256(hit, sixteen)
+            };
+            q[2 * c] = _mm256_or_si256(q[2 * c], set(spread_lo));
+            q[2 * c + 1] = _mm256_or_si256(q[2 * c + 1], set(spread_hi));
         }
-        // sum((q - 16) * x) = sum(q * x) - 16 * sum(x).
-        _mm256_sub_epi32(sums, offset_sum(16, x))
-    }
-    fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
-        [u16::from_le_bytes(a.d), 0]
+        q
     }
 }
 
@@ -503,6 +630,35 @@ fn q4_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
 fn q6_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
     // SAFETY: as in `q4_0_q8_0_x8`.
     unsafe { dot8::<Q6K>(group, act, out) }
+}
+
+/// The many-row kernel for weights of type `w`, if this set has one.
+pub(super) fn kernel8n_fn(w: GgmlType) -> Option<Dot8NFn> {
+    use GgmlType::*;
+    Some(match w {
+        Q4_0 => q4_0_q8_0_x8n as Dot8NFn,
+        Q4_1 => q4_1_q8_1_x8n,
+        Q5_0 => q5_0_q8_0_x8n,
+        _ => return None,
+    })
+}
+
+/// Q4_0 x Q8_0, eight interleaved rows, many activation rows.
+fn q4_0_q8_0_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8n::<Q4_0>(group, acts, act_row, out) }
+}
+
+/// Q4_1 x Q8_1, eight interleaved rows, many activation rows.
+fn q4_1_q8_1_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8n::<Q4_1>(group, acts, act_row, out) }
+}
+
+/// Q5_0 x Q8_0, eight interleaved rows, many activation rows.
+fn q5_0_q8_0_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8n::<Q5_0>(group, acts, act_row, out) }
 }
 
 /// Q4_0 x Q8_0, eight interleaved rows.
