@@ -15,6 +15,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use ferrite_kernels::dispatch::{kernel_set_name, KernelSet};
+use ferrite_kernels::dot::interleave;
 use ferrite_kernels::quant::{quantize, GgmlType, ALL_TYPES};
 
 /// xorshift64*: deterministic inputs without extra crates.
@@ -134,6 +135,26 @@ fn time_matrix4(
     })
 }
 
+/// As [`time_matrix`], eight interleaved rows per call of `dot8` (`w`
+/// already repacked by `interleave`, `rows` a multiple of 8).
+fn time_matrix8(
+    dot8: fn(&[u8], &[u8], &mut [f32; 8]),
+    w: &[u8],
+    a: &[u8],
+    rows: usize,
+) -> Duration {
+    let row_bytes = w.len() / rows;
+    best_time(|| {
+        let mut out = [0.0f32; 8];
+        let mut s = 0.0f32;
+        for group in w.chunks_exact(8 * row_bytes) {
+            dot8(black_box(group), black_box(a), &mut out);
+            s += out[0] + out[7];
+        }
+        black_box(s);
+    })
+}
+
 /// Best time of a few runs of `reps` calls of `pass`.
 fn best_time(pass: impl Fn()) -> Duration {
     // Calibrate to ~50 ms per run.
@@ -181,7 +202,10 @@ fn main() {
     for s in &sets {
         print!(" {:>13}", format!("{} GB/s", s.name()));
     }
-    println!(" {:>8} {:>15} {:>9}", "speedup", "dot4 GB/s", "dot4/dot");
+    println!(
+        " {:>8} {:>15} {:>9} {:>15} {:>9}",
+        "speedup", "dot4 GB/s", "dot4/dot", "dot8 GB/s", "dot8/dot"
+    );
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for t in ALL_TYPES {
         let Some(scalar) = KernelSet::Scalar.vec_dot_kernel(t) else {
@@ -214,6 +238,25 @@ fn main() {
         match dot4 {
             Some(dot4) if rows % 4 == 0 => {
                 let secs = time_matrix4(dot4, &w, &a, rows).as_secs_f64();
+                let rate = w.len() as f64 / secs / 1e9;
+                let vs = rate / gbs.last().copied().unwrap_or(rate);
+                print!(" {rate:>15.2} {vs:>8.2}x");
+            }
+            _ => print!(" {:>15} {:>9}", "-", "-"),
+        }
+        let dot8 = sets
+            .last()
+            .and_then(|s| s.vec_dot_kernel(t))
+            .and_then(|k| k.dot8);
+        let row_bytes = w.len() / rows;
+        let mut packed = vec![0u8; w.len()];
+        let repacked = rows % 8 == 0
+            && w.chunks_exact(8 * row_bytes)
+                .zip(packed.chunks_exact_mut(8 * row_bytes))
+                .all(|(src, dst)| interleave::interleave(t, src, dst));
+        match dot8 {
+            Some(dot8) if repacked => {
+                let secs = time_matrix8(dot8, &packed, &a, rows).as_secs_f64();
                 let rate = w.len() as f64 / secs / 1e9;
                 let vs = rate / gbs.last().copied().unwrap_or(rate);
                 println!(" {rate:>15.2} {vs:>8.2}x");
