@@ -6,6 +6,7 @@
 //! output does not depend on the batch it is in or on the thread count.
 
 use ferrite_kernels::attend::{scores_f16, weighted_sum_f16};
+use ferrite_kernels::math::softmax;
 
 use crate::generate::kv_cache::LayerKv;
 use crate::parallel::{DisjointSlice, Threads};
@@ -85,20 +86,14 @@ pub fn attention(
                 shape.scale,
                 s,
             );
-            let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut sum = 0f32;
-            for sj in s.iter_mut() {
-                *sj = (*sj - max).exp();
-                sum += *sj;
-            }
-            let inv = 1.0 / sum;
-
+            // The kernels' vectorized softmax (one fixed summation order).
+            softmax(s);
             weighted_sum_f16(s, &cache.value_runs(first..pos + 1, kv_off), acc);
             let base = t * q_dim + h * hd;
             for (d, &a) in acc.iter().enumerate() {
                 // SAFETY: (t, h) pairs are split across threads, so this
                 // head's output values are written by this thread only.
-                unsafe { out.write(base + d, a * inv) };
+                unsafe { out.write(base + d, a) };
             }
         }
     });
