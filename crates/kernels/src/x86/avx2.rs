@@ -24,6 +24,7 @@ pub(crate) mod gemm;
 mod k_quants;
 mod legacy;
 pub(crate) mod math;
+pub(crate) mod quantize;
 mod rows8;
 
 use std::arch::x86_64::*;
