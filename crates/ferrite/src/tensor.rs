@@ -99,15 +99,12 @@ impl Loader {
             )
         })?;
         let row_bytes = bytes.bytes().len() / rows;
+        // The grouped rows are read from the copy from now on.
+        let start = bytes.range.start;
+        let release = |r: Range<usize>| self.file.release(start + r.start..start + r.end);
         let groups = kernel
             .dot8
-            .and_then(|_| interleave_groups(ty, bytes.bytes(), rows, row_bytes));
-        if groups.is_some() {
-            // The grouped rows are read from the copy from now on.
-            let start = bytes.range.start;
-            self.file
-                .release(start..start + rows / GROUP * GROUP * row_bytes);
-        }
+            .and_then(|_| interleave_groups(ty, bytes.bytes(), rows, row_bytes, release));
         Ok(Linear {
             ty,
             rows,
@@ -189,19 +186,38 @@ pub struct Linear {
 
 /// The whole groups of eight rows of `bytes` (`rows` rows of `row_bytes`)
 /// repacked for an eight-row kernel, or None if `ty` has no such layout.
-fn interleave_groups(ty: GgmlType, bytes: &[u8], rows: usize, row_bytes: usize) -> Option<Vec<u8>> {
+/// `release(range)` is called for each stretch of `bytes` once it has been
+/// copied, so that the copy grows while the source's pages are let go and
+/// peak memory stays near the file's size (the copy's zeroed pages only
+/// become resident as they are written).
+fn interleave_groups(
+    ty: GgmlType,
+    bytes: &[u8],
+    rows: usize,
+    row_bytes: usize,
+    release: impl Fn(Range<usize>),
+) -> Option<Vec<u8>> {
+    /// Bytes copied between two releases.
+    const STRETCH: usize = 4 << 20;
     let group_bytes = GROUP * row_bytes;
     let n_groups = rows / GROUP;
     if !interleave::has_layout(ty) || n_groups == 0 {
         return None;
     }
     let mut out = vec![0u8; n_groups * group_bytes];
-    for (src, dst) in bytes
+    let mut released = 0;
+    for (g, (src, dst)) in bytes
         .chunks_exact(group_bytes)
         .zip(out.chunks_exact_mut(group_bytes))
+        .enumerate()
     {
         if !interleave::interleave(ty, src, dst) {
             return None;
+        }
+        let done = (g + 1) * group_bytes;
+        if done - released >= STRETCH || g + 1 == n_groups {
+            release(released..done);
+            released = done;
         }
     }
     Some(out)

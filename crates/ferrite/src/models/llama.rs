@@ -11,9 +11,10 @@
 
 use std::sync::Arc;
 
+use ferrite_kernels::math::silu_mul;
+
 use crate::formats::gguf::GgufFile;
 use crate::formats::names;
-use crate::layers::activation::swiglu_in_place;
 use crate::layers::attention::{attention, AttnShape, Positions};
 use crate::layers::norm::rms_norm;
 use crate::layers::rope::{Rope, RopeStyle};
@@ -268,8 +269,9 @@ impl Llama {
                 MatmulJob::new(&layer.w_up, &mut *up),
             ];
             matmul_many(gate_up, xn, &mut ws.acts, threads)?;
-            swiglu_in_place(gate, up);
-            layer.w_down.matmul(gate, proj, &mut ws.acts, threads)?;
+            // up = silu(gate) * up, with the kernels' vectorized SiLU.
+            silu_mul(gate, up);
+            layer.w_down.matmul(up, proj, &mut ws.acts, threads)?;
             add_in_place(x, proj);
         }
         Ok(())
