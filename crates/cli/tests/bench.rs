@@ -42,6 +42,43 @@ fn bench_json_reports_positive_rates_and_a_plausible_rss() {
     }
 }
 
+/// Issue 4's memory bound: peak RSS at most the file's size plus the KV
+/// cache plus 64 MiB. The weights are repacked into heap copies at load
+/// time (eight-row groups); the file's pages of repacked rows are released
+/// as they are copied, and token embeddings tied to the output matrix are
+/// read from its copy, so the copies replace the mapped file rather than
+/// add to it.
+#[test]
+fn bench_peak_rss_stays_within_file_plus_cache_plus_64_mib() {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let out = ferrite(&[
+        "bench", "smollm2", "-p", "512", "-n", "16", "-r", "1", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Json = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let file = std::fs::metadata(j["model"].as_str().expect("model path"))
+        .expect("model file")
+        .len();
+    // SmolLM2-135M: 30 layers, K and V of 3 heads x 64 values, f16, for
+    // the 512 positions of the context the bench asks for.
+    let kv = 30 * 2 * 3 * 64 * 2 * 512;
+    let rss = j["peak_rss_bytes"].as_u64().expect("RSS on Linux");
+    let bound = file + kv + (64 << 20);
+    assert!(
+        rss <= bound,
+        "peak RSS {} MiB > file {} MiB + KV {} MiB + 64 MiB",
+        rss >> 20,
+        file >> 20,
+        kv >> 20
+    );
+}
+
 #[test]
 fn bench_skips_a_test_given_zero() {
     let out = ferrite(&[

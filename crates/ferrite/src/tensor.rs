@@ -104,7 +104,8 @@ impl Loader {
         let release = |r: Range<usize>| self.file.release(start + r.start..start + r.end);
         let groups = kernel
             .dot8
-            .and_then(|_| interleave_groups(ty, bytes.bytes(), rows, row_bytes, release));
+            .and_then(|_| interleave_groups(ty, bytes.bytes(), rows, row_bytes, release))
+            .map(Arc::new);
         Ok(Linear {
             ty,
             rows,
@@ -125,6 +126,22 @@ impl Loader {
         Ok(out)
     }
 
+    /// The token embedding table `embd` and the output matrix `output`
+    /// (`n_vocab x dim` both; the same tensor when the embeddings are
+    /// tied, which then serves both from one repacked copy).
+    pub fn embedding_and_output(
+        &self,
+        embd: &str,
+        output: &str,
+        n_vocab: usize,
+        dim: usize,
+    ) -> Result<(Embedding, Linear), Error> {
+        let mut table = self.embedding(embd, n_vocab, dim)?;
+        let output = self.linear(output, n_vocab, dim)?;
+        table.share_rows_with(&output);
+        Ok((table, output))
+    }
+
     /// An embedding table of `n_vocab` rows of `dim` values.
     pub fn embedding(&self, name: &str, n_vocab: usize, dim: usize) -> Result<Embedding, Error> {
         let (ty, bytes) = self.get(name, &[dim as u64, n_vocab as u64])?;
@@ -139,6 +156,7 @@ impl Loader {
             dim,
             n_vocab,
             bytes,
+            groups: None,
         })
     }
 }
@@ -149,6 +167,10 @@ pub struct Embedding {
     pub dim: usize,
     pub n_vocab: usize,
     bytes: TensorBytes,
+    /// The interleaved copy of the same tensor made for the output matrix
+    /// (tied embeddings): its rows are read from there, since the file's
+    /// pages of those rows were released.
+    groups: Option<Arc<Vec<u8>>>,
 }
 
 impl Embedding {
@@ -162,8 +184,38 @@ impl Embedding {
             )));
         }
         let row_bytes = self.bytes.bytes().len() / self.n_vocab;
+        let bad = |e: ferrite_kernels::quant::QuantError| Error::Input(e.to_string());
+        if let Some(groups) = &self.groups {
+            let (g, i) = (t / GROUP, t % GROUP);
+            if let Some(group) = groups.get(g * GROUP * row_bytes..(g + 1) * GROUP * row_bytes) {
+                // Block by block through a small buffer: no allocation.
+                let (block, values) = (self.ty.type_size(), self.ty.block_size());
+                let mut buf = [0u8; 256];
+                let buf = buf.get_mut(..block).ok_or_else(|| {
+                    Error::Input(format!("{} blocks are too large to look up", self.ty))
+                })?;
+                for (b, out) in out.chunks_mut(values).enumerate() {
+                    if !interleave::block_of_row(self.ty, group, i, b, buf) {
+                        return Err(Error::Input(format!("token {token}: bad packed row")));
+                    }
+                    dequantize(self.ty, buf, out).map_err(bad)?;
+                }
+                return Ok(());
+            }
+        }
         let row = &self.bytes.bytes()[t * row_bytes..(t + 1) * row_bytes];
-        dequantize(self.ty, row, out).map_err(|e| Error::Input(e.to_string()))
+        dequantize(self.ty, row, out).map_err(bad)
+    }
+
+    /// Reads rows from `output`'s interleaved copy when `output` is this
+    /// very tensor (tied embeddings) and has one.
+    pub fn share_rows_with(&mut self, output: &Linear) {
+        let same = Arc::ptr_eq(&self.bytes.file, &output.bytes.file)
+            && self.bytes.range == output.bytes.range
+            && self.ty == output.ty;
+        if same {
+            self.groups = output.groups.clone();
+        }
     }
 }
 
@@ -181,7 +233,7 @@ pub struct Linear {
     /// (`ferrite_kernels::dot::interleave`), `8 * row_bytes` bytes a group.
     /// Those rows are then read from here, not from the file; any last
     /// rows that do not fill a group still are.
-    groups: Option<Vec<u8>>,
+    groups: Option<Arc<Vec<u8>>>,
 }
 
 /// The whole groups of eight rows of `bytes` (`rows` rows of `row_bytes`)

@@ -298,11 +298,13 @@ impl Gemma3 {
         } else {
             names::TOKEN_EMBD // tied embeddings
         };
+        let (token_embd, output) =
+            w.embedding_and_output(names::TOKEN_EMBD, output_name, c.n_vocab, c.dim)?;
         Ok(Gemma3 {
-            token_embd: w.embedding(names::TOKEN_EMBD, c.n_vocab, c.dim)?,
+            token_embd,
             embd_scale: (c.dim as f32).sqrt(),
             output_norm: w.vector(names::OUTPUT_NORM, c.dim)?,
-            output: w.linear(output_name, c.n_vocab, c.dim)?,
+            output,
             rope_global: Rope::new(
                 c.rope_dims,
                 c.rope_base,

@@ -185,10 +185,12 @@ impl Llama {
                 "per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style) are not supported yet",
             ));
         }
+        let (token_embd, output) =
+            w.embedding_and_output(names::TOKEN_EMBD, output_name, c.n_vocab, c.dim)?;
         Ok(Llama {
-            token_embd: w.embedding(names::TOKEN_EMBD, c.n_vocab, c.dim)?,
+            token_embd,
             output_norm: w.vector(names::OUTPUT_NORM, c.dim)?,
-            output: w.linear(output_name, c.n_vocab, c.dim)?,
+            output,
             rope: Rope::new(
                 c.rope_dims,
                 c.rope_base,

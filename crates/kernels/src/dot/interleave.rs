@@ -90,6 +90,25 @@ pub fn deinterleave(ty: GgmlType, group: &[u8], out: &mut [u8]) -> bool {
     move_bytes(ty, group, out, false)
 }
 
+/// Copies block `b` of row `row` (`0..8`) of an interleaved `group` into
+/// `out` (one block's bytes), as it was before [`interleave`]. Returns
+/// false, leaving `out` unspecified, if `ty` has no layout or the block,
+/// row or output size does not fit.
+pub fn block_of_row(ty: GgmlType, group: &[u8], row: usize, b: usize, out: &mut [u8]) -> bool {
+    let Some((pieces, block)) = pieces(ty) else {
+        return false;
+    };
+    let base = b * ROWS * block;
+    if row >= ROWS || out.len() != block || base + ROWS * block > group.len() {
+        return false;
+    }
+    for &(p, w) in &pieces {
+        let at = base + ROWS * p + w * row;
+        out[p..p + w].copy_from_slice(&group[at..at + w]);
+    }
+    true
+}
+
 fn move_bytes(ty: GgmlType, src: &[u8], dst: &mut [u8], forward: bool) -> bool {
     let Some((pieces, block)) = pieces(ty) else {
         return false;
@@ -137,6 +156,15 @@ mod tests {
             let mut back = vec![0u8; rows.len()];
             assert!(deinterleave(ty, &packed, &mut back));
             assert_eq!(back, rows, "{ty}");
+            // Each block of each row comes back on its own.
+            let mut one = vec![0u8; block];
+            for r in 0..ROWS {
+                for b in 0..rows.len() / ROWS / block {
+                    assert!(block_of_row(ty, &packed, r, b, &mut one));
+                    let at = r * (rows.len() / ROWS) + b * block;
+                    assert_eq!(one, rows[at..at + block], "{ty} row {r} block {b}");
+                }
+            }
             // The first scale of every row comes first, row after row.
             let row_bytes = rows.len() / ROWS;
             for r in 0..ROWS {
