@@ -1,0 +1,87 @@
+//! Whole models give the same logits, bit for bit, with the scalar
+//! reference kernels as with the fastest set this CPU runs: the SIMD
+//! kernels, the eight-row interleaved weights they read (the scalar set
+//! keeps the file's layout), the attention loops and the activation
+//! quantization all reproduce the reference's arithmetic.
+//!
+//! The kernel set is chosen once per process (`FERRITE_KERNELS`), so the
+//! scalar run happens in a child process: this test binary, re-run on the
+//! ignored `child_logits_hash` test with `FERRITE_KERNELS=scalar`.
+
+mod common;
+
+use ferrite::models::decoder::Logits;
+use ferrite::models::open_causal_lm;
+use ferrite::parallel::Threads;
+use ferrite_kernels::dispatch::kernel_set_name;
+
+/// Tokens well inside both vocabularies; prefill in chunks of 7, then
+/// three single-token steps (the decode path).
+fn logits_hash(model_name: &str) -> (u64, usize) {
+    let (_file, model) = open_causal_lm(&common::real_model(model_name)).unwrap();
+    let tokens: Vec<u32> = (0..24u32).map(|i| 100 + (i * 7919) % 40000).collect();
+    let mut st = model.new_state(64, Threads::new(2)).unwrap();
+    st.set_chunk_size(7);
+    let (mut all, mut logits) = (Vec::new(), Vec::new());
+    model
+        .forward(&tokens[..21], &mut st, Logits::All, &mut logits)
+        .unwrap();
+    all.extend_from_slice(&logits);
+    for &t in &tokens[21..] {
+        model
+            .forward(&[t], &mut st, Logits::Last, &mut logits)
+            .unwrap();
+        all.extend_from_slice(&logits);
+    }
+    assert!(
+        all.iter().all(|v| v.is_finite()),
+        "{model_name}: non-finite logits"
+    );
+    // FNV-1a over the bits.
+    let hash = all.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+        v.to_bits()
+            .to_le_bytes()
+            .iter()
+            .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    });
+    (hash, all.len())
+}
+
+#[test]
+#[ignore = "run by scalar_and_fast_kernels_give_the_same_logits in a child process"]
+fn child_logits_hash() {
+    let model = std::env::var("FERRITE_TEST_MODEL").expect("FERRITE_TEST_MODEL");
+    let (hash, n) = logits_hash(&model);
+    println!("kernels {} logits {n} hash {hash:016x}", kernel_set_name());
+}
+
+#[test]
+fn scalar_and_fast_kernels_give_the_same_logits() {
+    let exe = std::env::current_exe().expect("test binary path");
+    for model in ["smollm2", "gemma3-270m"] {
+        let (hash, n) = logits_hash(model);
+        let out = std::process::Command::new(&exe)
+            .args(["--exact", "child_logits_hash", "--ignored", "--nocapture"])
+            .env("FERRITE_KERNELS", "scalar")
+            .env("FERRITE_TEST_MODEL", model)
+            .output()
+            .expect("run the test binary");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{model}: child failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = format!("kernels scalar logits {n} hash {hash:016x}");
+        eprintln!(
+            "{model}: {} kernels: {n} logits, hash {hash:016x}",
+            kernel_set_name()
+        );
+        assert!(
+            stdout.contains(&want),
+            "{model}: the scalar kernels' logits differ from the {} kernels' \
+             (want \"{want}\"): {stdout}",
+            kernel_set_name()
+        );
+    }
+}
