@@ -170,7 +170,7 @@ pub struct Embedding {
     /// The interleaved copy of the same tensor made for the output matrix
     /// (tied embeddings): its rows are read from there, since the file's
     /// pages of those rows were released.
-    groups: Option<Arc<Vec<u8>>>,
+    groups: Option<Arc<Packed>>,
 }
 
 impl Embedding {
@@ -233,7 +233,40 @@ pub struct Linear {
     /// (`ferrite_kernels::dot::interleave`), `8 * row_bytes` bytes a group.
     /// Those rows are then read from here, not from the file; any last
     /// rows that do not fill a group still are.
-    groups: Option<Arc<Vec<u8>>>,
+    groups: Option<Arc<Packed>>,
+}
+
+/// Memory for repacked weights: an anonymous mapping (zero pages that only
+/// become resident as they are written) for which Linux is asked to use
+/// transparent huge pages. Decoding streams every weight once per token;
+/// with 2 MiB pages the hardware prefetchers are not stopped at every 4 KiB
+/// page boundary and the TLB covers far more of the stream.
+pub struct Packed(memmap2::MmapMut);
+
+impl Packed {
+    /// `len` zero bytes, or None if the OS refuses the mapping.
+    fn zeroed(len: usize) -> Option<Packed> {
+        let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
+        #[cfg(target_os = "linux")]
+        {
+            // A hint: without huge page support the pages stay small.
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        Some(Packed(map))
+    }
+}
+
+impl std::ops::Deref for Packed {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Packed {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
 }
 
 /// The whole groups of eight rows of `bytes` (`rows` rows of `row_bytes`)
@@ -248,7 +281,7 @@ fn interleave_groups(
     rows: usize,
     row_bytes: usize,
     release: impl Fn(Range<usize>),
-) -> Option<Vec<u8>> {
+) -> Option<Packed> {
     /// Bytes copied between two releases.
     const STRETCH: usize = 4 << 20;
     let group_bytes = GROUP * row_bytes;
@@ -256,7 +289,7 @@ fn interleave_groups(
     if !interleave::has_layout(ty) || n_groups == 0 {
         return None;
     }
-    let mut out = vec![0u8; n_groups * group_bytes];
+    let mut out = Packed::zeroed(n_groups * group_bytes)?;
     let mut released = 0;
     for (g, (src, dst)) in bytes
         .chunks_exact(group_bytes)
