@@ -38,6 +38,10 @@ fn piece_widths(ty: GgmlType) -> Option<&'static [usize]> {
         Q5_0 => &[2, 4, 4, 4, 4, 4],
         // d, the 32 bytes of values as eight 4-byte pieces.
         Q8_0 => &[2, 4, 4, 4, 4, 4, 4, 4, 4],
+        // 16 scale bytes, 64 bytes of 2-bit values, d, dmin.
+        Q2K => &Q2K_PIECES,
+        // 32 bytes of high bits, 64 of 2-bit values, 12 scale bytes, d.
+        Q3K => &Q3K_PIECES,
         // d, dmin, the 12 scale bytes, then 128 bytes of nibbles.
         Q4K => &Q4K_PIECES,
         // 128 bytes of low nibbles, 64 of high bits, 16 scales, then d.
@@ -45,6 +49,19 @@ fn piece_widths(ty: GgmlType) -> Option<&'static [usize]> {
         _ => return None,
     })
 }
+
+const Q2K_PIECES: [usize; 22] = {
+    let mut p = [4; 22];
+    p[20] = 2;
+    p[21] = 2;
+    p
+};
+
+const Q3K_PIECES: [usize; 28] = {
+    let mut p = [4; 28];
+    p[27] = 2;
+    p
+};
 
 const Q4K_PIECES: [usize; 37] = {
     let mut p = [4; 37];

@@ -40,11 +40,15 @@ use crate::GgmlType;
 /// The CPU must support AVX2, FMA and F16C: the returned safe `fn`s execute
 /// those instructions.
 pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
-    let dot = kernel_fn(w)?;
-    let act_type = scalar_vec_dot_kernel(w)?.act_type;
+    if !has_kernel(w) {
+        return None;
+    }
+    // Types with only an eight-row kernel (Q2_K, Q3_K) keep the scalar
+    // one-row `dot`, used for rows that do not fill a group.
+    let scalar = scalar_vec_dot_kernel(w)?;
     Some(VecDotKernel {
-        act_type,
-        dot,
+        act_type: scalar.act_type,
+        dot: kernel_fn(w).unwrap_or(scalar.dot),
         dot4: kernel4_fn(w),
         dot8: rows8::kernel8_fn(w),
         dot8n: rows8::kernel8n_fn(w),
@@ -53,7 +57,7 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
 
 /// Whether this set has a kernel of its own for weights of type `w`.
 pub(crate) fn has_kernel(w: GgmlType) -> bool {
-    kernel_fn(w).is_some()
+    kernel_fn(w).is_some() || rows8::kernel8_fn(w).is_some()
 }
 
 /// A kernel entry point, as in [`VecDotKernel::dot`].

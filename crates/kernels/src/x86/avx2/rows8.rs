@@ -32,6 +32,8 @@ pub(super) fn kernel8_fn(w: GgmlType) -> Option<Dot8Fn> {
         Q4_1 => q4_1_q8_1_x8,
         Q5_0 => q5_0_q8_0_x8,
         Q8_0 => q8_0_q8_0_x8,
+        Q2K => q2_k_q8_k_x8,
+        Q3K => q3_k_q8_k_x8,
         Q4K => q4_k_q8_k_x8,
         Q6K => q6_k_q8_k_x8,
         _ => return None,
@@ -622,11 +624,148 @@ impl Rows8 for Q6K {
     }
 }
 
+/// Q2_K (super-blocks of 256 values, 16 groups of 16 with 4-bit scales
+/// and mins) in the interleaved layout: the 16 scale bytes as four pieces
+/// at `32p`, the 16 pieces of 2-bit values at `128 + 32p`, `d` at 640,
+/// `dmin` at 656.
+struct Q2K;
+impl Rows8 for Q2K {
+    const BLOCK: usize = 84;
+    type A = BlockQ8K;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
+        let x = &a.qs;
+        let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let nibble = _mm256_set1_epi8(0x0f);
+        let two = _mm256_set1_epi8(0x03);
+        for g in 0..16 {
+            // Group g: bytes 32 (g / 8) + 16 (g % 2) .. + 16 of qs, bits
+            // 2 ((g / 2) % 4) .. + 2 (as the scalar reference).
+            let shift = _mm_cvtsi32_si128(2 * ((g / 2) % 4) as i32);
+            let mut pairs = _mm256_setzero_si256();
+            for i4 in 0..4 {
+                let v = load_u8(&w[128 + 32 * (8 * (g / 8) + 4 * (g % 2) + i4)..]);
+                let q = _mm256_and_si256(_mm256_srl_epi16(v, shift), two);
+                let xb = _mm256_set1_epi32(x4k(x, 16 * g + 4 * i4));
+                // Pair sums of values in 0..4 and i8: 4 * 768 at most.
+                pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q, xb));
+            }
+            let scales = load_u8(&w[32 * (g / 4)..]);
+            let sc = _mm256_and_si256(scales, nibble);
+            let m = _mm256_and_si256(_mm256_srli_epi16::<4>(scales), nibble);
+            isum = _mm256_add_epi32(
+                isum,
+                _mm256_madd_epi16(pairs, byte_pairs::<false>(sc, g % 4)),
+            );
+            // m * bsum: the pair [m, m] against [bsum, 0].
+            let bs = i32::from(u16::from_le_bytes(a.bsums[g]));
+            msum = _mm256_add_epi32(
+                msum,
+                _mm256_madd_epi16(byte_pairs::<false>(m, g % 4), _mm256_set1_epi32(bs)),
+            );
+        }
+        // with_min: (d_x * d) * isum - (d_x * dmin) * msum.
+        let d_x = _mm256_set1_ps(a.d());
+        let d = _mm256_cvtph_ps(load_u8x16(&w[640..]));
+        let dmin = _mm256_cvtph_ps(load_u8x16(&w[656..]));
+        _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_mul_ps(d_x, d), _mm256_cvtepi32_ps(isum)),
+            _mm256_mul_ps(_mm256_mul_ps(d_x, dmin), _mm256_cvtepi32_ps(msum)),
+        )
+    }
+}
+
+/// Q3_K (super-blocks of 256 values, 16 groups of 16 with signed 6-bit
+/// scales) in the interleaved layout: the 8 pieces of `hmask` at `32p`, the
+/// 16 of 2-bit values at `256 + 32p`, the three of scale bytes at 768, 800
+/// and 832, `d` at 864.
+struct Q3K;
+impl Rows8 for Q3K {
+    const BLOCK: usize = 110;
+    type A = BlockQ8K;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
+        // Scale j (as `BlockQ3K::scales`): low nibble from byte j (j < 8)
+        // or the high nibble of byte j - 8, top two bits from byte 8 + j % 4
+        // at bit 2 (j / 4); biased by 32. Per row lane, byte k of set s
+        // holds scale 4s + k, unbiased.
+        let s0 = load_u8(&w[768..]);
+        let s1 = load_u8(&w[800..]);
+        let s2 = load_u8(&w[832..]);
+        let nibble = _mm256_set1_epi8(0x0f);
+        let two = _mm256_set1_epi8(0x03);
+        let top = |v: __m256i| _mm256_slli_epi32::<4>(_mm256_and_si256(v, two));
+        let sets = [
+            _mm256_or_si256(_mm256_and_si256(s0, nibble), top(s2)),
+            _mm256_or_si256(
+                _mm256_and_si256(s1, nibble),
+                top(_mm256_srli_epi32::<2>(s2)),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32::<4>(s0), nibble),
+                top(_mm256_srli_epi32::<4>(s2)),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32::<4>(s1), nibble),
+                top(_mm256_srli_epi32::<6>(s2)),
+            ),
+        ];
+        let bias = _mm256_set1_epi16(32);
+        let four = _mm256_set1_epi8(4);
+        let one = _mm256_set1_epi8(1);
+        let x = &a.qs;
+        let mut isum = _mm256_setzero_si256();
+        for g in 0..16 {
+            // Group g: k = (g / 2) % 4, half g / 8, bytes 16 (g % 2) .. of
+            // the half's 32 qs bytes and of hmask; high bit 4 (g / 8) + k.
+            let k = (g / 2) % 4;
+            let shift = _mm_cvtsi32_si128(2 * k as i32);
+            let bit = _mm_cvtsi32_si128((4 * (g / 8) + k) as i32);
+            let mut pairs = _mm256_setzero_si256();
+            for i4 in 0..4 {
+                let v = load_u8(&w[256 + 32 * (8 * (g / 8) + 4 * (g % 2) + i4)..]);
+                let h = load_u8(&w[32 * (4 * (g % 2) + i4)..]);
+                let low = _mm256_and_si256(_mm256_srl_epi16(v, shift), two);
+                let high = _mm256_and_si256(_mm256_srl_epi16(h, bit), one);
+                // u = q + 4 in 0..8: the value plus 4 where the bit is set.
+                let u = _mm256_or_si256(low, _mm256_slli_epi16::<2>(high));
+                let xb = _mm256_set1_epi32(x4k(x, 16 * g + 4 * i4));
+                // Pair sums of (u - 4) * x = q * x: at most 2 * 4 * 128.
+                let d =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(u, xb), _mm256_maddubs_epi16(four, xb));
+                pairs = _mm256_add_epi16(pairs, d);
+            }
+            let sc = _mm256_sub_epi16(byte_pairs::<false>(sets[g / 4], g % 4), bias);
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sc));
+        }
+        // (d * d_x) * isum.
+        let d = _mm256_cvtph_ps(load_u8x16(&w[864..]));
+        _mm256_mul_ps(
+            _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
+            _mm256_cvtepi32_ps(isum),
+        )
+    }
+}
+
 /// Activation bytes `at..at + 4` of a Q8_K block as one i32, to broadcast.
 #[inline(always)]
 fn x4k(x: &[i8; 256], at: usize) -> i32 {
     let b = &x[at..at + 4];
     i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
+}
+
+/// Q2_K x Q8_K, eight interleaved rows.
+fn q2_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8::<Q2K>(group, act, out) }
+}
+
+/// Q3_K x Q8_K, eight interleaved rows.
+fn q3_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8::<Q3K>(group, act, out) }
 }
 
 /// Q4_K x Q8_K, eight interleaved rows.
