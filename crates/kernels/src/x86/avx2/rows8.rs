@@ -550,14 +550,7 @@ impl Rows8 for Q4K {
                 );
             }
         }
-        // with_min: (d_x * d) * isum - (d_x * dmin) * msum.
-        let d_x = _mm256_set1_ps(a.d());
-        let d = _mm256_cvtph_ps(load_u8x16(w));
-        let dmin = _mm256_cvtph_ps(load_u8x16(&w[16..]));
-        _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_mul_ps(d_x, d), _mm256_cvtepi32_ps(isum)),
-            _mm256_mul_ps(_mm256_mul_ps(d_x, dmin), _mm256_cvtepi32_ps(msum)),
-        )
+        with_min(a.d(), load_u8x16(w), load_u8x16(&w[16..]), isum, msum)
     }
 }
 
@@ -665,13 +658,12 @@ impl Rows8 for Q2K {
                 _mm256_madd_epi16(byte_pairs::<false>(m, g % 4), _mm256_set1_epi32(bs)),
             );
         }
-        // with_min: (d_x * d) * isum - (d_x * dmin) * msum.
-        let d_x = _mm256_set1_ps(a.d());
-        let d = _mm256_cvtph_ps(load_u8x16(&w[640..]));
-        let dmin = _mm256_cvtph_ps(load_u8x16(&w[656..]));
-        _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_mul_ps(d_x, d), _mm256_cvtepi32_ps(isum)),
-            _mm256_mul_ps(_mm256_mul_ps(d_x, dmin), _mm256_cvtepi32_ps(msum)),
+        with_min(
+            a.d(),
+            load_u8x16(&w[640..]),
+            load_u8x16(&w[656..]),
+            isum,
+            msum,
         )
     }
 }
@@ -747,6 +739,20 @@ impl Rows8 for Q3K {
             _mm256_cvtepi32_ps(isum),
         )
     }
+}
+
+/// The term of a k-quant with mins, as the scalar `with_min`:
+/// `(d_x * d) * isum - (d_x * dmin) * msum`, with the eight rows' f16 `d`
+/// and `dmin` and their integer sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn with_min(d_x: f32, d: __m128i, dmin: __m128i, isum: __m256i, msum: __m256i) -> __m256 {
+    let d_x = _mm256_set1_ps(d_x);
+    let (d, dmin) = (_mm256_cvtph_ps(d), _mm256_cvtph_ps(dmin));
+    _mm256_sub_ps(
+        _mm256_mul_ps(_mm256_mul_ps(d_x, d), _mm256_cvtepi32_ps(isum)),
+        _mm256_mul_ps(_mm256_mul_ps(d_x, dmin), _mm256_cvtepi32_ps(msum)),
+    )
 }
 
 /// Activation bytes `at..at + 4` of a Q8_K block as one i32, to broadcast.
