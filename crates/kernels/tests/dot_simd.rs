@@ -20,8 +20,8 @@ use ferrite_kernels::dispatch::{
 };
 use ferrite_kernels::dot::interleave;
 use ferrite_kernels::quant::{
-    quantize, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
-    BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
+    quantize, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
 };
 use std::mem::offset_of;
 use GgmlType::*;
@@ -117,6 +117,8 @@ fn f16_fields(t: GgmlType) -> &'static [usize] {
     const Q5_1: [usize; 2] = [offset_of!(BlockQ5_1, d), offset_of!(BlockQ5_1, m)];
     const Q8_0: [usize; 1] = [offset_of!(BlockQ8_0, d)];
     const Q8_1: [usize; 2] = [offset_of!(BlockQ8_1, d), offset_of!(BlockQ8_1, s)];
+    const Q2K: [usize; 2] = [offset_of!(BlockQ2K, d), offset_of!(BlockQ2K, dmin)];
+    const Q3K: [usize; 1] = [offset_of!(BlockQ3K, d)];
     const Q4K: [usize; 2] = [offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin)];
     const Q5K: [usize; 2] = [offset_of!(BlockQ5K, d), offset_of!(BlockQ5K, dmin)];
     const Q6K: [usize; 1] = [offset_of!(BlockQ6K, d)];
@@ -127,6 +129,8 @@ fn f16_fields(t: GgmlType) -> &'static [usize] {
         GgmlType::Q5_1 => &Q5_1,
         GgmlType::Q8_0 => &Q8_0,
         GgmlType::Q8_1 => &Q8_1,
+        GgmlType::Q2K => &Q2K,
+        GgmlType::Q3K => &Q3K,
         GgmlType::Q4K => &Q4K,
         GgmlType::Q5K => &Q5K,
         GgmlType::Q6K => &Q6K,
