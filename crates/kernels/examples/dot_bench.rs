@@ -116,40 +116,22 @@ fn time_matrix(dot: fn(&[u8], &[u8]) -> f32, w: &[u8], a: &[u8], rows: usize) ->
     })
 }
 
-/// As [`time_matrix`], four rows per call of `dot4` (`rows` a multiple of 4).
-fn time_matrix4(
-    dot4: fn(&[u8], &[u8], &mut [f32; 4]),
+/// As [`time_matrix`], `N` rows per call of a many-row kernel (`dot4`,
+/// or `dot8` on weights already repacked by `interleave`; `rows` a
+/// multiple of `N`).
+fn time_matrix_n<const N: usize>(
+    dot_n: fn(&[u8], &[u8], &mut [f32; N]),
     w: &[u8],
     a: &[u8],
     rows: usize,
 ) -> Duration {
     let row_bytes = w.len() / rows;
     best_time(|| {
-        let mut out = [0.0f32; 4];
+        let mut out = [0.0f32; N];
         let mut s = 0.0f32;
-        for rows4 in w.chunks_exact(4 * row_bytes) {
-            dot4(black_box(rows4), black_box(a), &mut out);
-            s += out[0] + out[1] + out[2] + out[3];
-        }
-        black_box(s);
-    })
-}
-
-/// As [`time_matrix`], eight interleaved rows per call of `dot8` (`w`
-/// already repacked by `interleave`, `rows` a multiple of 8).
-fn time_matrix8(
-    dot8: fn(&[u8], &[u8], &mut [f32; 8]),
-    w: &[u8],
-    a: &[u8],
-    rows: usize,
-) -> Duration {
-    let row_bytes = w.len() / rows;
-    best_time(|| {
-        let mut out = [0.0f32; 8];
-        let mut s = 0.0f32;
-        for group in w.chunks_exact(8 * row_bytes) {
-            dot8(black_box(group), black_box(a), &mut out);
-            s += out[0] + out[7];
+        for group in w.chunks_exact(N * row_bytes) {
+            dot_n(black_box(group), black_box(a), &mut out);
+            s += out.iter().sum::<f32>();
         }
         black_box(s);
     })
@@ -237,7 +219,7 @@ fn main() {
             .and_then(|k| k.dot4);
         match dot4 {
             Some(dot4) if rows % 4 == 0 => {
-                let secs = time_matrix4(dot4, &w, &a, rows).as_secs_f64();
+                let secs = time_matrix_n(dot4, &w, &a, rows).as_secs_f64();
                 let rate = w.len() as f64 / secs / 1e9;
                 let vs = rate / gbs.last().copied().unwrap_or(rate);
                 print!(" {rate:>15.2} {vs:>8.2}x");
@@ -256,7 +238,7 @@ fn main() {
                 .all(|(src, dst)| interleave::interleave(t, src, dst));
         match dot8 {
             Some(dot8) if repacked => {
-                let secs = time_matrix8(dot8, &packed, &a, rows).as_secs_f64();
+                let secs = time_matrix_n(dot8, &packed, &a, rows).as_secs_f64();
                 let rate = w.len() as f64 / secs / 1e9;
                 let vs = rate / gbs.last().copied().unwrap_or(rate);
                 println!(" {rate:>15.2} {vs:>8.2}x");

@@ -117,7 +117,7 @@ unsafe fn term_from<K: Legacy>(isum: __m256i, [d_w, m_w]: [__m256; 2], a: &K::A)
 /// offset: `w = d * (q - OFFSET)` (+ `m`). Its blocks decode once into
 /// eight vectors of values that any number of activation rows can then
 /// use ([`dot8n`]).
-trait Small: Legacy {
+trait Small: Legacy + Rows8<A: Act8> {
     /// Subtracted from every value (8 for Q4_0, 16 for Q5_0, 0 for Q4_1).
     const OFFSET: i32;
     /// Whether values reach 31 (five bits), not just 15.
@@ -131,9 +131,6 @@ trait Small: Legacy {
     ///
     /// The CPU must support AVX2, FMA and F16C.
     unsafe fn values(w: &[u8]) -> [__m256i; 8];
-
-    /// The activation block's values.
-    fn qs(a: &Self::A) -> &[i8; 32];
 }
 
 /// Lane `r`: the exact `sum((q - OFFSET) * x)` of row `r`, from the
@@ -199,7 +196,7 @@ unsafe fn dot8n<K: Small>(group: &[u8], acts: &[u8], act_row: usize, out: &mut [
             for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
                 // Rows shorter than the group stop where `dot8` would.
                 if let Some(a) = r.get(b) {
-                    let term = term_from::<K>(small_isums::<K>(&q, K::qs(a)), scales, a);
+                    let term = term_from::<K>(small_isums::<K>(&q, a.qs()), scales, a);
                     *acc = _mm256_add_ps(*acc, term);
                 }
             }
@@ -245,9 +242,10 @@ unsafe fn f16_splat(h: u16) -> __m256 {
     _mm256_cvtph_ps(_mm_set1_epi16(h as i16))
 }
 
-/// Activation bytes `at..at + 4` as one i32, to broadcast.
+/// Activation bytes `at..at + 4` (of any activation block's values) as
+/// one i32, to broadcast.
 #[inline(always)]
-fn x4(x: &[i8; 32], at: usize) -> i32 {
+fn x4(x: &[i8], at: usize) -> i32 {
     let b = &x[at..at + 4];
     i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
 }
@@ -312,27 +310,27 @@ macro_rules! small_format {
     };
 }
 
-/// `Small::qs` of a format whose activations are `$act`.
-macro_rules! act_values {
-    ($act:ty) => {
-        fn qs(a: &$act) -> &[i8; 32] {
-            &a.qs
-        }
-    };
-}
-
-/// The f16 bits of an activation block's `d` and (Q8_1) `s`.
-trait ActScales {
+/// An 8-bit activation block of 32 values (Q8_0, Q8_1).
+trait Act8 {
+    /// The f16 bits of `d` and (Q8_1) `s`.
     fn scales(&self) -> [u16; 2];
+    /// The values.
+    fn qs(&self) -> &[i8; 32];
 }
-impl ActScales for BlockQ8_0 {
+impl Act8 for BlockQ8_0 {
     fn scales(&self) -> [u16; 2] {
         [u16::from_le_bytes(self.d), 0]
     }
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
 }
-impl ActScales for BlockQ8_1 {
+impl Act8 for BlockQ8_1 {
     fn scales(&self) -> [u16; 2] {
         [u16::from_le_bytes(self.d), u16::from_le_bytes(self.s)]
+    }
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
     }
 }
 
@@ -340,7 +338,6 @@ impl ActScales for BlockQ8_1 {
 struct Q4_0;
 small_format!(Q4_0, 18, BlockQ8_0, false);
 impl Small for Q4_0 {
-    act_values!(BlockQ8_0);
     const OFFSET: i32 = 8;
     const FIVE_BITS: bool = false;
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -354,7 +351,6 @@ impl Small for Q4_0 {
 struct Q4_1;
 small_format!(Q4_1, 20, BlockQ8_1, true);
 impl Small for Q4_1 {
-    act_values!(BlockQ8_1);
     const OFFSET: i32 = 0;
     const FIVE_BITS: bool = false;
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -369,7 +365,6 @@ impl Small for Q4_1 {
 struct Q5_0;
 small_format!(Q5_0, 22, BlockQ8_0, false);
 impl Small for Q5_0 {
-    act_values!(BlockQ8_0);
     const OFFSET: i32 = 16;
     const FIVE_BITS: bool = true;
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -452,7 +447,7 @@ impl Legacy for Q8_0 {
         _mm256_permute4x64_epi64::<0b11_01_10_00>(h)
     }
     fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
-        [u16::from_le_bytes(a.d), 0]
+        a.scales()
     }
 }
 
@@ -527,8 +522,8 @@ impl Rows8 for Q4K {
             let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
             for p in 0..8 {
                 let v = load_u8(&w[128 + 32 * (8 * c + p)..]);
-                let x_even = _mm256_set1_epi32(x4k(x, 64 * c + 4 * p));
-                let x_odd = _mm256_set1_epi32(x4k(x, 64 * c + 32 + 4 * p));
+                let x_even = _mm256_set1_epi32(x4(x, 64 * c + 4 * p));
+                let x_odd = _mm256_set1_epi32(x4(x, 64 * c + 32 + 4 * p));
                 let lo = _mm256_and_si256(v, low);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
                 even = _mm256_add_epi16(even, _mm256_maddubs_epi16(lo, x_even));
@@ -596,7 +591,7 @@ impl Rows8 for Q6K {
                             two,
                         );
                         let q = _mm256_or_si256(nib, _mm256_slli_epi16::<4>(top));
-                        let xb = _mm256_set1_epi32(x4k(x, 32 * r + 4 * i4));
+                        let xb = _mm256_set1_epi32(x4(x, 32 * r + 4 * i4));
                         let d = _mm256_sub_epi16(
                             _mm256_maddubs_epi16(q, xb),
                             _mm256_maddubs_epi16(thirty_two, xb),
@@ -640,7 +635,7 @@ impl Rows8 for Q2K {
             for i4 in 0..4 {
                 let v = load_u8(&w[128 + 32 * (8 * (g / 8) + 4 * (g % 2) + i4)..]);
                 let q = _mm256_and_si256(_mm256_srl_epi16(v, shift), two);
-                let xb = _mm256_set1_epi32(x4k(x, 16 * g + 4 * i4));
+                let xb = _mm256_set1_epi32(x4(x, 16 * g + 4 * i4));
                 // Pair sums of values in 0..4 and i8: 4 * 768 at most.
                 pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q, xb));
             }
@@ -723,7 +718,7 @@ impl Rows8 for Q3K {
                 let high = _mm256_and_si256(_mm256_srl_epi16(h, bit), one);
                 // u = q + 4 in 0..8: the value plus 4 where the bit is set.
                 let u = _mm256_or_si256(low, _mm256_slli_epi16::<2>(high));
-                let xb = _mm256_set1_epi32(x4k(x, 16 * g + 4 * i4));
+                let xb = _mm256_set1_epi32(x4(x, 16 * g + 4 * i4));
                 // Pair sums of (u - 4) * x = q * x: at most 2 * 4 * 128.
                 let d =
                     _mm256_sub_epi16(_mm256_maddubs_epi16(u, xb), _mm256_maddubs_epi16(four, xb));
@@ -753,13 +748,6 @@ unsafe fn with_min(d_x: f32, d: __m128i, dmin: __m128i, isum: __m256i, msum: __m
         _mm256_mul_ps(_mm256_mul_ps(d_x, d), _mm256_cvtepi32_ps(isum)),
         _mm256_mul_ps(_mm256_mul_ps(d_x, dmin), _mm256_cvtepi32_ps(msum)),
     )
-}
-
-/// Activation bytes `at..at + 4` of a Q8_K block as one i32, to broadcast.
-#[inline(always)]
-fn x4k(x: &[i8; 256], at: usize) -> i32 {
-    let b = &x[at..at + 4];
-    i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
 }
 
 /// Q2_K x Q8_K, eight interleaved rows.
