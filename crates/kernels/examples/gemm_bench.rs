@@ -42,7 +42,16 @@ fn main() {
     // A MiniLM-sized encoder pass: 6 layers of QKV, output, up, down
     // products with distinct weights (42 MB of f32, more than the L3
     // cache), as the model streams them.
-    for &m in &[800usize, 25] {
+    for (m, hot) in [
+        (800usize, false),
+        (200, false),
+        (2500, false),
+        (25, false),
+        (25, true),
+        (20, false),
+        (8, false),
+        (8, true),
+    ] {
         let shapes = [(1152usize, 384usize), (384, 384), (1536, 384), (384, 1536)];
         let layers: Vec<Vec<PackedWeights>> = (0..6)
             .map(|l| {
@@ -67,6 +76,7 @@ fn main() {
         for _ in 0..5 {
             let t = Instant::now();
             for layer in &layers {
+                let layer = if hot { &layers[0] } else { layer };
                 for w in layer {
                     gemm(
                         Acts {
@@ -82,7 +92,8 @@ fn main() {
             best = best.min(t.elapsed().as_secs_f64());
         }
         println!(
-            "encoder pass, m={m:4}, cold weights: {:8.3} ms  {:6.1} GFLOP/s",
+            "encoder pass, m={m:4}, {} weights: {:8.3} ms  {:6.1} GFLOP/s",
+            if hot { "hot " } else { "cold" },
             best * 1e3,
             flops / best / 1e9
         );

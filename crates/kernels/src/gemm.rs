@@ -55,11 +55,7 @@ impl PackedWeights {
     /// Packs an `n x k` matrix whose row `j` `row(j, out)` writes (e.g.
     /// dequantized from a file), reusing this buffer's memory.
     pub fn repack(&mut self, n: usize, k: usize, mut row: impl FnMut(usize, &mut [f32])) {
-        let n_panels = n.div_ceil(NR);
-        self.n = n;
-        self.k = k;
-        self.lines.clear();
-        self.lines.resize(n_panels * k, Line([0.0; NR]));
+        self.reset(n, k);
         let mut buf = vec![0f32; k];
         for j in 0..n {
             row(j, &mut buf);
@@ -70,22 +66,48 @@ impl PackedWeights {
         }
     }
 
+    /// Packs the `n x k` matrix whose row `j` is `x[j * ldx..][..k]` (a
+    /// strided block of a wider matrix, e.g. one attention head's keys).
+    pub fn repack_rows(&mut self, x: &[f32], ldx: usize, n: usize, k: usize) {
+        self.reset(n, k);
+        for j in 0..n {
+            let row = &x[j * ldx..j * ldx + k];
+            let (p, lane) = (j / NR, j % NR);
+            let panel = &mut self.lines[p * k..(p + 1) * k];
+            for (line, &v) in panel.iter_mut().zip(row) {
+                line.0[lane] = v;
+            }
+        }
+    }
+
     /// Packs the transpose of `x` (`k x n`, row-major with row stride
     /// `ldx`): for the product `P · V` in attention, where `V`'s rows are
     /// the inputs and its columns the outputs. Cheap: panels are slices of
     /// `x`'s rows.
     pub fn repack_transposed(&mut self, x: &[f32], ldx: usize, k: usize, n: usize) {
+        self.reset(n, k);
+        for kk in 0..k {
+            let row = &x[kk * ldx..kk * ldx + n];
+            let mut chunks = row.chunks_exact(NR);
+            for (p, chunk) in (&mut chunks).enumerate() {
+                // A fixed-size copy: moved in registers, not by memcpy.
+                self.lines[p * k + kk].0 = chunk.try_into().expect("NR values");
+            }
+            let rest = chunks.remainder();
+            if !rest.is_empty() {
+                let p = n / NR;
+                self.lines[p * k + kk].0[..rest.len()].copy_from_slice(rest);
+            }
+        }
+    }
+
+    /// Sizes the buffer for `n x k`, every value zero.
+    fn reset(&mut self, n: usize, k: usize) {
         let n_panels = n.div_ceil(NR);
         self.n = n;
         self.k = k;
         self.lines.clear();
         self.lines.resize(n_panels * k, Line([0.0; NR]));
-        for kk in 0..k {
-            let row = &x[kk * ldx..kk * ldx + n];
-            for (p, chunk) in row.chunks(NR).enumerate() {
-                self.lines[p * k + kk].0[..chunk.len()].copy_from_slice(chunk);
-            }
-        }
     }
 
     /// Output features.
@@ -378,9 +400,19 @@ mod tests {
         let mut got = vec![0f32; m * n];
         gemm(Acts { a: &a_wide, lda, m }, &packed, &mut got);
         let expect = reference(&a, &w, m, n, k);
-        assert_eq!(
-            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            expect.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&expect));
+
+        // W as strided rows of a wider buffer (stride 25), after the
+        // buffer held a bigger matrix.
+        let ldw = 25;
+        let w_wide: Vec<f32> = (0..n)
+            .flat_map(|j| (0..ldw).map(move |kk| (j, kk)))
+            .map(|(j, kk)| if kk < k { w[j * k + kk] } else { f32::NAN })
+            .collect();
+        packed.repack_rows(&w_wide, ldw, n, k);
+        let mut got = vec![0f32; m * n];
+        gemm(Acts { a: &a_wide, lda, m }, &packed, &mut got);
+        assert_eq!(bits(&got), bits(&expect));
     }
 }

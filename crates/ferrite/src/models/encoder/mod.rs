@@ -283,9 +283,7 @@ impl Encoder {
                         (&s.q_rot, hd)
                     }
                     Positions::Learned { .. } => {
-                        s.keys.repack(len, hd, |t, row| {
-                            row.copy_from_slice(&qkv[k_off + t * ld..k_off + t * ld + hd])
-                        });
+                        s.keys.repack_rows(&qkv[k_off..], ld, len, hd);
                         (&qkv[q_off..], ld)
                     }
                 };

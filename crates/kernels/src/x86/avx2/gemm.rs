@@ -99,6 +99,10 @@ unsafe fn tile<const R: usize>(t: Tile) {
         bias[..t.cols].copy_from_slice(&b[..t.cols]);
     }
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    // Each row's own pointer: `a + r * lda + kk` would make the compiler
+    // step from row to row with a chain of dependent additions.
+    // SAFETY: rows 0..R start inside `a` by the function's contract.
+    let row_ptrs: [*const f32; R] = std::array::from_fn(|r| unsafe { t.a.add(r * t.lda) });
     for kk in 0..t.k {
         // SAFETY: line kk of the panel and value kk of each row are in
         // bounds by the function's contract.
@@ -106,15 +110,17 @@ unsafe fn tile<const R: usize>(t: Tile) {
             let line = t.b.add(kk * NR);
             let b0 = _mm256_loadu_ps(line);
             let b1 = _mm256_loadu_ps(line.add(8));
-            for (r, acc_r) in acc.iter_mut().enumerate() {
-                let x = _mm256_broadcast_ss(&*t.a.add(r * t.lda + kk));
+            for (acc_r, row) in acc.iter_mut().zip(&row_ptrs) {
+                let x = _mm256_broadcast_ss(&*row.add(kk));
                 acc_r[0] = _mm256_fmadd_ps(x, b0, acc_r[0]);
                 acc_r[1] = _mm256_fmadd_ps(x, b1, acc_r[1]);
             }
         }
     }
-    for (r, acc_r) in acc.iter().enumerate() {
-        let mut row = [0f32; NR];
+    // The tile's results, bias added, then the activation over all of
+    // them at once (a long loop overlaps its iterations' latencies).
+    let mut rows = [[0f32; NR]; R];
+    for (acc_r, row) in acc.iter().zip(rows.iter_mut()) {
         // SAFETY: `row` and `bias` are 16 values each.
         unsafe {
             let (mut v0, mut v1) = (acc_r[0], acc_r[1]);
@@ -125,10 +131,12 @@ unsafe fn tile<const R: usize>(t: Tile) {
             _mm256_storeu_ps(row.as_mut_ptr(), v0);
             _mm256_storeu_ps(row.as_mut_ptr().add(8), v1);
         }
-        if let Some(act) = t.act {
-            // SAFETY: AVX2 and FMA, by this function's contract.
-            unsafe { super::math::activate(act, &mut row) };
-        }
+    }
+    if let Some(act) = t.act {
+        // SAFETY: AVX2 and FMA, by this function's contract.
+        unsafe { super::math::activate(act, rows.as_flattened_mut()) };
+    }
+    for (r, row) in rows.iter().enumerate() {
         // SAFETY: row r of the output has `cols` writable values.
         unsafe {
             let c = t.c.add(r * t.ldc);
