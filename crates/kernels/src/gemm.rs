@@ -403,8 +403,9 @@ mod tests {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&got), bits(&expect));
 
-        // W as strided rows of a wider buffer (stride 25), after the
-        // buffer held a bigger matrix.
+        // W as strided rows of a wider buffer (stride 25, the values
+        // past k NaN so that reading them would show), packed into the
+        // buffer that held the transposed packing above.
         let ldw = 25;
         let w_wide: Vec<f32> = (0..n)
             .flat_map(|j| (0..ldw).map(move |kk| (j, kk)))
