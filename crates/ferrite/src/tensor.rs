@@ -114,7 +114,34 @@ impl Loader {
             bytes,
             kernel,
             groups,
+            bias: None,
         })
+    }
+
+    /// As [`Loader::linear`], plus the bias vector `bias` (`rows` values)
+    /// when the file has it: `out = W x + b`.
+    pub fn linear_opt_bias(
+        &self,
+        name: &str,
+        bias: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear, Error> {
+        let mut w = self.linear(name, rows, cols)?;
+        if self.has(bias) {
+            w.bias = Some(self.vector(bias, rows)?);
+        }
+        Ok(w)
+    }
+
+    /// A vector of `n` values stored as `name`, or None if the file has no
+    /// tensor of that name.
+    pub fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, Error> {
+        if self.has(name) {
+            self.vector(name, n).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     /// A vector of `n` values stored as `name`, dequantized to f32.
@@ -234,6 +261,8 @@ pub struct Linear {
     /// Those rows are then read from here, not from the file; any last
     /// rows that do not fill a group still are.
     groups: Option<Arc<Packed>>,
+    /// Added to every output row after the products (`rows` values).
+    pub bias: Option<Vec<f32>>,
 }
 
 /// Memory for repacked weights: an anonymous mapping (zero pages that only
@@ -509,6 +538,17 @@ pub fn matmul_many(
             }
         }
     });
+    // Biases after the products, as llama.cpp adds them (one f32 add per
+    // output value, the same in every batch).
+    for job in jobs.iter_mut() {
+        if let Some(bias) = &job.w.bias {
+            for row in job.out.chunks_exact_mut(job.w.rows) {
+                for (o, &b) in row.iter_mut().zip(bias) {
+                    *o += b;
+                }
+            }
+        }
+    }
     Ok(())
 }
 

@@ -55,6 +55,26 @@ fn child_logits_hash() {
     println!("kernels {} logits {n} hash {hash:016x}", kernel_set_name());
 }
 
+/// The hashes of `logits_hash` before the decoders became one forward pass
+/// over blocks described as data (issue 12, commit 495745e): the refactor
+/// and everything after it must keep every bit. Any kernel set gives these
+/// (the scalar reference's bits), on any machine.
+const FROZEN: [(&str, u64); 2] = [
+    ("smollm2", 0x1553_c7ae_3e2c_5a3f),
+    ("gemma3-270m", 0x3f70_6a01_8791_45c7),
+];
+
+#[test]
+fn logits_are_bit_identical_to_before_the_decoder_refactor() {
+    for (model, want) in FROZEN {
+        let (hash, _) = logits_hash(model);
+        assert_eq!(
+            hash, want,
+            "{model}: logits hash {hash:016x}, was {want:016x} before the refactor"
+        );
+    }
+}
+
 #[test]
 fn scalar_and_fast_kernels_give_the_same_logits() {
     let exe = std::env::current_exe().expect("test binary path");

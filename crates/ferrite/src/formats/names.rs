@@ -6,6 +6,14 @@ pub const TOKEN_EMBD: &str = "token_embd.weight";
 pub const OUTPUT_NORM: &str = "output_norm.weight";
 pub const OUTPUT: &str = "output.weight";
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
+/// Learned absolute positions (GPT-2): `(n_positions, dim)`.
+pub const POSITION_EMBD: &str = "position_embd.weight";
+
+/// The bias that goes with weight tensor `weight` (`*.weight` -> `*.bias`).
+pub fn bias_of(weight: &str) -> String {
+    let stem = weight.strip_suffix(".weight").unwrap_or(weight);
+    format!("{stem}.bias")
+}
 
 fn blk(layer: usize, what: &str) -> String {
     format!("blk.{layer}.{what}.weight")
@@ -22,6 +30,10 @@ pub fn attn_k(layer: usize) -> String {
 }
 pub fn attn_v(layer: usize) -> String {
     blk(layer, "attn_v")
+}
+/// Q, K and V projections in one matrix (GPT-2, Phi): rows `q | k | v`.
+pub fn attn_qkv(layer: usize) -> String {
+    blk(layer, "attn_qkv")
 }
 pub fn attn_output(layer: usize) -> String {
     blk(layer, "attn_output")

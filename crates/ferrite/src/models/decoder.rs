@@ -7,9 +7,10 @@
 
 use std::ops::Range;
 
-use crate::generate::kv_cache::{KvCache, LayerKv};
+use crate::generate::kv_cache::KvCache;
 use crate::layers::attention::attention_scratch_len;
 use crate::layers::rope::Rope;
+use crate::models::transformer::check_room;
 use crate::parallel::Threads;
 use crate::tensor::QuantizedActs;
 use crate::Error;
@@ -37,6 +38,8 @@ pub struct DecoderDims {
     pub head_dim: usize,
     /// Rotated pairs per head (`rope dims / 2`).
     pub rope_pairs: usize,
+    /// Width of a fused Q/K/V projection's output (0: none).
+    pub fused_qkv_dim: usize,
     pub n_layers: usize,
 }
 
@@ -44,6 +47,7 @@ pub struct DecoderDims {
 pub struct Workspace {
     pub x: Vec<f32>,            // (chunk, dim) residual stream
     pub xn: Vec<f32>,           // (chunk, dim) normed input of a block
+    pub qkv: Vec<f32>,          // (chunk, fused_qkv_dim) fused projections
     pub q: Vec<f32>,            // (chunk, q_dim)
     pub k: Vec<f32>,            // (chunk, kv_dim)
     pub v: Vec<f32>,            // (chunk, kv_dim)
@@ -54,6 +58,7 @@ pub struct Workspace {
     pub attn_scratch: Vec<f32>, // (threads, n_ctx + head_dim)
     pub acts: QuantizedActs,
     pub rope: RopeTable,
+    pub pos: Vec<usize>, // (chunk) position of each row in its sequence
 }
 
 /// RoPE angles of the tokens of a chunk.
@@ -72,12 +77,14 @@ impl RopeTable {
         }
     }
 
-    /// Fills the (cos, sin) table for `n` tokens at positions `pos0..`.
-    pub fn fill(&mut self, rope: &Rope, pos0: usize, n: usize) {
+    /// Fills the (cos, sin) table of rows at positions `positions` (the
+    /// rotation's `dims / 2` pairs each).
+    pub fn fill_positions(&mut self, rope: &Rope, positions: &[usize]) {
         let p = self.pairs;
-        for t in 0..n {
-            let (c, s) = (t * p, (t + 1) * p);
-            rope.cos_sin(pos0 + t, &mut self.cos[c..s], &mut self.sin[c..s]);
+        let used = rope.dims / 2;
+        for (t, &pos) in positions.iter().enumerate() {
+            let (c, s) = (t * p, t * p + used);
+            rope.cos_sin(pos, &mut self.cos[c..s], &mut self.sin[c..s]);
         }
     }
 
@@ -89,11 +96,12 @@ impl RopeTable {
 }
 
 impl Workspace {
-    fn new(d: DecoderDims, n_ctx: usize, threads: usize) -> Workspace {
+    pub fn new(d: DecoderDims, n_ctx: usize, threads: usize) -> Workspace {
         let c = MAX_CHUNK;
         Workspace {
             x: vec![0.0; c * d.dim],
             xn: vec![0.0; c * d.dim],
+            qkv: vec![0.0; c * d.fused_qkv_dim],
             q: vec![0.0; c * d.q_dim],
             k: vec![0.0; c * d.kv_dim],
             v: vec![0.0; c * d.kv_dim],
@@ -104,6 +112,7 @@ impl Workspace {
             attn_scratch: vec![0.0; threads * attention_scratch_len(n_ctx, d.head_dim)],
             acts: QuantizedActs::default(),
             rope: RopeTable::new(d.rope_pairs),
+            pos: vec![0; c],
         }
     }
 }
@@ -117,22 +126,14 @@ pub struct DecoderState {
 }
 
 impl DecoderState {
-    /// A state for `n_ctx` positions; layer `l` keeps `capacities[l]` of them.
-    pub fn new(
-        d: DecoderDims,
-        n_ctx: usize,
-        capacities: &[usize],
-        threads: Threads,
-    ) -> Result<DecoderState, Error> {
-        if n_ctx == 0 {
-            return Err(Error::Input("the context size must be at least 1".into()));
-        }
-        Ok(DecoderState {
-            cache: KvCache::new(d.kv_dim, n_ctx, capacities),
-            ws: Workspace::new(d, n_ctx, threads.count()),
+    /// A state from a cache and a workspace made for it.
+    pub fn from_parts(cache: KvCache, ws: Workspace, threads: Threads) -> DecoderState {
+        DecoderState {
+            cache,
+            ws,
             threads,
             chunk_size: MAX_CHUNK,
-        })
+        }
     }
 
     /// Processes prompts in chunks of `n` tokens (1..=[`MAX_CHUNK`]).
@@ -150,8 +151,8 @@ impl DecoderState {
         self.cache.len == 0
     }
 
-    /// Runs `tokens` through the model in chunks: `body(chunk, pos0, state)`
-    /// leaves the chunk's final hidden states in `ws.x`; `head(rows, state,
+    /// Runs `tokens` through the model in chunks: `body(chunk, state)`
+    /// (at positions `state.cache.len..`) leaves the chunk's final hidden states in `ws.x`; `head(rows, state,
     /// out)` turns the hidden states of chunk rows `rows` into logits.
     /// `logits` receives one row of `n_vocab` per token (`All`) or one row
     /// (`Last`).
@@ -165,21 +166,13 @@ impl DecoderState {
         mut head: H,
     ) -> Result<(), Error>
     where
-        B: FnMut(&[u32], usize, &mut DecoderState) -> Result<(), Error>,
+        B: FnMut(&[u32], &mut DecoderState) -> Result<(), Error>,
         H: FnMut(Range<usize>, &mut DecoderState, &mut [f32]) -> Result<(), Error>,
     {
         if tokens.is_empty() {
             return Err(Error::Input("no tokens to process".into()));
         }
-        let room = self.cache.n_ctx - self.cache.len;
-        if tokens.len() > room {
-            return Err(Error::Input(format!(
-                "{} tokens do not fit in the context: {} of {} positions are used",
-                tokens.len(),
-                self.cache.len,
-                self.cache.n_ctx
-            )));
-        }
+        check_room(&self.cache, tokens.len())?;
         let rows_out = match which {
             Logits::All => tokens.len(),
             Logits::Last => 1,
@@ -189,8 +182,7 @@ impl DecoderState {
         let size = self.chunk_size;
         let n_chunks = tokens.len().div_ceil(size);
         for (i, chunk) in tokens.chunks(size).enumerate() {
-            let pos0 = self.cache.len;
-            body(chunk, pos0, self)?;
+            body(chunk, self)?;
             self.cache.len += chunk.len();
             match which {
                 Logits::All => {
@@ -211,38 +203,5 @@ impl DecoderState {
 pub fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
-    }
-}
-
-/// The projected queries, keys and values of a chunk's `n` tokens.
-pub struct QkvRows<'a> {
-    pub q: &'a mut [f32], // (n, q_dim)
-    pub k: &'a mut [f32], // (n, kv_dim)
-    pub v: &'a [f32],     // (n, kv_dim)
-    pub n: usize,
-    pub head_dim: usize,
-}
-
-/// Rotates each token's queries and keys by its position's angles in
-/// `table` and stores its key and value at position `pos0 + t` of `kv`.
-pub fn rope_and_store(
-    rope: &Rope,
-    table: &RopeTable,
-    rows: QkvRows,
-    kv: &mut LayerKv,
-    pos0: usize,
-) {
-    let (q_dim, kv_dim) = (rows.q.len() / rows.n, rows.k.len() / rows.n);
-    for t in 0..rows.n {
-        let (cos, sin) = table.at(t);
-        let k_t = &mut rows.k[t * kv_dim..(t + 1) * kv_dim];
-        rope.apply(
-            &mut rows.q[t * q_dim..(t + 1) * q_dim],
-            rows.head_dim,
-            cos,
-            sin,
-        );
-        rope.apply(k_t, rows.head_dim, cos, sin);
-        kv.store(pos0 + t, k_t, &rows.v[t * kv_dim..(t + 1) * kv_dim]);
     }
 }

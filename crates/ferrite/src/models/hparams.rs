@@ -9,10 +9,24 @@ use crate::Error;
 /// model, low enough that products of a few of them cannot overflow.
 const MAX_SIZE: u64 = 1 << 24;
 
+/// Most layers a decoder may have (the largest open models have under 200).
+pub const MAX_LAYERS: usize = 1024;
+
 pub struct HParams<'a> {
     pub meta: &'a Metadata,
     pub arch: &'a str,
     pub source: &'a str,
+}
+
+impl<'a> HParams<'a> {
+    /// The hyper-parameters of `file` under its own architecture's keys.
+    pub fn of(file: &'a GgufFile, source: &'a str) -> HParams<'a> {
+        HParams {
+            meta: file.metadata(),
+            arch: file.header.architecture().unwrap_or(""),
+            source,
+        }
+    }
 }
 
 impl HParams<'_> {
@@ -126,6 +140,82 @@ impl HParams<'_> {
             n_heads,
             n_kv_heads,
             head_dim,
+        })
+    }
+}
+
+/// RoPE settings read from `rope.*`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Values per head that are rotated.
+    pub dims: usize,
+    pub base: f32,
+    /// `1 / rope.scaling.factor` for linear scaling, else 1.
+    pub freq_scale: f32,
+}
+
+/// The hyper-parameters every decoder has.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Common {
+    pub n_vocab: usize,
+    pub dim: usize,
+    pub n_layers: usize,
+    pub heads: Heads,
+    pub ffn_dim: usize,
+    pub n_ctx_train: usize,
+}
+
+impl HParams<'_> {
+    /// Sizes shared by every decoder: `embedding_length`, `block_count`
+    /// (at most [`MAX_LAYERS`]), heads,
+    /// `feed_forward_length`, `context_length` (default `default_ctx`),
+    /// and the vocabulary as the rows of the token embedding.
+    pub fn common(&self, file: &GgufFile, default_ctx: usize) -> Result<Common, Error> {
+        let dim = self.size("embedding_length")?;
+        let n_layers = self.size("block_count")?;
+        if n_layers > MAX_LAYERS {
+            return Err(self.bad(
+                "block_count",
+                &format!("{n_layers} layers is more than the {MAX_LAYERS} ferrite accepts"),
+            ));
+        }
+        Ok(Common {
+            n_vocab: vocab_size(file, dim)?,
+            dim,
+            n_layers,
+            heads: self.heads(dim)?,
+            ffn_dim: self.size("feed_forward_length")?,
+            n_ctx_train: self.opt_size("context_length")?.unwrap_or(default_ctx),
+        })
+    }
+
+    /// `rope.dimension_count` (default: the whole head, checked to fit),
+    /// `rope.freq_base` (default 10 000) and linear `rope.scaling`.
+    pub fn rope(&self, head_dim: usize) -> Result<RopeParams, Error> {
+        let dims = self.opt_size("rope.dimension_count")?.unwrap_or(head_dim);
+        if dims > head_dim || dims % 2 != 0 {
+            return Err(self.bad(
+                "rope.dimension_count",
+                &format!("{dims} does not fit head size {head_dim}"),
+            ));
+        }
+        let freq_scale = match self.opt_str("rope.scaling.type") {
+            None | Some("none") | Some("linear") => match self.opt_f32("rope.scaling.factor")? {
+                Some(f) if f > 0.0 => 1.0 / f,
+                Some(0.0) | None => 1.0,
+                Some(f) => return Err(self.bad("rope.scaling.factor", &format!("{f} is negative"))),
+            },
+            Some(other) => {
+                return Err(self.bad(
+                    "rope.scaling.type",
+                    &format!("'{other}' is not supported yet"),
+                ))
+            }
+        };
+        Ok(RopeParams {
+            dims,
+            base: self.opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
+            freq_scale,
         })
     }
 }

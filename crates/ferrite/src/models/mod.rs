@@ -1,11 +1,14 @@
 //! Model architectures. Each file holds a typed config read from the file's
 //! metadata, a loader, and a forward pass built from `crate::layers`.
 
+pub mod build;
 pub mod decoder;
 pub mod encoder;
 pub mod gemma3;
 pub mod hparams;
 pub mod llama;
+pub mod qwen2;
+pub mod transformer;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +17,7 @@ use crate::formats::gguf::GgufFile;
 use crate::parallel::Threads;
 use crate::Error;
 use decoder::{DecoderState, Logits};
+use transformer::Decoder;
 
 /// A decoder-only language model.
 pub trait CausalLm: Send + Sync {
@@ -31,27 +35,43 @@ pub trait CausalLm: Send + Sync {
         which: Logits,
         logits: &mut Vec<f32>,
     ) -> Result<(), Error>;
+    /// The decoder itself (its parts, caches and batched forward pass).
+    fn decoder(&self) -> &Decoder;
 }
 
-/// Architectures `load_causal_lm` can run.
-pub const SUPPORTED_ARCHITECTURES: [&str; 2] = ["llama", "gemma3"];
+/// A loader of one decoder architecture from a GGUF file.
+type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
+
+/// The decoder architectures ferrite runs, by `general.architecture`: the
+/// one place an architecture name is matched.
+const DECODERS: [(&str, LoadDecoder); 3] = [
+    ("llama", llama::load),
+    ("qwen2", qwen2::load),
+    ("gemma3", gemma3::load),
+];
+
+/// Names of the decoder architectures [`load_causal_lm`] runs.
+pub fn supported_architectures() -> Vec<&'static str> {
+    DECODERS.iter().map(|(name, _)| *name).collect()
+}
 
 /// Loads the decoder model in a GGUF file, by its `general.architecture`.
 pub fn load_causal_lm(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>, Error> {
     let source = file.path().display().to_string();
-    match file.header.architecture() {
-        Some("llama") => Ok(Box::new(llama::Llama::load(file)?)),
-        Some("gemma3") => Ok(Box::new(gemma3::Gemma3::load(file)?)),
-        Some(other) => Err(Error::model(
-            source,
-            format!(
-                "architecture '{other}' is not supported for text generation (supported: {})",
-                SUPPORTED_ARCHITECTURES.join(", ")
-            ),
-        )),
-        None => Err(Error::model(
+    let Some(arch) = file.header.architecture() else {
+        return Err(Error::model(
             source,
             "no general.architecture in the metadata",
+        ));
+    };
+    match DECODERS.iter().find(|(name, _)| *name == arch) {
+        Some((_, load)) => Ok(Box::new(load(file)?)),
+        None => Err(Error::model(
+            source,
+            format!(
+                "architecture '{arch}' is not supported for text generation (supported: {})",
+                supported_architectures().join(", ")
+            ),
         )),
     }
 }

@@ -1,0 +1,26 @@
+//! Qwen2 / Qwen2.5 as llama.cpp's GGUF files lay it out
+//! (`general.architecture = "qwen2"`): the Llama block with biases on the
+//! Q, K and V projections (loaded wherever the file has them), RoPE over
+//! halves of each head (ggml "neox"), grouped-query attention, RMSNorm
+//! (eps 1e-6 by default), SwiGLU, untied or tied output.
+//!
+//! Reference: llama.cpp `src/models/qwen2.cpp`; HF `modeling_qwen2.py`.
+
+use std::sync::Arc;
+
+use crate::formats::gguf::GgufFile;
+use crate::layers::rope::RopeStyle;
+use crate::models::llama::{load_family, Family};
+use crate::models::transformer::Decoder;
+use crate::Error;
+
+const QWEN2: Family = Family {
+    rope_style: RopeStyle::Halves,
+    default_eps: 1e-6,
+    default_ctx: 32_768,
+};
+
+/// Loads a Qwen2 file.
+pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
+    load_family(file, &QWEN2)
+}
