@@ -15,6 +15,7 @@ use ferrite_kernels::attend::F16Rows;
 use ferrite_kernels::quant::f16_bits_from_f32;
 
 /// Keys and values of one layer: `capacity` slots of `kv_dim` values each.
+#[derive(Clone)]
 pub struct LayerKv {
     kv_dim: usize,
     capacity: usize,
@@ -94,7 +95,9 @@ impl LayerKv {
     }
 }
 
-/// The cache of every layer, and how many positions it holds.
+/// The cache of every layer, and how many positions it holds. Cloning it
+/// forks the sequence (beam search, a shared prompt prefix).
+#[derive(Clone)]
 pub struct KvCache {
     pub layers: Vec<LayerKv>,
     /// Positions the model may attend to at most (the context size).
