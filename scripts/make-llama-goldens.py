@@ -49,7 +49,7 @@ scripts/oracle/llama-oracle.cpp is compiled against it to read logits.
 
 Run (after scripts/fetch-models.sh; python from ../shared/tools/setup-refenv.sh):
     LLAMA_BUILD=~/.cache/ferrite-reference/llama.cpp/build \
-        ~/.cache/ferrite-refenv/bin/python scripts/make-llama-goldens.py [smollm2 gemma3-270m]
+        ~/.cache/ferrite-refenv/bin/python scripts/make-llama-goldens.py [smollm2 gemma3-270m qwen2.5-0.5b]
 """
 import json
 import os
@@ -68,10 +68,11 @@ OUT = os.path.join(ROOT, "testdata", "llama")
 FILES = {
     "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
     "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
+    "qwen2.5-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 }
 N_GREEDY = 64
-N_EVAL = {"smollm2": 512, "gemma3-270m": 640}
-N_F64 = {"smollm2": 128, "gemma3-270m": 640}
+N_EVAL = {"smollm2": 512, "gemma3-270m": 640, "qwen2.5-0.5b": 512}
+N_F64 = {"smollm2": 128, "gemma3-270m": 640, "qwen2.5-0.5b": 128}
 SELF_UBATCH = 1
 P = 32
 MASK = (1 << 64) - 1
@@ -183,7 +184,11 @@ def logits(oracle, model, text, short):
         "llama_cpp_self_margin_max": margin_change(unbatched, values),
     })
     del unbatched
-    forward = {"smollm2": f64_llama_forward, "gemma3-270m": f64_gemma3_forward}[short]
+    forward = {
+        "smollm2": f64_llama_forward,
+        "gemma3-270m": f64_gemma3_forward,
+        "qwen2.5-0.5b": f64_llama_forward,
+    }[short]
     n = N_F64[short]
     exact = forward(model, ids[:n])
     top1, nmse = agreement(values[:n], exact)
@@ -276,7 +281,10 @@ def f64_gemma3_forward(path, ids):
 
 
 def f64_llama_forward(path, ids):
-    """Float64 forward pass of a Llama-architecture GGUF (exact activations)."""
+    """Float64 forward pass of a Llama-architecture GGUF (exact activations).
+    Qwen2 files (general.architecture = qwen2) are the same block with
+    biases on Q, K and V (added where the file has them) and "neox" RoPE
+    (pairs (i, i + hd/2), as HF's rotate_half)."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
@@ -303,19 +311,28 @@ def f64_llama_forward(path, ids):
     ang = np.arange(n)[:, None] * (base ** (-np.arange(0, hd, 2) / hd))[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
-    def rope(v):  # ggml "normal" rope: adjacent pairs
+    def rope(v):
+        if arch == "qwen2":  # ggml "neox" rope: pairs (i, i + hd/2)
+            x0, x1 = v[..., : hd // 2].copy(), v[..., hd // 2:].copy()
+            return np.concatenate([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
+        # ggml "normal" rope: adjacent pairs
         x0, x1 = v[..., 0::2].copy(), v[..., 1::2].copy()
         v[..., 0::2], v[..., 1::2] = x0 * cos - x1 * sin, x0 * sin + x1 * cos
         return v
+
+    def proj(h, layer, what):  # h @ W.T (+ b where the file has a bias)
+        out = h @ w(f"blk.{layer}.{what}.weight").T
+        bias = f"blk.{layer}.{what}.bias"
+        return out + w(bias) if bias in tensors else out
 
     mask = np.triu(np.full((n, n), -np.inf), 1)
     x = emb[ids]
     for layer in range(n_layer):
         blk = lambda what: w(f"blk.{layer}.{what}.weight")
         h = rms(x, blk("attn_norm"))
-        q = rope((h @ blk("attn_q").T).reshape(n, n_head, hd))
-        k = rope((h @ blk("attn_k").T).reshape(n, n_kv, hd))
-        v = (h @ blk("attn_v").T).reshape(n, n_kv, hd)
+        q = rope(proj(h, layer, "attn_q").reshape(n, n_head, hd))
+        k = rope(proj(h, layer, "attn_k").reshape(n, n_kv, hd))
+        v = proj(h, layer, "attn_v").reshape(n, n_kv, hd)
         att = np.empty((n, n_head, hd))
         for head in range(n_head):
             kv = head // (n_head // n_kv)

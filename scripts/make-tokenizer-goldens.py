@@ -50,6 +50,7 @@ CORPUS = ROOT / "testdata" / "tokenizer" / "corpus.json"
 MODELS = {
     "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
     "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
+    "qwen2.5-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 }
 
 

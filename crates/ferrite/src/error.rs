@@ -12,8 +12,16 @@ pub enum Error {
     /// A file parsed but does not describe a model we can run (wrong
     /// architecture, missing tensor, inconsistent hyper-parameters).
     Model { source: String, problem: String },
-    /// A request we cannot serve (prompt longer than the context, token id
-    /// out of range, bad option).
+    /// `needed` more positions do not fit in a sequence's context, of
+    /// which `used` of `n_ctx` are taken.
+    ContextFull {
+        needed: usize,
+        used: usize,
+        n_ctx: usize,
+    },
+    /// A token id outside the model's vocabulary.
+    TokenOutOfRange { token: u32, n_vocab: usize },
+    /// Any other request we cannot serve (bad option, empty input).
     Input(String),
 }
 
@@ -31,6 +39,17 @@ impl fmt::Display for Error {
         match self {
             Error::Format(e) => e.fmt(f),
             Error::Model { source, problem } => write!(f, "{source}: {problem}"),
+            Error::ContextFull {
+                needed,
+                used,
+                n_ctx,
+            } => write!(
+                f,
+                "{needed} tokens do not fit in the context: {used} of {n_ctx} positions are used"
+            ),
+            Error::TokenOutOfRange { token, n_vocab } => {
+                write!(f, "token id {token} is outside the vocabulary of {n_vocab}")
+            }
             Error::Input(msg) => f.write_str(msg),
         }
     }

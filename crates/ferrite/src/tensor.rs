@@ -205,10 +205,10 @@ impl Embedding {
     pub fn lookup(&self, token: u32, out: &mut [f32]) -> Result<(), Error> {
         let t = token as usize;
         if t >= self.n_vocab {
-            return Err(Error::Input(format!(
-                "token id {token} is outside the vocabulary of {}",
-                self.n_vocab
-            )));
+            return Err(Error::TokenOutOfRange {
+                token,
+                n_vocab: self.n_vocab,
+            });
         }
         let row_bytes = self.bytes.bytes().len() / self.n_vocab;
         let bad = |e: ferrite_kernels::quant::QuantError| Error::Input(e.to_string());

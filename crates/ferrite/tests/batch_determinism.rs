@@ -69,7 +69,7 @@ fn check(short_name: &str) {
     let threads = Threads::new(2);
     let mut caches: Vec<_> = (0..3).map(|_| model.new_cache(64).unwrap()).collect();
     let mut ws = model.new_workspace(64, threads.count());
-    let mut next: Vec<Vec<u32>> = prompts.iter().cloned().collect();
+    let mut next: Vec<Vec<u32>> = prompts.to_vec();
     let mut got: Vec<Vec<Vec<u32>>> = vec![Vec::new(); 3];
     let mut logits = Vec::new();
     for round in 0..=steps + 1 {

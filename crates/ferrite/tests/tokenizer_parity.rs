@@ -1,4 +1,4 @@
-//! The GGUF tokenizers on the two real models: token ids identical to
+//! The GGUF tokenizers on the real decoder models: token ids identical to
 //! llama.cpp's `llama-tokenize` for every string of
 //! testdata/tokenizer/corpus.json (goldens made by
 //! scripts/make-tokenizer-goldens.py), decoding back to the input, and
@@ -16,9 +16,11 @@ use sha2::{Digest, Sha256};
 fn tokenizer(short_name: &str) -> &'static Tokenizer {
     static SMOLLM2: OnceLock<Tokenizer> = OnceLock::new();
     static GEMMA3: OnceLock<Tokenizer> = OnceLock::new();
+    static QWEN2: OnceLock<Tokenizer> = OnceLock::new();
     let cell = match short_name {
         "smollm2" => &SMOLLM2,
         "gemma3-270m" => &GEMMA3,
+        "qwen2.5-0.5b" => &QWEN2,
         other => panic!("no such model {other}"),
     };
     cell.get_or_init(|| {
@@ -104,6 +106,16 @@ fn smollm2_matches_llama_cpp_not_parsing_special() {
 }
 
 #[test]
+fn qwen2_matches_llama_cpp_parsing_special() {
+    check_parity("qwen2.5-0.5b", true);
+}
+
+#[test]
+fn qwen2_matches_llama_cpp_not_parsing_special() {
+    check_parity("qwen2.5-0.5b", false);
+}
+
+#[test]
 fn gemma3_matches_llama_cpp_parsing_special() {
     check_parity("gemma3-270m", true);
 }
@@ -141,6 +153,16 @@ fn smollm2_decodes_back_to_the_input() {
 #[test]
 fn gemma3_decodes_back_to_the_input() {
     check_round_trip("gemma3-270m", |t| t.contains('\u{2581}'));
+}
+
+#[test]
+fn qwen2_decodes_back_to_the_input() {
+    check_round_trip("qwen2.5-0.5b", |_| false);
+}
+
+#[test]
+fn qwen2_streaming_decode_never_splits_a_character() {
+    check_streaming("qwen2.5-0.5b");
 }
 
 #[test]

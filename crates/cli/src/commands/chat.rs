@@ -6,11 +6,9 @@
 
 use std::io::{self, BufRead, IsTerminal};
 
-use ferrite::formats::gguf::GgufFile;
-use ferrite::generate::chat::{builtin_template, ChatTemplate, Message, TEMPLATE_KEY};
+use ferrite::generate::chat::{model_template, prompt_tokens, Message};
 use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{GenerateOptions, Session};
-use ferrite::tokenize::Tokenizer;
 
 use super::common::{generate_to_stdout, load, ModelArgs, SamplingArgs};
 
@@ -30,34 +28,10 @@ pub struct Args {
     sampling: SamplingArgs,
 }
 
-/// The file's chat template, or the built-in one for its architecture.
-fn template_for(file: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate, String> {
-    let text_of = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
-    let (bos, eos) = (text_of(tok.bos_id()), text_of(tok.eos_id()));
-    match file.metadata().get_str(TEMPLATE_KEY) {
-        Some(src) => ChatTemplate::new(src, &bos, &eos).map_err(|e| e.to_string()),
-        None => Ok(builtin_template(file.header.architecture())),
-    }
-}
-
-/// Tokens of a rendered conversation: special-token text parsed, and BOS
-/// added when the tokenizer wants one and the template did not write it.
-fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<u32> {
-    let mut ids = tok.encode(text, false, true);
-    if tok.adds_bos() {
-        if let Some(bos) = tok.bos_id() {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
-        }
-    }
-    ids
-}
-
 pub fn run(args: Args) -> Result<(), String> {
     let sampler_opts = args.sampling.options()?;
     let loaded = load(args.model.as_deref())?;
-    let template = template_for(&loaded.file, &loaded.tokenizer)?;
+    let template = model_template(&loaded.file, &loaded.tokenizer).map_err(|e| e.to_string())?;
     let mut session = Session::new(
         loaded.model.as_ref(),
         &loaded.tokenizer,
@@ -91,10 +65,8 @@ pub fn run(args: Args) -> Result<(), String> {
             continue;
         }
         messages.push(Message::new("user", &line));
-        let text = template
-            .render(&messages, true)
-            .map_err(|e| e.to_string())?;
-        let tokens = tokenize_prompt(&loaded.tokenizer, &text);
+        let tokens =
+            prompt_tokens(&loaded.tokenizer, &template, &messages).map_err(|e| e.to_string())?;
         session.set_prompt(&tokens).map_err(|e| e.to_string())?;
 
         let reply = generate_to_stdout(&mut session, &mut sampler, &opts)?;

@@ -13,6 +13,9 @@ use std::io;
 use minijinja::{Environment, Error as JinjaError, ErrorKind};
 use serde::Serialize;
 
+use crate::formats::gguf::GgufFile;
+use crate::tokenize::Tokenizer;
+
 /// The metadata key holding a GGUF file's chat template.
 pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
 
@@ -189,6 +192,37 @@ impl io::Write for LimitedWriter {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// The chat template of a model: its file's `tokenizer.chat_template`, or
+/// the built-in one for its architecture when the file has none.
+pub fn model_template(file: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate, TemplateError> {
+    let text_of = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+    let (bos, eos) = (text_of(tok.bos_id()), text_of(tok.eos_id()));
+    match file.metadata().get_str(TEMPLATE_KEY) {
+        Some(src) => ChatTemplate::new(src, &bos, &eos),
+        None => Ok(builtin_template(file.header.architecture())),
+    }
+}
+
+/// The tokens of `messages` rendered by `template` with the assistant's
+/// turn opened: special-token text parsed, and BOS added when the
+/// tokenizer wants one and the template did not write it.
+pub fn prompt_tokens(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[Message],
+) -> Result<Vec<u32>, TemplateError> {
+    let text = template.render(messages, true)?;
+    let mut ids = tok.encode(&text, false, true);
+    if tok.adds_bos() {
+        if let Some(bos) = tok.bos_id() {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+    }
+    Ok(ids)
 }
 
 #[cfg(test)]

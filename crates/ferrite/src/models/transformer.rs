@@ -555,10 +555,11 @@ impl Decoder {
 pub fn check_room(cache: &KvCache, n: usize) -> Result<(), Error> {
     let room = cache.n_ctx - cache.len;
     if n > room {
-        return Err(Error::Input(format!(
-            "{n} tokens do not fit in the context: {} of {} positions are used",
-            cache.len, cache.n_ctx
-        )));
+        return Err(Error::ContextFull {
+            needed: n,
+            used: cache.len,
+            n_ctx: cache.n_ctx,
+        });
     }
     Ok(())
 }
