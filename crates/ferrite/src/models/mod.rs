@@ -5,6 +5,7 @@ pub mod build;
 pub mod decoder;
 pub mod encoder;
 pub mod gemma3;
+pub mod gpt2;
 pub mod hparams;
 pub mod llama;
 pub mod qwen2;
@@ -44,10 +45,11 @@ type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
 
 /// The decoder architectures ferrite runs, by `general.architecture`: the
 /// one place an architecture name is matched.
-const DECODERS: [(&str, LoadDecoder); 3] = [
+const DECODERS: [(&str, LoadDecoder); 4] = [
     ("llama", llama::load),
     ("qwen2", qwen2::load),
     ("gemma3", gemma3::load),
+    ("gpt2", gpt2::load),
 ];
 
 /// Names of the decoder architectures [`load_causal_lm`] runs.
