@@ -35,6 +35,7 @@ if [ ! -f "$model" ]; then
   case $model in
     smollm2) model=$dir/SmolLM2-135M-Instruct.Q4_1.gguf ;;
     gemma3-270m) model=$dir/gemma-3-270m-q4_k_m.gguf ;;
+    qwen2.5-0.5b) model=$dir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf ;;
     *) model=$dir/$model ;;
   esac
 fi
