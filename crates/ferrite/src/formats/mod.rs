@@ -2,6 +2,7 @@
 
 mod error;
 pub mod gguf;
+pub mod llama2c;
 pub mod names;
 pub mod safetensors;
 
