@@ -155,7 +155,10 @@ fn config(
         shared_classifier: shared,
         group_size,
     };
-    if c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0 || (c.dim / c.n_heads) % 2 != 0 {
+    if !c.dim.is_multiple_of(c.n_heads)
+        || !c.n_heads.is_multiple_of(c.n_kv_heads)
+        || !(c.dim / c.n_heads).is_multiple_of(2)
+    {
         return Err(r.err(format!(
             "{} heads ({} KV heads) do not divide dim {} into even heads",
             c.n_heads, c.n_kv_heads, c.dim
@@ -175,9 +178,12 @@ impl Tensors {
     }
 }
 
+/// A per-layer matrix: its GGUF name for a layer, rows (out), columns (in).
+type Matrix = (fn(usize) -> String, usize, usize);
+
 /// Per-layer GGUF names of the seven matrices, in llama2.c's order, with
 /// their `(out, in)` sizes.
-fn matrices(c: &Config) -> [(fn(usize) -> String, usize, usize); 7] {
+fn matrices(c: &Config) -> [Matrix; 7] {
     let kv = c.dim / c.n_heads * c.n_kv_heads;
     [
         (names::attn_q, c.dim, c.dim),
@@ -300,7 +306,7 @@ fn read_v2(r: &mut Reader, c: &Config, gs: usize, t: &mut Tensors) -> Result<(),
 
 /// `n` int8 values and their `n / gs` f32 scales, dequantized to f32 bytes.
 fn q8_tensor(r: &mut Reader, n: usize, gs: usize, what: &str) -> Result<Vec<u8>, Error> {
-    if n % gs != 0 {
+    if !n.is_multiple_of(gs) {
         return Err(r.err(format!("{what}: {n} values are not whole groups of {gs}")));
     }
     let q = r.take(n, what)?;
