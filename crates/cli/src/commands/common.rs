@@ -1,9 +1,11 @@
 //! Options and set-up shared by the generation commands (`run`, `chat`).
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+use std::path::Path;
 use std::sync::Arc;
 
 use ferrite::formats::gguf::GgufFile;
+use ferrite::formats::llama2c;
 use ferrite::generate::sampler::{Sampler, SamplerOptions};
 use ferrite::generate::session::{GenerateOptions, Session};
 use ferrite::model_path;
@@ -95,6 +97,10 @@ pub struct ModelArgs {
     /// Context size in tokens (default and maximum: the model's).
     #[arg(long = "ctx", short = 'c')]
     pub ctx: Option<usize>,
+    /// The tokenizer.bin of a llama2.c checkpoint (default: tokenizer.bin
+    /// beside the checkpoint).
+    #[arg(short = 'z', long = "tokenizer", value_name = "FILE")]
+    pub tokenizer: Option<std::path::PathBuf>,
 }
 
 impl ModelArgs {
@@ -115,6 +121,12 @@ pub struct Loaded {
 
 /// Loads a model by path or short name (`None`: the default chat model).
 pub fn load(model: Option<&str>) -> Result<Loaded, String> {
+    load_with(model, None)
+}
+
+/// As [`load`]; a llama2.c checkpoint (any file that is not GGUF) takes
+/// its vocabulary from `tokenizer`, else from `tokenizer.bin` beside it.
+pub fn load_with(model: Option<&str>, tokenizer: Option<&Path>) -> Result<Loaded, String> {
     let path = model_path::resolve(model.unwrap_or(DEFAULT_CHAT_MODEL))?;
     if path.is_dir() {
         return Err(format!(
@@ -122,7 +134,16 @@ pub fn load(model: Option<&str>) -> Result<Loaded, String> {
             path.display()
         ));
     }
-    let file = Arc::new(GgufFile::open(&path).map_err(|e| e.to_string())?);
+    let file = Arc::new(if is_gguf(&path) {
+        GgufFile::open(&path).map_err(|e| e.to_string())?
+    } else {
+        let tok = match tokenizer {
+            Some(t) => t.to_path_buf(),
+            None => path.with_file_name("tokenizer.bin"),
+        };
+        llama2c::open(&path, &tok)
+            .map_err(|e| format!("not a GGUF file; as a llama2.c checkpoint: {e}"))?
+    });
     let tokenizer =
         Tokenizer::from_gguf(file.metadata()).map_err(|e| format!("{}: {e}", path.display()))?;
     let model = load_causal_lm(file.clone()).map_err(|e| e.to_string())?;
@@ -131,6 +152,16 @@ pub fn load(model: Option<&str>) -> Result<Loaded, String> {
         model,
         tokenizer,
     })
+}
+
+/// Whether `path` starts with GGUF's magic (else it may be a llama2.c
+/// checkpoint). Unreadable files count as GGUF, whose reader says why.
+fn is_gguf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    match std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)) {
+        Ok(()) => &magic == b"GGUF",
+        Err(_) => true,
+    }
 }
 
 /// Generates after the session's prompt, streaming the text to stdout as it

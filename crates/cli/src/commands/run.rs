@@ -4,7 +4,7 @@
 use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{GenerateOptions, Session};
 
-use super::common::{generate_to_stdout, load, ModelArgs, SamplingArgs};
+use super::common::{generate_to_stdout, load_with, ModelArgs, SamplingArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -32,7 +32,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), String> {
     let sampler_opts = args.sampling.options()?;
-    let loaded = load(args.model.as_deref())?;
+    let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
     let tokens = loaded.tokenizer.encode(&args.prompt, true, true);
     let mut session = Session::new(
         loaded.model.as_ref(),
