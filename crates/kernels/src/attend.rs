@@ -43,7 +43,7 @@ impl<'a> F16Rows<'a> {
 /// `head_dim` values).
 pub fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if active_kernel_set() == KernelSet::Avx2 {
+    if active_kernel_set().includes(KernelSet::Avx2) {
         // SAFETY: the AVX2 set is active only if AVX2, FMA and F16C were
         // detected on this CPU.
         unsafe { crate::x86::avx2::attend::scores_f16(q, runs, head_dim, scale, out) };
@@ -56,7 +56,7 @@ pub fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out:
 /// for `d` in `0..head_dim` (`out.len()`), starting from 0.
 pub fn weighted_sum_f16(p: &[f32], runs: &[F16Rows], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if active_kernel_set() == KernelSet::Avx2 {
+    if active_kernel_set().includes(KernelSet::Avx2) {
         // SAFETY: as in `scores_f16`.
         unsafe { crate::x86::avx2::attend::weighted_sum_f16(p, runs, out) };
         return;

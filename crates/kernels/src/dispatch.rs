@@ -7,8 +7,15 @@
 //! ([`scalar_vec_dot_kernel`], always compiled; see `dot` for the summation
 //! order that makes this possible), so the choice changes speed only.
 //!
-//! The environment variable `FERRITE_KERNELS=scalar`, read once, forces the
-//! scalar reference (for debugging and tests); any other value, or none,
+//! Each set is built by overriding the next slower one (avx512 <- avx2 <-
+//! scalar): a kernel a set does not have of its own is the slower set's,
+//! never silently the scalar reference's. Code outside the tables asks
+//! [`KernelSet::includes`] (is the AVX2 code available?), never whether
+//! the active set *is* one set.
+//!
+//! The environment variable `FERRITE_KERNELS`, read once, forces a set by
+//! name (`scalar`, `avx2`, `avx512`; one the CPU lacks falls back to the
+//! fastest it has) for debugging and tests; unset, or any other value,
 //! means the fastest set available.
 
 use std::sync::OnceLock;
@@ -26,18 +33,29 @@ pub enum KernelSet {
     Scalar,
     /// x86_64 with AVX2, FMA and F16C (Haswell, Zen and later).
     Avx2,
+    /// AVX2's set plus AVX512F/BW/VL and AVX512-VNNI (Zen 4, Cascade Lake
+    /// and later), overriding some of AVX2's kernels.
+    Avx512,
 }
 
 impl KernelSet {
     /// Every set, slowest first.
-    pub const ALL: [KernelSet; 2] = [KernelSet::Scalar, KernelSet::Avx2];
+    pub const ALL: [KernelSet; 3] = [KernelSet::Scalar, KernelSet::Avx2, KernelSet::Avx512];
 
     /// The name used in logs and benchmark output.
     pub fn name(self) -> &'static str {
         match self {
             KernelSet::Scalar => "scalar",
             KernelSet::Avx2 => "avx2",
+            KernelSet::Avx512 => "avx512",
         }
+    }
+
+    /// Whether this set contains `other`'s kernels (every set is built on
+    /// the slower ones: `Avx512.includes(Avx2)`).
+    pub fn includes(self, other: KernelSet) -> bool {
+        let rank = |s: KernelSet| KernelSet::ALL.iter().position(|&x| x == s);
+        rank(self) >= rank(other)
     }
 
     /// Whether this CPU can run the set (detected once, then cached).
@@ -45,6 +63,7 @@ impl KernelSet {
         match self {
             KernelSet::Scalar => true,
             KernelSet::Avx2 => features().avx2,
+            KernelSet::Avx512 => features().avx2 && features().avx512vnni,
         }
     }
 
@@ -55,6 +74,7 @@ impl KernelSet {
         match self {
             KernelSet::Scalar => scalar_vec_dot_kernel(w),
             KernelSet::Avx2 => avx2_kernel(w),
+            KernelSet::Avx512 => avx512_kernel(w),
         }
     }
 
@@ -64,6 +84,17 @@ impl KernelSet {
         match self {
             KernelSet::Scalar => scalar_vec_dot_kernel(w).is_some(),
             KernelSet::Avx2 => avx2_has(w),
+            KernelSet::Avx512 => avx2_has(w) || avx512_overrides(w),
+        }
+    }
+
+    /// Whether this set has an entry of its own for `w` that the next
+    /// slower set does not (what a new set adds; tested per set).
+    pub fn overrides(self, w: GgmlType) -> bool {
+        match self {
+            KernelSet::Scalar => false,
+            KernelSet::Avx2 => avx2_has(w),
+            KernelSet::Avx512 => avx512_overrides(w),
         }
     }
 }
@@ -73,6 +104,8 @@ impl KernelSet {
 struct Features {
     /// AVX2, FMA and F16C, all three.
     avx2: bool,
+    /// AVX512F, AVX512BW, AVX512VL and AVX512-VNNI, all four.
+    avx512vnni: bool,
 }
 
 fn features() -> Features {
@@ -82,9 +115,14 @@ fn features() -> Features {
         let avx2 = std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("fma")
             && std::is_x86_feature_detected!("f16c");
+        #[cfg(target_arch = "x86_64")]
+        let avx512vnni = std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni");
         #[cfg(not(target_arch = "x86_64"))]
-        let avx2 = false;
-        Features { avx2 }
+        let (avx2, avx512vnni) = (false, false);
+        Features { avx2, avx512vnni }
     })
 }
 
@@ -93,19 +131,22 @@ fn features() -> Features {
 pub fn active_kernel_set() -> KernelSet {
     static ACTIVE: OnceLock<KernelSet> = OnceLock::new();
     *ACTIVE.get_or_init(|| {
-        let forced_scalar = std::env::var_os("FERRITE_KERNELS").is_some_and(|v| v == "scalar");
-        if forced_scalar {
-            return KernelSet::Scalar;
-        }
-        KernelSet::ALL
+        let forced = std::env::var("FERRITE_KERNELS").ok();
+        let named = KernelSet::ALL
             .into_iter()
-            .rev()
-            .find(|s| s.is_supported())
-            .unwrap_or(KernelSet::Scalar)
+            .find(|s| forced.as_deref() == Some(s.name()) && s.is_supported());
+        named.unwrap_or_else(|| {
+            KernelSet::ALL
+                .into_iter()
+                .rev()
+                .find(|s| s.is_supported())
+                .unwrap_or(KernelSet::Scalar)
+        })
     })
 }
 
-/// Name of the kernel set in use ("avx2" / "scalar"), for logs and benches.
+/// Name of the kernel set in use ("avx512" / "avx2" / "scalar"), for logs
+/// and benches.
 pub fn kernel_set_name() -> &'static str {
     active_kernel_set().name()
 }
@@ -132,6 +173,32 @@ fn avx2_kernel(_: GgmlType) -> Option<VecDotKernel> {
 }
 
 #[cfg(target_arch = "x86_64")]
+fn avx512_kernel(w: GgmlType) -> Option<VecDotKernel> {
+    if !KernelSet::Avx512.is_supported() {
+        return None;
+    }
+    // SAFETY: AVX2, FMA, F16C, AVX512F/BW/VL and VNNI were detected just
+    // above.
+    let own = unsafe { crate::x86::avx512::vec_dot_kernel(w) };
+    own.or_else(|| scalar_vec_dot_kernel(w))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_kernel(_: GgmlType) -> Option<VecDotKernel> {
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512_overrides(w: GgmlType) -> bool {
+    crate::x86::avx512::overrides(w)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_overrides(_: GgmlType) -> bool {
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
 fn avx2_has(w: GgmlType) -> bool {
     crate::x86::avx2::has_kernel(w)
 }
@@ -148,13 +215,75 @@ pub fn f16_to_f32_row(src: &[u8], dst: &mut [f32]) {
     let n = dst.len().min(src.len() / 2);
     let dst = &mut dst[..n];
     #[cfg(target_arch = "x86_64")]
-    if active_kernel_set() == KernelSet::Avx2 {
-        // SAFETY: the AVX2 set is active only if AVX2, FMA and F16C were
-        // detected on this CPU.
+    if active_kernel_set().includes(KernelSet::Avx2) {
+        // SAFETY: a set including AVX2's is active only if AVX2, FMA and
+        // F16C were detected on this CPU.
         unsafe { crate::x86::avx2::convert::f16_to_f32(src, dst) };
         return;
     }
     crate::quant::float::f16_to_f32(&src[..2 * n], dst);
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+    use crate::quant::ALL_TYPES;
+
+    /// Each set is the next slower one with some entries overridden: it
+    /// has every kernel and entry point the slower set has, with the same
+    /// activation format, so no type silently drops to slower code.
+    #[test]
+    fn every_set_keeps_what_the_slower_set_has() {
+        for pair in KernelSet::ALL.windows(2) {
+            let (slow, fast) = (pair[0], pair[1]);
+            if !fast.is_supported() {
+                eprintln!("{}: not supported by this CPU, not checked", fast.name());
+                continue;
+            }
+            let mut overridden = 0;
+            for t in ALL_TYPES {
+                let Some(s) = slow.vec_dot_kernel(t) else {
+                    assert!(fast.vec_dot_kernel(t).is_none(), "{t}");
+                    continue;
+                };
+                let f = fast
+                    .vec_dot_kernel(t)
+                    .unwrap_or_else(|| panic!("{}: no kernel for {t}", fast.name()));
+                assert_eq!(f.act_type, s.act_type, "{t}");
+                let name = fast.name();
+                assert!(
+                    s.dot4.is_none() || f.dot4.is_some(),
+                    "{name} {t}: lost dot4"
+                );
+                assert!(
+                    s.dot8.is_none() || f.dot8.is_some(),
+                    "{name} {t}: lost dot8"
+                );
+                assert!(
+                    s.dot8n.is_none() || f.dot8n.is_some(),
+                    "{name} {t}: lost dot8n"
+                );
+                assert!(
+                    !slow.has_own_kernel(t) || fast.has_own_kernel(t),
+                    "{name} {t}: falls back to scalar"
+                );
+                overridden += usize::from(fast.overrides(t));
+            }
+            eprintln!(
+                "{}: {overridden} types with entries of its own",
+                fast.name()
+            );
+            assert!(overridden > 0, "{} overrides nothing", fast.name());
+        }
+    }
+
+    #[test]
+    fn sets_include_the_slower_ones() {
+        assert!(KernelSet::Avx512.includes(KernelSet::Avx2));
+        assert!(KernelSet::Avx2.includes(KernelSet::Avx2));
+        assert!(!KernelSet::Avx2.includes(KernelSet::Avx512));
+        assert!(!KernelSet::Scalar.includes(KernelSet::Avx2));
+    }
 }
 
 #[cfg(test)]

@@ -196,11 +196,11 @@ pub unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out:
     a.check(w.k);
     assert!(panels.end <= w.n_panels(), "panel range out of bounds");
     assert!(
-        out.bias.map_or(true, |b| b.len() >= w.n),
+        out.bias.is_none_or(|b| b.len() >= w.n),
         "bias shorter than n"
     );
     #[cfg(target_arch = "x86_64")]
-    if active_kernel_set() == KernelSet::Avx2 {
+    if active_kernel_set().includes(KernelSet::Avx2) {
         // SAFETY: the AVX2 set is active only where AVX2 and FMA were
         // detected; the output contract is the caller's.
         unsafe { crate::x86::avx2::gemm::gemm_panels(a, w, panels, out) };

@@ -180,7 +180,7 @@ mod portable {
 /// Applies `act` to every value of `xs`.
 pub fn activate(act: Activation, xs: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if active_kernel_set() == KernelSet::Avx2 {
+    if active_kernel_set().includes(KernelSet::Avx2) {
         // SAFETY: the AVX2 set is active only where AVX2 and FMA exist.
         unsafe { crate::x86::avx2::math::activate(act, xs) };
         return;
@@ -192,7 +192,7 @@ pub fn activate(act: Activation, xs: &mut [f32]) {
 /// `up[i] *= silu(gate[i])` (SwiGLU).
 pub fn silu_mul(gate: &[f32], up: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if active_kernel_set() == KernelSet::Avx2 {
+    if active_kernel_set().includes(KernelSet::Avx2) {
         // SAFETY: as in `activate`.
         unsafe { crate::x86::avx2::math::silu_mul(gate, up) };
         return;
@@ -211,7 +211,7 @@ pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if active_kernel_set() == KernelSet::Avx2 {
+    if active_kernel_set().includes(KernelSet::Avx2) {
         // SAFETY: as in `activate`.
         unsafe { crate::x86::avx2::math::layer_norm(x, w, b, eps) };
         return;
@@ -227,7 +227,7 @@ pub fn softmax(xs: &mut [f32]) {
     }
     let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     #[cfg(target_arch = "x86_64")]
-    let sum = if active_kernel_set() == KernelSet::Avx2 {
+    let sum = if active_kernel_set().includes(KernelSet::Avx2) {
         // SAFETY: as in `activate`.
         unsafe { crate::x86::avx2::math::exp_shifted_sum(xs, max) }
     } else {

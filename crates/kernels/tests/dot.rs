@@ -144,7 +144,11 @@ fn random_k_blocks(t: GgmlType, blocks: usize, rng: &mut Rng) -> Vec<u8> {
     let (ts, bs) = (t.type_size(), t.block_size());
     let mut q = rng.bytes(blocks * ts);
     for block in q.chunks_exact_mut(ts) {
-        let sign = if rng.next() % 2 == 0 { 1.0 } else { -1.0 };
+        let sign = if rng.next().is_multiple_of(2) {
+            1.0
+        } else {
+            -1.0
+        };
         let d0 = sign * (0.5 + 0.5 * rng.unit());
         let dmin0 = 0.5 + 0.5 * rng.unit();
         set_scales(t, block, d0, dmin0);

@@ -131,7 +131,8 @@ fn move_bytes(ty: GgmlType, src: &[u8], dst: &mut [u8], forward: bool) -> bool {
         return false;
     };
     let row_bytes = src.len() / ROWS;
-    if src.len() != dst.len() || src.len() % ROWS != 0 || row_bytes % block != 0 {
+    if src.len() != dst.len() || !src.len().is_multiple_of(ROWS) || !row_bytes.is_multiple_of(block)
+    {
         return false;
     }
     for b in 0..row_bytes / block {

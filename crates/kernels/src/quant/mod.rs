@@ -141,7 +141,7 @@ impl GgmlType {
     /// blocks or the size overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size() as u64)
@@ -303,7 +303,7 @@ pub unsafe trait Block: Copy + 'static {}
 pub fn as_blocks<B: Block>(bytes: &[u8]) -> Option<&[B]> {
     const { assert!(std::mem::align_of::<B>() == 1 && std::mem::size_of::<B>() > 0) };
     let size = std::mem::size_of::<B>();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return None;
     }
     // SAFETY: `B: Block` guarantees alignment 1 (also asserted above at
@@ -318,7 +318,7 @@ pub fn as_blocks<B: Block>(bytes: &[u8]) -> Option<&[B]> {
 pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> Option<&mut [B]> {
     const { assert!(std::mem::align_of::<B>() == 1 && std::mem::size_of::<B>() > 0) };
     let size = std::mem::size_of::<B>();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return None;
     }
     // SAFETY: as in `as_blocks`; in addition every bit pattern written
@@ -333,7 +333,7 @@ pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> Option<&mut [B]> {
 /// are whole blocks.
 fn checked_bytes(t: GgmlType, values: usize, actual: usize) -> Result<usize, QuantError> {
     let bs = t.block_size();
-    if values % bs != 0 {
+    if !values.is_multiple_of(bs) {
         return Err(QuantError::PartialBlock { ty: t, values });
     }
     let expected = (values / bs).checked_mul(t.type_size());

@@ -26,7 +26,7 @@ unsafe impl Block for BlockQ8_0 {}
 /// `q = round(x / d)`, halves away from zero (C's `roundf`).
 pub(crate) fn quantize_q8(x: &[f32; QK]) -> (f32, [i8; QK]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::dispatch::active_kernel_set() == crate::dispatch::KernelSet::Avx2 {
+    if crate::dispatch::active_kernel_set().includes(crate::dispatch::KernelSet::Avx2) {
         // SAFETY: the AVX2 set is active only if AVX2, FMA and F16C were
         // detected on this CPU.
         if let Some(dq) = unsafe { crate::x86::avx2::quantize::q8_block(x) } {

@@ -25,7 +25,7 @@ mod k_quants;
 mod legacy;
 pub(crate) mod math;
 pub(crate) mod quantize;
-mod rows8;
+pub(crate) mod rows8;
 
 use std::arch::x86_64::*;
 

@@ -3,3 +3,4 @@
 //! mirrors the scalar reference in `crate::dot` bit for bit.
 
 pub(crate) mod avx2;
+pub(crate) mod avx512;

@@ -24,7 +24,11 @@ pub(crate) unsafe fn scores_f16(
 ) {
     let whole = |r: &F16Rows| r.n == 0 || (r.n - 1) * r.stride + 2 * head_dim <= r.bytes.len();
     let total: usize = runs.iter().map(|r| r.n).sum();
-    if head_dim % LANES != 0 || q.len() < head_dim || out.len() < total || !runs.iter().all(whole) {
+    if !head_dim.is_multiple_of(LANES)
+        || q.len() < head_dim
+        || out.len() < total
+        || !runs.iter().all(whole)
+    {
         // Partial lane chunks or short rows: the float kernel row by row.
         let q = f32_bytes(&q[..head_dim.min(q.len())]);
         let rows = runs

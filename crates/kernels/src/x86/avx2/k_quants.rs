@@ -315,7 +315,7 @@ unsafe fn dot<S: Super>(w: &[u8], a: &[u8]) -> f32 {
 unsafe fn dot4<S: Super>(w: &[u8], a: &[u8], out: &mut [f32; 4]) {
     let block = std::mem::size_of::<S::W>();
     let row_bytes = w.len() / 4;
-    if w.len() % (4 * block) != 0 {
+    if !w.len().is_multiple_of(4 * block) {
         // Rows of partial blocks, or not four equal rows: one at a time.
         for (i, o) in out.iter_mut().enumerate() {
             // In bounds: (i + 1) * row_bytes <= 4 * row_bytes <= w.len().

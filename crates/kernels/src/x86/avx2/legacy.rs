@@ -173,7 +173,7 @@ const ROWS: usize = 4;
 unsafe fn dot4<P: Pair>(w: &[u8], a: &[u8], out: &mut [f32; ROWS]) {
     let block = std::mem::size_of::<P::W>();
     let row_bytes = w.len() / ROWS;
-    if w.len() % (ROWS * block) != 0 {
+    if !w.len().is_multiple_of(ROWS * block) {
         // Rows of partial blocks, or not four equal rows: one at a time.
         for (i, o) in out.iter_mut().enumerate() {
             // In bounds: (i + 1) * row_bytes <= 4 * row_bytes <= w.len().

@@ -166,47 +166,86 @@ unsafe fn small_isums<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i {
 /// stack while a weight block is decoded once for all of them).
 const TOKENS: usize = 16;
 
-/// `out[t]` = [`dot8`] of `group` with activation row `t` (bytes
+/// Defines `$name::<K: Small>(group, acts, act_row, out)`: `out[t]` =
+/// [`dot8`] of `group` with activation row `t` (bytes
 /// `t * act_row..(t + 1) * act_row` of `acts`; a missing row counts as
 /// empty), bit for bit: each block of the group is decoded once per pass
 /// of up to [`TOKENS`] rows, and each row's sum adds its terms in block
-/// order as `dot8` does.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn dot8n<K: Small>(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
-    let step = ROWS * K::BLOCK;
-    let row = |t: usize| {
-        let start = (t * act_row).min(acts.len());
-        whole_blocks::<K::A>(&acts[start..(start + act_row).min(acts.len())])
-    };
-    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[K::A]; TOKENS] = std::array::from_fn(|i| {
-            if i < chunk.len() {
-                row(c * TOKENS + i)
-            } else {
-                &[]
-            }
-        });
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let n = (group.len() / step).min(longest);
-        let mut acc = [_mm256_setzero_ps(); TOKENS];
-        for (b, w) in group.chunks_exact(step).take(n).enumerate() {
-            let q = K::values(w);
-            let scales = w_scales::<K>(w);
-            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
-                // Rows shorter than the group stop where `dot8` would.
-                if let Some(a) = r.get(b) {
-                    let term = term_from::<K>(small_isums::<K>(&q, a.qs()), scales, a);
-                    *acc = _mm256_add_ps(*acc, term);
+/// order as `dot8` does. `$isums` computes the exact integer sums, with the
+/// target features `$features` (AVX2's `maddubs`, or VNNI's `dpbusd`: the
+/// same integers, so the same bits).
+macro_rules! dot8n_with {
+    ($name:ident, $isums:ident, $features:literal) => {
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn $name<K: Small>(
+            group: &[u8],
+            acts: &[u8],
+            act_row: usize,
+            out: &mut [[f32; ROWS]],
+        ) {
+            let step = ROWS * K::BLOCK;
+            let row = |t: usize| {
+                let start = (t * act_row).min(acts.len());
+                whole_blocks::<K::A>(&acts[start..(start + act_row).min(acts.len())])
+            };
+            for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
+                let rows: [&[K::A]; TOKENS] = std::array::from_fn(|i| {
+                    if i < chunk.len() {
+                        row(c * TOKENS + i)
+                    } else {
+                        &[]
+                    }
+                });
+                let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+                let n = (group.len() / step).min(longest);
+                let mut acc = [_mm256_setzero_ps(); TOKENS];
+                for (b, w) in group.chunks_exact(step).take(n).enumerate() {
+                    let q = K::values(w);
+                    let scales = w_scales::<K>(w);
+                    for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
+                        // Rows shorter than the group stop where `dot8` would.
+                        if let Some(a) = r.get(b) {
+                            let term = term_from::<K>($isums::<K>(&q, a.qs()), scales, a);
+                            *acc = _mm256_add_ps(*acc, term);
+                        }
+                    }
+                }
+                for (o, a) in chunk.iter_mut().zip(&acc) {
+                    // SAFETY: `o` is 8 writable f32; `storeu` has no
+                    // alignment requirement.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
                 }
             }
         }
-        for (o, a) in chunk.iter_mut().zip(&acc) {
-            // SAFETY: `o` is 8 writable f32; `storeu` has no alignment
-            // requirement.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
-        }
+    };
+}
+
+dot8n_with!(dot8n, small_isums, "avx2,fma,f16c");
+dot8n_with!(
+    dot8n_vnni,
+    small_isums_vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
+
+/// [`small_isums`] with VNNI: `dpbusd` multiplies the unsigned values by
+/// the signed activations and adds each lane's four products straight into
+/// its i32 sum (no i16 pair step, so no saturation to reason about; the
+/// sums are the same exact integers).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn small_isums_vnni<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i {
+    let mut sums = _mm256_setzero_si256();
+    for c in 0..4 {
+        let x_lo = _mm256_set1_epi32(x4(x, 4 * c));
+        let x_hi = _mm256_set1_epi32(x4(x, 16 + 4 * c));
+        sums = _mm256_dpbusd_epi32(sums, q[2 * c], x_lo);
+        sums = _mm256_dpbusd_epi32(sums, q[2 * c + 1], x_hi);
     }
+    if K::OFFSET != 0 {
+        sums = _mm256_sub_epi32(sums, offset_sum(K::OFFSET, x));
+    }
+    sums
 }
 
 /// How far ahead of the block being read [`dot8`] prefetches.
@@ -801,6 +840,38 @@ fn q4_1_q8_1_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROW
 fn q5_0_q8_0_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
     // SAFETY: as in `q4_0_q8_0_x8`.
     unsafe { dot8n::<Q5_0>(group, acts, act_row, out) }
+}
+
+/// The many-row kernel of the VNNI set for weights of type `w`, if it has
+/// one of its own.
+pub(crate) fn kernel8n_vnni_fn(w: GgmlType) -> Option<Dot8NFn> {
+    use GgmlType::*;
+    Some(match w {
+        Q4_0 => q4_0_q8_0_x8n_vnni as Dot8NFn,
+        Q4_1 => q4_1_q8_1_x8n_vnni,
+        Q5_0 => q5_0_q8_0_x8n_vnni,
+        _ => return None,
+    })
+}
+
+/// Q4_0 x Q8_0, eight interleaved rows, many activation rows, VNNI.
+fn q4_0_q8_0_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: handed out only by `avx512::vec_dot_kernel`, whose callers
+    // have checked that the CPU supports AVX2, FMA, F16C, AVX512F/BW/VL
+    // and AVX512-VNNI.
+    unsafe { dot8n_vnni::<Q4_0>(group, acts, act_row, out) }
+}
+
+/// Q4_1 x Q8_1, eight interleaved rows, many activation rows, VNNI.
+fn q4_1_q8_1_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { dot8n_vnni::<Q4_1>(group, acts, act_row, out) }
+}
+
+/// Q5_0 x Q8_0, eight interleaved rows, many activation rows, VNNI.
+fn q5_0_q8_0_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { dot8n_vnni::<Q5_0>(group, acts, act_row, out) }
 }
 
 /// Q4_0 x Q8_0, eight interleaved rows.

@@ -1,0 +1,33 @@
+//! The AVX-512 set (AVX512F/BW/VL with VNNI, on top of AVX2, FMA and F16C:
+//! Zen 4 and later, Xeon since Cascade Lake): the AVX2 set's table with
+//! the kernels it does better overridden, so that anything it does not
+//! override runs the AVX2 code, never the scalar fallback.
+//!
+//! Overridden so far: the many-row eight-row kernels (`dot8n`, prefill) of
+//! Q4_0, Q4_1 and Q5_0, whose integer sums take one `vpdpbusd` per 32
+//! bytes instead of `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`): the same exact
+//! integers, so the same bits as the scalar reference.
+
+use crate::dot::VecDotKernel;
+use crate::GgmlType;
+
+/// The AVX-512 set's kernel for weights of type `w`: AVX2's, with this
+/// set's own entries where it has them; `None` as for AVX2.
+///
+/// # Safety
+///
+/// The CPU must support AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL and
+/// AVX512-VNNI.
+pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
+    // SAFETY: the caller checked a superset of what the AVX2 set needs.
+    let mut k = unsafe { super::avx2::vec_dot_kernel(w) }?;
+    if let Some(f) = super::avx2::rows8::kernel8n_vnni_fn(w) {
+        k.dot8n = Some(f);
+    }
+    Some(k)
+}
+
+/// Whether this set has an entry of its own (not AVX2's) for `w`.
+pub(crate) fn overrides(w: GgmlType) -> bool {
+    super::avx2::rows8::kernel8n_vnni_fn(w).is_some()
+}
