@@ -14,23 +14,62 @@
 use ferrite_kernels::attend::F16Rows;
 use ferrite_kernels::quant::f16_bits_from_f32;
 
-/// Keys and values of one layer: `capacity` slots of `kv_dim` values each.
+/// How a cache stores keys and values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvType {
+    /// f16, as llama.cpp's default cache: half the memory.
+    F16,
+    /// f32, exact: for models whose attention weights are f32, where the
+    /// f16 rounding (~1e-3 on the logits) would be the largest error.
+    F32,
+}
+
+/// Keys and values of one layer: `capacity` slots of `kv_dim` values each,
+/// in f16 (`k`, `v`) or in f32 (`k32`, `v32`; the others then empty).
 #[derive(Clone)]
 pub struct LayerKv {
     kv_dim: usize,
     capacity: usize,
-    k: Vec<u16>, // (capacity, kv_dim) f16 bits
-    v: Vec<u16>, // (capacity, kv_dim) f16 bits
+    k: Vec<u16>,   // (capacity, kv_dim) f16 bits
+    v: Vec<u16>,   // (capacity, kv_dim) f16 bits
+    k32: Vec<f32>, // (capacity, kv_dim)
+    v32: Vec<f32>, // (capacity, kv_dim)
 }
 
 impl LayerKv {
     pub fn new(kv_dim: usize, capacity: usize) -> LayerKv {
+        LayerKv::with_type(kv_dim, capacity, KvType::F16)
+    }
+
+    pub fn with_type(kv_dim: usize, capacity: usize, ty: KvType) -> LayerKv {
+        let (n16, n32) = match ty {
+            KvType::F16 => (kv_dim * capacity, 0),
+            KvType::F32 => (0, kv_dim * capacity),
+        };
         LayerKv {
             kv_dim,
             capacity,
-            k: vec![0; kv_dim * capacity],
-            v: vec![0; kv_dim * capacity],
+            k: vec![0; n16],
+            v: vec![0; n16],
+            k32: vec![0.0; n32],
+            v32: vec![0.0; n32],
         }
+    }
+
+    /// Whether keys and values are kept in f32 (read them with
+    /// [`LayerKv::key_f32`] / [`LayerKv::value_f32`]).
+    pub fn is_f32(&self) -> bool {
+        self.k.is_empty() && !self.k32.is_empty()
+    }
+
+    /// The key of position `pos` in an f32 cache (`kv_dim` values).
+    pub fn key_f32(&self, pos: usize) -> &[f32] {
+        &self.k32[self.slot(pos)]
+    }
+
+    /// The value of position `pos` in an f32 cache (`kv_dim` values).
+    pub fn value_f32(&self, pos: usize) -> &[f32] {
+        &self.v32[self.slot(pos)]
     }
 
     pub fn capacity(&self) -> usize {
@@ -45,6 +84,11 @@ impl LayerKv {
     /// Stores the key and value of position `pos` (`kv_dim` values each).
     pub fn store(&mut self, pos: usize, k: &[f32], v: &[f32]) {
         let slot = self.slot(pos);
+        if self.is_f32() {
+            self.k32[slot.clone()].copy_from_slice(&k[..self.kv_dim]);
+            self.v32[slot].copy_from_slice(&v[..self.kv_dim]);
+            return;
+        }
         for (d, &x) in self.k[slot.clone()].iter_mut().zip(k) {
             *d = f16_bits_from_f32(x);
         }
@@ -114,10 +158,15 @@ pub struct KvCache {
 impl KvCache {
     /// A cache for `n_ctx` positions; `capacities[l]` slots for layer `l`.
     pub fn new(kv_dim: usize, n_ctx: usize, capacities: &[usize]) -> KvCache {
+        KvCache::with_type(kv_dim, n_ctx, capacities, KvType::F16)
+    }
+
+    /// As [`KvCache::new`], storing keys and values as `ty`.
+    pub fn with_type(kv_dim: usize, n_ctx: usize, capacities: &[usize], ty: KvType) -> KvCache {
         KvCache {
             layers: capacities
                 .iter()
-                .map(|&c| LayerKv::new(kv_dim, c))
+                .map(|&c| LayerKv::with_type(kv_dim, c, ty))
                 .collect(),
             n_ctx,
             len: 0,

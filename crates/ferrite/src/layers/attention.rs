@@ -6,10 +6,13 @@
 //! output does not depend on the batch it is in or on the thread count.
 
 use ferrite_kernels::attend::{scores_f16, weighted_sum_f16};
+use ferrite_kernels::dispatch::vec_dot_kernel;
 use ferrite_kernels::math::softmax;
+use ferrite_kernels::GgmlType;
 
 use crate::generate::kv_cache::LayerKv;
 use crate::parallel::{DisjointSlice, Threads};
+use crate::tensor::f32_bytes;
 
 /// Shape of an attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -79,16 +82,20 @@ pub fn attention(
 
             let n = pos + 1 - first;
             let s = &mut scores[..n];
-            scores_f16(
-                qh,
-                &cache.key_runs(first..pos + 1, kv_off),
-                hd,
-                shape.scale,
-                s,
-            );
-            // The kernels' vectorized softmax (one fixed summation order).
-            softmax(s);
-            weighted_sum_f16(s, &cache.value_runs(first..pos + 1, kv_off), acc);
+            if cache.is_f32() {
+                exact_head(qh, cache, first..pos + 1, kv_off, shape.scale, s, acc);
+            } else {
+                scores_f16(
+                    qh,
+                    &cache.key_runs(first..pos + 1, kv_off),
+                    hd,
+                    shape.scale,
+                    s,
+                );
+                // The kernels' vectorized softmax (one fixed summation order).
+                softmax(s);
+                weighted_sum_f16(s, &cache.value_runs(first..pos + 1, kv_off), acc);
+            }
             let base = t * q_dim + h * hd;
             for (d, &a) in acc.iter().enumerate() {
                 // SAFETY: (t, h) pairs are split across threads, so this
@@ -97,4 +104,46 @@ pub fn attention(
             }
         }
     });
+}
+
+/// One head's attention over an f32 cache: scores with the kernels' f32
+/// dot product (the same bits in every kernel set), softmax, and the
+/// weighted sum of values added in position order.
+fn exact_head(
+    q: &[f32],
+    cache: &LayerKv,
+    positions: std::ops::Range<usize>,
+    kv_off: usize,
+    scale: f32,
+    scores: &mut [f32],
+    acc: &mut [f32],
+) {
+    let hd = q.len();
+    let dot = f32_dot();
+    let qb = f32_bytes(q);
+    for (s, p) in scores.iter_mut().zip(positions.clone()) {
+        let k = &cache.key_f32(p)[kv_off..kv_off + hd];
+        *s = dot(f32_bytes(k), qb) * scale;
+    }
+    softmax(scores);
+    acc.fill(0.0);
+    for (&w, p) in scores.iter().zip(positions) {
+        let v = &cache.value_f32(p)[kv_off..kv_off + hd];
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a += w * x;
+        }
+    }
+}
+
+/// A dot product of two rows given as bytes.
+type DotFn = fn(&[u8], &[u8]) -> f32;
+
+/// The active set's f32 dot product (bytes of two f32 rows).
+fn f32_dot() -> DotFn {
+    static DOT: std::sync::OnceLock<DotFn> = std::sync::OnceLock::new();
+    *DOT.get_or_init(|| {
+        vec_dot_kernel(GgmlType::F32)
+            .map(|k| k.dot)
+            .unwrap_or(|_, _| f32::NAN)
+    })
 }

@@ -27,8 +27,9 @@
 use std::ops::Range;
 
 use ferrite_kernels::math::{activate, layer_norm, silu_mul, Activation};
+use ferrite_kernels::GgmlType;
 
-use crate::generate::kv_cache::KvCache;
+use crate::generate::kv_cache::{KvCache, KvType};
 use crate::layers::activation::geglu_in_place;
 use crate::layers::attention::{attention, AttnShape, Positions};
 use crate::layers::norm::{rms_norm, rms_norm_in_place};
@@ -250,6 +251,22 @@ impl Decoder {
             .min()
     }
 
+    /// f32 keys and values when every attention projection is stored in
+    /// f32 (a full-precision file: the f16 cache would be its largest
+    /// error), else f16 as llama.cpp keeps them.
+    pub fn kv_type(&self) -> KvType {
+        let f32_weights = |w: &Linear| w.ty == GgmlType::F32;
+        let all_f32 = self.blocks.iter().all(|b| match &b.attn.qkv {
+            Qkv::Split(split) => split.iter().all(f32_weights),
+            Qkv::Fused(w) => f32_weights(w),
+        });
+        if all_f32 {
+            KvType::F32
+        } else {
+            KvType::F16
+        }
+    }
+
     /// An empty KV cache for `n_ctx` positions (one per sequence; it can be
     /// cloned to fork a sequence).
     pub fn new_cache(&self, n_ctx: usize) -> Result<KvCache, Error> {
@@ -267,7 +284,7 @@ impl Decoder {
         let capacities: Vec<usize> = (0..self.blocks.len())
             .map(|l| self.cache_capacity(l, n_ctx))
             .collect();
-        let mut cache = KvCache::new(self.shape.kv_dim(), n_ctx, &capacities);
+        let mut cache = KvCache::with_type(self.shape.kv_dim(), n_ctx, &capacities, self.kv_type());
         if let Some(rewind) = self.max_rewind(n_ctx) {
             cache.set_max_rewind(rewind);
         }
