@@ -23,7 +23,8 @@ use std::sync::Arc;
 use crate::formats::gguf::GgufFile;
 use crate::formats::safetensors::{read_json, SafetensorsDir};
 use crate::models::encoder::weights::WeightSource;
-use crate::models::encoder::{bert, nomic_bert, Encoder, Workspace};
+use crate::models::encoder::{Encoder, Workspace};
+use crate::models::encoder_arch;
 use crate::models::hparams::HParams;
 use crate::parallel::Threads;
 use crate::Error;
@@ -124,16 +125,8 @@ impl Embedder {
             .and_then(|v| v.as_str())
             .unwrap_or("");
         let src = WeightSource::Safetensors(st);
-        let encoder = match model_type {
-            "bert" => bert::from_hf(&src, &config)?,
-            "nomic_bert" => nomic_bert::from_hf(&src, &config)?,
-            other => {
-                return Err(Error::model(
-                    &source,
-                    format!("config.json model_type '{other}' is not a supported embedding model (bert, nomic_bert)"),
-                ))
-            }
-        };
+        let arch = encoder_arch(model_type, true, &source)?;
+        let encoder = (arch.from_hf)(&src, &config)?;
         // sentence-transformers' max_seq_length, else the model's positions.
         let st_config = dir.join("sentence_bert_config.json");
         let max_tokens = if st_config.is_file() {
@@ -149,7 +142,7 @@ impl Embedder {
         let pooling = pooling_from_dir(dir)?.unwrap_or(Pooling::Mean);
         let tokenizer = EmbedTokenizer::from_file(&dir.join("tokenizer.json"), max_tokens)?;
         Ok(Embedder {
-            matryoshka_layer_norm: encoder.config.arch == "nomic-bert",
+            matryoshka_layer_norm: arch.matryoshka_layer_norm,
             encoder,
             tokenizer,
             pooling,
@@ -168,18 +161,8 @@ impl Embedder {
             source: &source,
         };
         let src = WeightSource::Gguf(file.clone());
-        let encoder = match arch.as_str() {
-            "bert" => bert::from_gguf(&src, &hp)?,
-            "nomic-bert" => nomic_bert::from_gguf(&src, &hp)?,
-            other => {
-                return Err(Error::model(
-                    &source,
-                    format!(
-                    "architecture '{other}' is not a supported embedding model (bert, nomic-bert)"
-                ),
-                ))
-            }
-        };
+        let entry = encoder_arch(&arch, false, &source)?;
+        let encoder = (entry.from_gguf)(&src, &hp)?;
         // llama.cpp's pooling types: 1 mean, 2 cls, 3 last.
         let pooling = match hp.opt_value("pooling_type").and_then(|v| v.as_u64()) {
             Some(2) => Pooling::Cls,
@@ -188,7 +171,7 @@ impl Embedder {
         };
         let tokenizer = EmbedTokenizer::from_gguf(meta, encoder.config.max_positions, &source)?;
         Ok(Embedder {
-            matryoshka_layer_norm: encoder.config.arch == "nomic-bert",
+            matryoshka_layer_norm: entry.matryoshka_layer_norm,
             encoder,
             tokenizer,
             pooling,

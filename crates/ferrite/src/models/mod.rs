@@ -18,6 +18,9 @@ use crate::formats::gguf::GgufFile;
 use crate::parallel::Threads;
 use crate::Error;
 use decoder::{DecoderState, Logits};
+use encoder::weights::WeightSource;
+use encoder::Encoder;
+use hparams::HParams;
 use transformer::Decoder;
 
 /// A decoder-only language model.
@@ -76,6 +79,63 @@ pub fn load_causal_lm(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>, Error> {
             ),
         )),
     }
+}
+
+/// Loads an encoder from a GGUF file's weights and hyper-parameters.
+type EncoderFromGguf = fn(&WeightSource, &HParams) -> Result<Encoder, Error>;
+/// Loads an encoder from a safetensors directory and its `config.json`.
+type EncoderFromHf = fn(&WeightSource, &serde_json::Value) -> Result<Encoder, Error>;
+
+/// An embedding (encoder) architecture ferrite runs.
+pub struct EncoderArch {
+    /// Its `general.architecture` in GGUF files.
+    pub gguf_name: &'static str,
+    /// Its `model_type` in a Hugging Face `config.json`.
+    pub hf_name: &'static str,
+    pub from_gguf: EncoderFromGguf,
+    pub from_hf: EncoderFromHf,
+    /// Whether a Matryoshka cut (`--dim`) layer-normalizes the pooled
+    /// vector first (nomic's recipe).
+    pub matryoshka_layer_norm: bool,
+}
+
+/// The encoder architectures, the one place their names are matched.
+pub const ENCODERS: [EncoderArch; 2] = [
+    EncoderArch {
+        gguf_name: "bert",
+        hf_name: "bert",
+        from_gguf: encoder::bert::from_gguf,
+        from_hf: encoder::bert::from_hf,
+        matryoshka_layer_norm: false,
+    },
+    EncoderArch {
+        gguf_name: "nomic-bert",
+        hf_name: "nomic_bert",
+        from_gguf: encoder::nomic_bert::from_gguf,
+        from_hf: encoder::nomic_bert::from_hf,
+        matryoshka_layer_norm: true,
+    },
+];
+
+/// The encoder architecture named `name` in a GGUF file (`hf: false`) or
+/// a `config.json` (`hf: true`), or an error listing the supported ones.
+pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static EncoderArch, Error> {
+    let key = |a: &EncoderArch| if hf { a.hf_name } else { a.gguf_name };
+    ENCODERS.iter().find(|a| key(a) == name).ok_or_else(|| {
+        let known: Vec<&str> = ENCODERS.iter().map(key).collect();
+        let what = if hf {
+            "config.json model_type"
+        } else {
+            "architecture"
+        };
+        Error::model(
+            source,
+            format!(
+                "{what} '{name}' is not a supported embedding model ({})",
+                known.join(", ")
+            ),
+        )
+    })
 }
 
 /// Opens a GGUF file and loads its decoder model.
