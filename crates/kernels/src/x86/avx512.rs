@@ -4,9 +4,10 @@
 //! override runs the AVX2 code, never the scalar fallback.
 //!
 //! Overridden so far: the many-row eight-row kernels (`dot8n`, prefill) of
-//! Q4_0, Q4_1 and Q5_0, whose integer sums take one `vpdpbusd` per 32
-//! bytes instead of `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`): the same exact
-//! integers, so the same bits as the scalar reference.
+//! Q4_0, Q4_1 and Q5_0, and the eight-row kernels (`dot8`) of Q4_K and
+//! Q6_K, whose integer sums take one `vpdpbusd` per 32 bytes instead of
+//! `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`): the same exact integers, so the
+//! same bits as the scalar reference.
 
 use crate::dot::VecDotKernel;
 use crate::GgmlType;
@@ -24,10 +25,14 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
     if let Some(f) = super::avx2::rows8::kernel8n_vnni_fn(w) {
         k.dot8n = Some(f);
     }
+    if let Some(f) = super::avx2::rows8::kernel8_vnni_fn(w) {
+        k.dot8 = Some(f);
+    }
     Some(k)
 }
 
 /// Whether this set has an entry of its own (not AVX2's) for `w`.
 pub(crate) fn overrides(w: GgmlType) -> bool {
     super::avx2::rows8::kernel8n_vnni_fn(w).is_some()
+        || super::avx2::rows8::kernel8_vnni_fn(w).is_some()
 }

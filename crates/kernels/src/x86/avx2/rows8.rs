@@ -251,28 +251,43 @@ unsafe fn small_isums_vnni<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i 
 /// How far ahead of the block being read [`dot8`] prefetches.
 const PREFETCH: usize = 4096;
 
-/// The eight rows of `group` against the activation row `act`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn dot8<K: Rows8>(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
-    let step = ROWS * K::BLOCK;
-    let ab = whole_blocks::<K::A>(act);
-    // As the one-row kernels: the whole blocks common to a row (there are
-    // `group.len() / step` of them in each) and the activations.
-    let n = (group.len() / step).min(ab.len());
-    let mut acc = _mm256_setzero_ps();
-    for (w, a) in group.chunks_exact(step).zip(&ab[..n]) {
-        // Weights stream from memory once per token: ask for the lines a
-        // little ahead (a hint only; never faults, whatever the address).
-        let ahead = w.as_ptr().wrapping_add(PREFETCH).cast::<i8>();
-        for line in (0..step).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+/// Defines `$name::<K: Rows8>(group, act, out)`: the eight rows of
+/// `group` against the activation row `act`, compiled with the target
+/// features `$features` (those `K::term` needs, so that it inlines).
+macro_rules! dot8_with {
+    ($name:ident, $features:literal) => {
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn $name<K: Rows8>(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+            let step = ROWS * K::BLOCK;
+            let ab = whole_blocks::<K::A>(act);
+            // As the one-row kernels: the whole blocks common to a row
+            // (there are `group.len() / step` of them in each) and the
+            // activations.
+            let n = (group.len() / step).min(ab.len());
+            let mut acc = _mm256_setzero_ps();
+            for (w, a) in group.chunks_exact(step).zip(&ab[..n]) {
+                // Weights stream from memory once per token: ask for the
+                // lines a little ahead (a hint only; never faults,
+                // whatever the address).
+                let ahead = w.as_ptr().wrapping_add(PREFETCH).cast::<i8>();
+                for line in (0..step).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                }
+                acc = _mm256_add_ps(acc, K::term(w, a));
+            }
+            // SAFETY: `out` is 8 writable f32; `storeu` has no alignment
+            // requirement.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
         }
-        acc = _mm256_add_ps(acc, K::term(w, a));
-    }
-    // SAFETY: `out` is 8 writable f32; `storeu` has no alignment requirement.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+    };
 }
+
+dot8_with!(dot8, "avx2,fma,f16c");
+dot8_with!(
+    dot8_vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
 
 /// One f16 value in all eight lanes, as f32 (exactly).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -840,6 +855,152 @@ fn q4_1_q8_1_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROW
 fn q5_0_q8_0_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
     // SAFETY: as in `q4_0_q8_0_x8`.
     unsafe { dot8n::<Q5_0>(group, acts, act_row, out) }
+}
+
+/// Lane `r`: byte `k` of lane `r` of `v`, zero- or sign-extended to i32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn lane_byte<const SIGNED: bool>(v: __m256i, k: usize) -> __m256i {
+    let up = _mm256_sllv_epi32(v, _mm256_set1_epi32(24 - 8 * k as i32));
+    if SIGNED {
+        _mm256_srai_epi32::<24>(up)
+    } else {
+        _mm256_srli_epi32::<24>(up)
+    }
+}
+
+/// Q4_K in the interleaved layout, its group sums taken with VNNI.
+struct Q4KVnni;
+
+impl Rows8 for Q4KVnni {
+    const BLOCK: usize = 144;
+    type A = BlockQ8K;
+    /// As `Q4K::term`, with each group's `sum(q * x)` accumulated in i32
+    /// by `dpbusd` (|.| <= 32 * 15 * 128) and multiplied by its scale in
+    /// i32: the same exact integers.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
+        let s0 = load_u8(&w[32..]);
+        let s1 = load_u8(&w[64..]);
+        let s2 = load_u8(&w[96..]);
+        let six = _mm256_set1_epi8(0x3f);
+        let four = _mm256_set1_epi8(0x0f);
+        let tops = _mm256_set1_epi8(0x30);
+        let sc_lo = _mm256_and_si256(s0, six);
+        let m_lo = _mm256_and_si256(s1, six);
+        let sc_hi = _mm256_or_si256(
+            _mm256_and_si256(s2, four),
+            _mm256_and_si256(_mm256_srli_epi32::<2>(s0), tops),
+        );
+        let m_hi = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32::<4>(s2), four),
+            _mm256_and_si256(_mm256_srli_epi32::<2>(s1), tops),
+        );
+        let x = &a.qs;
+        let low = _mm256_set1_epi8(0x0f);
+        let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for c in 0..4 {
+            let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for p in 0..8 {
+                let v = load_u8(&w[128 + 32 * (8 * c + p)..]);
+                let x_even = _mm256_set1_epi32(x4(x, 64 * c + 4 * p));
+                let x_odd = _mm256_set1_epi32(x4(x, 64 * c + 32 + 4 * p));
+                let lo = _mm256_and_si256(v, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                even = _mm256_dpbusd_epi32(even, lo, x_even);
+                odd = _mm256_dpbusd_epi32(odd, hi, x_odd);
+            }
+            for (g, sums) in [(2 * c, even), (2 * c + 1, odd)] {
+                let (sc, m) = if g < 4 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
+                let scale = lane_byte::<false>(sc, g % 4);
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sums, scale));
+                let bs = i32::from(u16::from_le_bytes(a.bsums[2 * g]))
+                    | (i32::from(u16::from_le_bytes(a.bsums[2 * g + 1])) << 16);
+                msum = _mm256_add_epi32(
+                    msum,
+                    _mm256_madd_epi16(byte_pairs::<false>(m, g % 4), _mm256_set1_epi32(bs)),
+                );
+            }
+        }
+        with_min(a.d(), load_u8x16(w), load_u8x16(&w[16..]), isum, msum)
+    }
+}
+
+/// Q6_K in the interleaved layout, its group sums taken with VNNI.
+struct Q6KVnni;
+
+impl Rows8 for Q6KVnni {
+    const BLOCK: usize = 210;
+    type A = BlockQ8K;
+    /// As `Q6K::term`: each group of 16 values adds `sum(q * x)` and
+    /// `sum(32 * x)` with `dpbusd` (|.| <= 16 * 63 * 128), subtracts, and
+    /// multiplies by its signed scale in i32: the same exact integers.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
+        let x = &a.qs;
+        let low = _mm256_set1_epi8(0x0f);
+        let two = _mm256_set1_epi8(0x03);
+        let thirty_two = _mm256_set1_epi8(32);
+        let mut isum = _mm256_setzero_si256();
+        for r in 0..8 {
+            let (h, k) = (r / 4, r % 4);
+            for half in 0..2 {
+                let group = 2 * r + half;
+                let scales = load_u8(&w[1536 + 32 * (group / 4)..]);
+                let sc = lane_byte::<true>(scales, group % 4);
+                let (mut qx, mut x32) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for i4 in 4 * half..4 * half + 4 {
+                    let l = load_u8(&w[32 * (16 * h + 8 * (k % 2) + i4)..]);
+                    let nib = if k < 2 {
+                        _mm256_and_si256(l, low)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(l), low)
+                    };
+                    let hq = load_u8(&w[1024 + 32 * (8 * h + i4)..]);
+                    let top = _mm256_and_si256(
+                        _mm256_srl_epi16(hq, _mm_cvtsi32_si128(2 * k as i32)),
+                        two,
+                    );
+                    let q = _mm256_or_si256(nib, _mm256_slli_epi16::<4>(top));
+                    let xb = _mm256_set1_epi32(x4(x, 32 * r + 4 * i4));
+                    qx = _mm256_dpbusd_epi32(qx, q, xb);
+                    x32 = _mm256_dpbusd_epi32(x32, thirty_two, xb);
+                }
+                let group_sum = _mm256_sub_epi32(qx, x32);
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(group_sum, sc));
+            }
+        }
+        let d = _mm256_cvtph_ps(load_u8x16(&w[1664..]));
+        _mm256_mul_ps(
+            _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
+            _mm256_cvtepi32_ps(isum),
+        )
+    }
+}
+
+/// The eight-row kernel of the VNNI set for weights of type `w`, if it
+/// has one of its own.
+pub(crate) fn kernel8_vnni_fn(w: GgmlType) -> Option<Dot8Fn> {
+    use GgmlType::*;
+    Some(match w {
+        Q4K => q4_k_q8_k_x8_vnni as Dot8Fn,
+        Q6K => q6_k_q8_k_x8_vnni,
+        _ => return None,
+    })
+}
+
+/// Q4_K x Q8_K, eight interleaved rows, VNNI.
+fn q4_k_q8_k_x8_vnni(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { dot8_vnni::<Q4KVnni>(group, act, out) }
+}
+
+/// Q6_K x Q8_K, eight interleaved rows, VNNI.
+fn q6_k_q8_k_x8_vnni(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { dot8_vnni::<Q6KVnni>(group, act, out) }
 }
 
 /// The many-row kernel of the VNNI set for weights of type `w`, if it has
