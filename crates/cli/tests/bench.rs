@@ -14,7 +14,7 @@ fn ferrite(args: &[&str]) -> Output {
 #[test]
 fn bench_json_reports_positive_rates_and_a_plausible_rss() {
     let out = ferrite(&[
-        "bench", "-p", "16", "-n", "4", "-r", "1", "-t", "2", "--json",
+        "bench", "smollm2", "-p", "16", "-n", "4", "-r", "1", "-t", "2", "--json",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -82,7 +82,7 @@ fn bench_peak_rss_stays_within_file_plus_cache_plus_64_mib() {
 #[test]
 fn bench_skips_a_test_given_zero() {
     let out = ferrite(&[
-        "bench", "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--json",
+        "bench", "smollm2", "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--json",
     ]);
     assert!(out.status.success());
     let j: Json = serde_json::from_slice(&out.stdout).expect("valid JSON");

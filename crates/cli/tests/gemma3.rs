@@ -26,6 +26,7 @@ fn run_greedy_continues_the_prompt() {
         &[
             "run",
             "gemma3-270m",
+            "--verbose",
             "-p",
             "The capital of France is",
             "--temp",
@@ -66,6 +67,7 @@ fn chat_uses_gemma_turns_when_the_file_has_no_template() {
         &[
             "chat",
             "gemma3-270m",
+            "--verbose",
             "--temp",
             "0",
             "-n",

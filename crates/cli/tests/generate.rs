@@ -1,4 +1,5 @@
-//! `ferrite run` and `ferrite chat` end to end on SmolLM2.
+//! `ferrite run` and `ferrite chat` end to end on SmolLM2 (named: the
+//! default model is Qwen2.5, tested in `chat.rs`).
 
 mod common;
 
@@ -9,12 +10,14 @@ fn run_greedy_knows_the_capital_of_france() {
     let out = ferrite(
         &[
             "run",
+            "smollm2",
             "-p",
             "The capital of France is",
             "-n",
             "8",
             "--temp",
             "0",
+            "--verbose",
         ],
         None,
     );
@@ -25,9 +28,28 @@ fn run_greedy_knows_the_capital_of_france() {
         "stats must go to stderr: {stdout}"
     );
     assert!(
-        stderr.contains("prompt: 5 tokens") && stderr.contains("generated:"),
+        stderr.contains("prompt: 5 tokens")
+            && stderr.contains("generated: 8 tokens")
+            && stderr.ends_with("| stop: max tokens\n"),
         "{stderr}"
     );
+    // Without --verbose, and stderr not a terminal: no stats line.
+    let quiet = ferrite(
+        &[
+            "run",
+            "smollm2",
+            "-p",
+            "The capital of France is",
+            "--max-tokens",
+            "8",
+            "--temp",
+            "0",
+        ],
+        None,
+    );
+    let (quiet_stdout, quiet_stderr) = ok(&quiet);
+    assert_eq!(quiet_stdout, stdout);
+    assert_eq!(quiet_stderr, "");
 }
 
 #[test]
@@ -54,6 +76,7 @@ fn sampling_is_reproducible_and_thread_count_independent() {
     let (c, _) = ok(&ferrite(
         &[
             "run",
+            "smollm2",
             "-p",
             "Once upon a time",
             "-n",
@@ -78,6 +101,8 @@ fn chat_answers_and_keeps_the_cache_between_turns() {
     let out = ferrite(
         &[
             "chat",
+            "smollm2",
+            "--verbose",
             "--temp",
             "0",
             "-n",

@@ -12,8 +12,8 @@ pub struct KnownModel {
     pub file: &'static str,
 }
 
-/// The models `scripts/fetch-models.sh` fetches. The first is the default
-/// for text generation.
+/// The models `scripts/fetch-models.sh` fetches (the CLI's default chat
+/// model is `qwen2.5-0.5b`).
 pub const KNOWN_MODELS: [KnownModel; 4] = [
     KnownModel {
         short_name: "smollm2",

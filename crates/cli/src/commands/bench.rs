@@ -22,7 +22,7 @@ use super::common::load;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file or short name (default: smollm2).
+    /// A GGUF file or short name (default: qwen2.5-0.5b).
     model: Option<String>,
     /// Prompt tokens of the pp test (0 skips it).
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]

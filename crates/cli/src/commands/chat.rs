@@ -2,26 +2,49 @@
 //!
 //! Each turn renders the whole conversation with the model's chat template
 //! and feeds only what the KV cache does not already hold, so history is not
-//! re-processed. EOF (Ctrl-D) ends the chat.
+//! re-processed. A reply ends at any end-of-generation token of the model or
+//! the template's turn end, or after `--max-tokens`. When the conversation
+//! outgrows the context, its oldest turns are dropped (the system prompt is
+//! kept) and the user is told once on stderr; a reply that fills the context
+//! is cut there and the chat goes on. On a terminal a one-line banner says
+//! which model answers and how to quit; piped input is one message a line.
+//! EOF (Ctrl-D) ends the chat.
 
 use std::io::{self, BufRead, IsTerminal};
 
-use ferrite::generate::chat::{model_template, prompt_tokens, Message};
+use ferrite::generate::chat::{
+    fit_prompt, model_template, turn_end_tokens, Message, PromptBudget, PromptError,
+};
 use ferrite::generate::sampler::Sampler;
-use ferrite::generate::session::{GenerateOptions, Session};
+use ferrite::generate::session::{GenerateOptions, Session, StopReason};
 
-use super::common::{generate_to_stdout, load_with, ModelArgs, SamplingArgs};
+use super::common::{
+    generate_to_stdout, load_with, max_tokens, show_stats, ModelArgs, SamplingArgs,
+    DEFAULT_CHAT_MODEL,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file or short name (default: smollm2).
+    /// A GGUF file or short name (default: qwen2.5-0.5b).
     model: Option<String>,
     /// A system prompt for the conversation.
     #[arg(long)]
     system: Option<String>,
-    /// Most tokens per reply (-1: until end of turn or a full context).
-    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
-    n_predict: i64,
+    /// Most tokens per reply (-1: no cap; a reply then ends at the end of
+    /// its turn or where the context is full).
+    #[arg(
+        short = 'n',
+        long = "max-tokens",
+        visible_alias = "n-predict",
+        value_name = "N",
+        default_value_t = 1024,
+        allow_negative_numbers = true
+    )]
+    max_tokens: i64,
+    /// Print a stats line (tokens, speed, why the reply stopped) on stderr
+    /// after each reply even when stderr is not a terminal.
+    #[arg(short = 'v', long)]
+    verbose: bool,
     #[command(flatten)]
     model_args: ModelArgs,
     #[command(flatten)]
@@ -30,6 +53,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), String> {
     let sampler_opts = args.sampling.options()?;
+    let max_reply = max_tokens(args.max_tokens)?;
+    let show_stats = show_stats(args.verbose);
     let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
     let template = model_template(&loaded.file, &loaded.tokenizer).map_err(|e| e.to_string())?;
     let mut session = Session::new(
@@ -41,15 +66,35 @@ pub fn run(args: Args) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let mut sampler = Sampler::new(sampler_opts);
     let opts = GenerateOptions {
-        max_tokens: usize::try_from(args.n_predict).ok(),
+        max_tokens: max_reply,
         stop: Vec::new(),
+        end_tokens: turn_end_tokens(&loaded.tokenizer, &template),
     };
+    let budget = PromptBudget::new(session.n_ctx(), max_reply);
 
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(Message::new("system", system));
     }
     let interactive = io::stdin().is_terminal();
+    if interactive {
+        let name = args.model.as_deref().unwrap_or(DEFAULT_CHAT_MODEL);
+        let title = match loaded.file.metadata().get_str("general.name") {
+            Some(t) if t != name => format!("{name} ({t})"),
+            _ => name.to_string(),
+        };
+        eprintln!("Chatting with {title}. Type a message and press Enter; Ctrl-D quits.");
+    }
+    let mut told_full = false;
+    let mut tell_full = |n_ctx: usize| {
+        if !told_full {
+            told_full = true;
+            eprintln!(
+                "ferrite: the context ({n_ctx} tokens) is full: the oldest turns are dropped \
+                 from now on, the system prompt is kept (--ctx sets the size)"
+            );
+        }
+    };
     let stdin = io::stdin();
     let mut lines = stdin.lock().lines();
     loop {
@@ -65,12 +110,30 @@ pub fn run(args: Args) -> Result<(), String> {
             continue;
         }
         messages.push(Message::new("user", &line));
-        let tokens =
-            prompt_tokens(&loaded.tokenizer, &template, &messages).map_err(|e| e.to_string())?;
-        session.set_prompt(&tokens).map_err(|e| e.to_string())?;
+        let prompt = match fit_prompt(&loaded.tokenizer, &template, &mut messages, budget) {
+            Ok(p) => p,
+            Err(e @ PromptError::TooLong { .. }) => {
+                eprintln!("ferrite: {e}; message skipped");
+                messages.pop();
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        if prompt.dropped > 0 {
+            tell_full(session.n_ctx());
+        }
+        session
+            .set_prompt(&prompt.tokens)
+            .map_err(|e| e.to_string())?;
 
-        let reply = generate_to_stdout(&mut session, &mut sampler, &opts)?;
-        messages.push(Message::new("assistant", reply.trim()));
+        let reply = generate_to_stdout(&mut session, &mut sampler, &opts, show_stats)?;
+        match reply.stop {
+            // stdout was closed: nobody reads the replies any more.
+            StopReason::Cancelled => break,
+            StopReason::ContextFull => tell_full(session.n_ctx()),
+            _ => {}
+        }
+        messages.push(Message::new("assistant", reply.text.trim()));
     }
     Ok(())
 }

@@ -1,14 +1,17 @@
 //! `ferrite run [MODEL] -p PROMPT`: continue a prompt, streaming only the
-//! continuation to stdout; a stats line goes to stderr.
+//! continuation to stdout; a stats line goes to stderr with `--verbose` or
+//! when stderr is a terminal.
 
 use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{GenerateOptions, Session};
 
-use super::common::{generate_to_stdout, load_with, ModelArgs, SamplingArgs};
+use super::common::{
+    generate_to_stdout, load_with, max_tokens, show_stats, ModelArgs, SamplingArgs,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file or short name (default: smollm2).
+    /// A GGUF file or short name (default: qwen2.5-0.5b).
     model: Option<String>,
     /// The prompt text (special-token text such as `<|im_start|>` is parsed).
     #[arg(short = 'p', long)]
@@ -16,11 +19,17 @@ pub struct Args {
     /// Tokens to generate at most (-1: until end of generation or a full context).
     #[arg(
         short = 'n',
-        long = "n-predict",
+        long = "max-tokens",
+        visible_alias = "n-predict",
+        value_name = "N",
         default_value_t = 256,
         allow_negative_numbers = true
     )]
-    n_predict: i64,
+    max_tokens: i64,
+    /// Print the stats line (tokens, speed, why it stopped) on stderr even
+    /// when stderr is not a terminal.
+    #[arg(short = 'v', long)]
+    verbose: bool,
     /// Stop when the text contains this string (repeatable).
     #[arg(long)]
     stop: Vec<String>,
@@ -32,6 +41,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), String> {
     let sampler_opts = args.sampling.options()?;
+    let max_tokens = max_tokens(args.max_tokens)?;
     let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
     let tokens = loaded.tokenizer.encode(&args.prompt, true, true);
     let mut session = Session::new(
@@ -44,10 +54,11 @@ pub fn run(args: Args) -> Result<(), String> {
     session.set_prompt(&tokens).map_err(|e| e.to_string())?;
 
     let opts = GenerateOptions {
-        max_tokens: usize::try_from(args.n_predict).ok(),
+        max_tokens,
         stop: args.stop,
+        end_tokens: Vec::new(),
     };
     let mut sampler = Sampler::new(sampler_opts);
-    generate_to_stdout(&mut session, &mut sampler, &opts)?;
+    generate_to_stdout(&mut session, &mut sampler, &opts, show_stats(args.verbose))?;
     Ok(())
 }

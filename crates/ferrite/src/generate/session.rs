@@ -19,6 +19,9 @@ pub struct GenerateOptions {
     pub max_tokens: Option<usize>,
     /// Stop as soon as the text contains one of these; it is not returned.
     pub stop: Vec<String>,
+    /// Tokens that end generation besides the tokenizer's end-of-generation
+    /// set (e.g. a chat template's turn end, [`crate::generate::chat::turn_end_tokens`]).
+    pub end_tokens: Vec<u32>,
 }
 
 /// Why generation ended.
@@ -34,6 +37,19 @@ pub enum StopReason {
     ContextFull,
     /// The caller's callback asked to stop.
     Cancelled,
+}
+
+impl StopReason {
+    /// Why generation ended, in a few words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            StopReason::EndOfGeneration => "end of generation",
+            StopReason::MaxTokens => "max tokens",
+            StopReason::StopString => "stop string",
+            StopReason::ContextFull => "context full",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Counts and timings of one prompt + generation.
@@ -183,7 +199,7 @@ impl<'a> Session<'a> {
                 break StopReason::MaxTokens;
             }
             let token = sampler.sample(&self.logits);
-            if self.tokenizer.is_end_of_generation(token) {
+            if self.tokenizer.is_end_of_generation(token) || opts.end_tokens.contains(&token) {
                 break StopReason::EndOfGeneration;
             }
             sampler.accept(token);

@@ -1,0 +1,151 @@
+//! Chat plumbing on the real models' tokenizers and templates: which tokens
+//! end a reply, and keeping a long conversation inside the context by
+//! dropping its oldest turns.
+
+mod common;
+
+use ferrite::formats::gguf::GgufFile;
+use ferrite::generate::chat::{
+    fit_prompt, model_template, prompt_tokens, turn_end_tokens, ChatTemplate, Message,
+    PromptBudget, PromptError,
+};
+use ferrite::tokenize::Tokenizer;
+
+use common::real_model;
+
+fn open(short_name: &str) -> (Tokenizer, ChatTemplate) {
+    let file = GgufFile::open(real_model(short_name)).unwrap();
+    let tok = Tokenizer::from_gguf(file.metadata()).unwrap();
+    let template = model_template(&file, &tok).unwrap();
+    (tok, template)
+}
+
+#[test]
+fn every_turn_end_ends_generation() {
+    // The end tokens each model's instruction tuning uses, and the
+    // template's own turn end (what it writes after an assistant message).
+    for (model, ends, turn_end) in [
+        (
+            "qwen2.5-0.5b",
+            &["<|im_end|>", "<|endoftext|>"][..],
+            "<|im_end|>",
+        ),
+        (
+            "smollm2",
+            &["<|im_end|>", "<|endoftext|>"][..],
+            "<|im_end|>",
+        ),
+        (
+            "gemma3-270m",
+            &["<end_of_turn>", "<eos>"][..],
+            "<end_of_turn>",
+        ),
+    ] {
+        let (tok, template) = open(model);
+        for text in ends {
+            let id = tok
+                .token_id(text)
+                .unwrap_or_else(|| panic!("{model}: no token {text}"));
+            assert!(tok.is_end_of_generation(id), "{model}: {text} ({id})");
+        }
+        let turn_ends = turn_end_tokens(&tok, &template);
+        assert_eq!(turn_ends, [tok.token_id(turn_end).unwrap()], "{model}");
+        assert!(turn_ends.iter().all(|&id| tok.is_end_of_generation(id)));
+        // Nothing that is plain text ends generation.
+        let eog: Vec<u32> = tok.end_of_generation_ids().collect();
+        assert!(eog.iter().all(|&id| tok.is_control(id)), "{model}: {eog:?}");
+    }
+}
+
+/// A conversation of `turns` question/answer pairs after a system prompt.
+fn conversation(turns: usize) -> Vec<Message> {
+    let mut m = vec![Message::new("system", "You answer in one sentence.")];
+    for i in 0..turns {
+        m.push(Message::new(
+            "user",
+            &format!("Question {i}: what is {i} plus {i}?"),
+        ));
+        m.push(Message::new(
+            "assistant",
+            &format!("{i} plus {i} is {}.", 2 * i),
+        ));
+    }
+    m
+}
+
+#[test]
+fn a_long_chat_drops_its_oldest_turns_and_keeps_the_system_prompt() {
+    for model in ["qwen2.5-0.5b", "gemma3-270m"] {
+        let (tok, template) = open(model);
+        let budget = PromptBudget::new(256, Some(1024));
+        assert_eq!((budget.limit, budget.after_drop), (192, 128));
+
+        // Short enough: nothing is dropped.
+        let mut short = conversation(1);
+        short.push(Message::new("user", "And 7 plus 7?"));
+        let before = short.clone();
+        let fitted = fit_prompt(&tok, &template, &mut short, budget).unwrap();
+        assert_eq!(fitted.dropped, 0);
+        assert_eq!(short, before);
+        assert_eq!(
+            fitted.tokens,
+            prompt_tokens(&tok, &template, &short).unwrap()
+        );
+
+        // Too long: whole turns go, oldest first, down to `after_drop`.
+        let mut long = conversation(12);
+        long.push(Message::new("user", "And 7 plus 7?"));
+        let whole = prompt_tokens(&tok, &template, &long).unwrap().len();
+        assert!(whole > budget.limit, "{model}: {whole}");
+        let before = long.clone();
+        let fitted = fit_prompt(&tok, &template, &mut long, budget).unwrap();
+        assert!(fitted.tokens.len() <= budget.after_drop, "{model}");
+        assert!(
+            fitted.dropped > 0 && fitted.dropped.is_multiple_of(2),
+            "{model}"
+        );
+        assert_eq!(long[0], before[0], "{model}: the system prompt is kept");
+        assert_eq!(long[1].role, "user", "{model}");
+        assert_eq!(long[1..], before[1 + fitted.dropped..], "{model}");
+        assert_eq!(
+            fitted.tokens,
+            prompt_tokens(&tok, &template, &long).unwrap(),
+            "{model}"
+        );
+        // As many turns as fit: one more would be over `after_drop`.
+        let one_more = [&before[..1], &before[fitted.dropped - 1..]].concat();
+        assert!(
+            prompt_tokens(&tok, &template, &one_more).unwrap().len() > budget.after_drop,
+            "{model}"
+        );
+        let text = tok.decode(&fitted.tokens, false);
+        assert!(text.contains("You answer in one sentence."), "{model}");
+        assert!(!text.contains("Question 0:"), "{model}");
+
+        // The next turn fits without dropping again (and so reuses the cache).
+        long.push(Message::new("assistant", "7 plus 7 is 14."));
+        long.push(Message::new("user", "And 8 plus 8?"));
+        let next = fit_prompt(&tok, &template, &mut long, budget).unwrap();
+        assert_eq!(next.dropped, 0, "{model}");
+        assert!(next
+            .tokens
+            .starts_with(&fitted.tokens[..fitted.tokens.len() - 4]));
+    }
+}
+
+#[test]
+fn a_message_longer_than_the_context_is_an_error_and_changes_nothing() {
+    let (tok, template) = open("qwen2.5-0.5b");
+    let budget = PromptBudget::new(256, Some(1024));
+    let mut messages = conversation(2);
+    messages.push(Message::new("user", &"many words ".repeat(200)));
+    let before = messages.clone();
+    match fit_prompt(&tok, &template, &mut messages, budget) {
+        Err(PromptError::TooLong { tokens, limit }) => {
+            assert_eq!(limit, 192);
+            assert!(tokens > 400, "{tokens}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(messages, before);
+}
