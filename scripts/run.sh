@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
-# The main job in one command: fetches the models if missing, builds ferrite
-# (release) and runs it. With no arguments it starts a chat with the default
-# model (SmolLM2, the only model it then fetches); any arguments are passed to
-# the `ferrite` binary (e.g. `inspect gemma3-270m --json`).
+# The main job in one command: fetches the models it needs if missing,
+# builds ferrite (release) and runs it.
+#
+#   scripts/run.sh                 chat with the default model, qwen2.5-0.5b
+#                                  (Qwen2.5-Coder-0.5B-Instruct, the only model
+#                                  it then fetches): on a terminal a one-line
+#                                  banner, then one message a line, Ctrl-D quits;
+#                                  with piped input it answers each line and exits
+#   scripts/run.sh ARGS...         runs `ferrite ARGS...` (e.g. `chat smollm2`,
+#                                  `inspect gemma3-270m --json`), after fetching
+#                                  the models ARGS name by short name (the default
+#                                  model if they name none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+DEFAULT_MODEL=qwen2.5-0.5b
 if [ $# -eq 0 ]; then
-  scripts/fetch-models.sh smollm2
-  set -- chat smollm2
-else
-  scripts/fetch-models.sh
+  set -- chat "$DEFAULT_MODEL"
 fi
+want=()
+for arg in "$@"; do
+  case $arg in
+    smollm2 | gemma3-270m | minilm | qwen2.5-0.5b) want+=("$arg") ;;
+  esac
+done
+[ ${#want[@]} -eq 0 ] && want=("$DEFAULT_MODEL")
+scripts/fetch-models.sh "${want[@]}"
 cargo build --release --quiet -p ferrite-cli
 exec target/release/ferrite "$@"
