@@ -15,7 +15,7 @@
 //! exactly (`q * scale`) and multiplies in f32, i.e. it computes these
 //! weights without runq.c's activation rounding. That rounding moves
 //! runq.c's logits by up to 1.4 (measured on the first sampled step), so
-//! greedy runs agree only until a margin that small: 5 of 14 runs are
+//! greedy runs agree only until a margin that small: 6 of 14 runs are
 //! token-identical. Matching runq.c token for token would need its
 //! int8-activation arithmetic emulated, which ferrite does not do; the
 //! test checks the first-step logits against a bound a layout bug would
