@@ -980,6 +980,100 @@ impl Rows8 for Q6KVnni {
     }
 }
 
+/// `dot8` of a Q6_K group with [`Q6KVnni`] against many activation rows,
+/// bit for bit: each super-block's 64 value vectors and 16 scales are
+/// decoded once per pass of up to [`TOKENS`] rows (into a 2 KiB buffer
+/// that stays in L1), then every row takes its integer sums from them with
+/// `dpbusd` exactly as [`Q6KVnni::term`] does, and adds the same term.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn q6_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    let step = ROWS * Q6KVnni::BLOCK;
+    let row = |t: usize| {
+        let start = (t * act_row).min(acts.len());
+        whole_blocks::<BlockQ8K>(&acts[start..(start + act_row).min(acts.len())])
+    };
+    let low = _mm256_set1_epi8(0x0f);
+    let two = _mm256_set1_epi8(0x03);
+    let thirty_two = _mm256_set1_epi8(32);
+    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
+        let rows: [&[BlockQ8K]; TOKENS] = std::array::from_fn(|i| {
+            if i < chunk.len() {
+                row(c * TOKENS + i)
+            } else {
+                &[]
+            }
+        });
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let n = (group.len() / step).min(longest);
+        let mut acc = [_mm256_setzero_ps(); TOKENS];
+        // Values of run r, piece i4 at 8 * r + i4; signed scales of the
+        // 16 groups.
+        let mut q = [_mm256_setzero_si256(); 64];
+        let mut sc = [_mm256_setzero_si256(); 16];
+        for (b, w) in group.chunks_exact(step).take(n).enumerate() {
+            for r in 0..8 {
+                let (h, k) = (r / 4, r % 4);
+                for i4 in 0..8 {
+                    let l = load_u8(&w[32 * (16 * h + 8 * (k % 2) + i4)..]);
+                    let nib = if k < 2 {
+                        _mm256_and_si256(l, low)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(l), low)
+                    };
+                    let hq = load_u8(&w[1024 + 32 * (8 * h + i4)..]);
+                    let top = _mm256_and_si256(
+                        _mm256_srl_epi16(hq, _mm_cvtsi32_si128(2 * k as i32)),
+                        two,
+                    );
+                    q[8 * r + i4] = _mm256_or_si256(nib, _mm256_slli_epi16::<4>(top));
+                }
+            }
+            for (g, s) in sc.iter_mut().enumerate() {
+                *s = lane_byte::<true>(load_u8(&w[1536 + 32 * (g / 4)..]), g % 4);
+            }
+            let d = _mm256_cvtph_ps(load_u8x16(&w[1664..]));
+            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
+                // Rows shorter than the group stop where `dot8` would.
+                let Some(a) = r.get(b) else {
+                    continue;
+                };
+                let x = &a.qs;
+                let mut isum = _mm256_setzero_si256();
+                for r in 0..8 {
+                    for half in 0..2 {
+                        let (mut qx, mut x32) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        for i4 in 4 * half..4 * half + 4 {
+                            let xb = _mm256_set1_epi32(x4(x, 32 * r + 4 * i4));
+                            qx = _mm256_dpbusd_epi32(qx, q[8 * r + i4], xb);
+                            x32 = _mm256_dpbusd_epi32(x32, thirty_two, xb);
+                        }
+                        let group_sum = _mm256_sub_epi32(qx, x32);
+                        isum =
+                            _mm256_add_epi32(isum, _mm256_mullo_epi32(group_sum, sc[2 * r + half]));
+                    }
+                }
+                let term = _mm256_mul_ps(
+                    _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
+                    _mm256_cvtepi32_ps(isum),
+                );
+                *acc = _mm256_add_ps(*acc, term);
+            }
+        }
+        for (o, a) in chunk.iter_mut().zip(&acc) {
+            // SAFETY: `o` is 8 writable f32; `storeu` has no alignment
+            // requirement.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
+        }
+    }
+}
+
+/// Q6_K x Q8_K, eight interleaved rows, many activation rows, VNNI.
+fn q6_k_q8_k_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { q6_k_dot8n_vnni(group, acts, act_row, out) }
+}
+
 /// The eight-row kernel of the VNNI set for weights of type `w`, if it
 /// has one of its own.
 pub(crate) fn kernel8_vnni_fn(w: GgmlType) -> Option<Dot8Fn> {
@@ -1011,6 +1105,7 @@ pub(crate) fn kernel8n_vnni_fn(w: GgmlType) -> Option<Dot8NFn> {
         Q4_0 => q4_0_q8_0_x8n_vnni as Dot8NFn,
         Q4_1 => q4_1_q8_1_x8n_vnni,
         Q5_0 => q5_0_q8_0_x8n_vnni,
+        Q6K => q6_k_q8_k_x8n_vnni,
         _ => return None,
     })
 }
