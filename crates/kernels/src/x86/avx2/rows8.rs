@@ -980,6 +980,101 @@ impl Rows8 for Q6KVnni {
     }
 }
 
+/// `dot8` of a Q4_K group with [`Q4KVnni`] against many activation rows,
+/// bit for bit: each super-block's 64 nibble vectors and its scales and
+/// mins are decoded once per pass of up to [`TOKENS`] rows, then every row
+/// takes its sums as [`Q4KVnni::term`] does and adds the same term.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn q4_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    let step = ROWS * Q4KVnni::BLOCK;
+    let row = |t: usize| {
+        let start = (t * act_row).min(acts.len());
+        whole_blocks::<BlockQ8K>(&acts[start..(start + act_row).min(acts.len())])
+    };
+    let low = _mm256_set1_epi8(0x0f);
+    let six = _mm256_set1_epi8(0x3f);
+    let four = _mm256_set1_epi8(0x0f);
+    let tops = _mm256_set1_epi8(0x30);
+    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
+        let rows: [&[BlockQ8K]; TOKENS] = std::array::from_fn(|i| {
+            if i < chunk.len() {
+                row(c * TOKENS + i)
+            } else {
+                &[]
+            }
+        });
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let n = (group.len() / step).min(longest);
+        let mut acc = [_mm256_setzero_ps(); TOKENS];
+        // Nibbles of group g, piece p at 8 * g + p; each group's scale
+        // (i32 lanes) and min (as the i16 pairs `madd` takes).
+        let mut q = [_mm256_setzero_si256(); 64];
+        let mut scale = [_mm256_setzero_si256(); 8];
+        let mut min = [_mm256_setzero_si256(); 8];
+        for (b, w) in group.chunks_exact(step).take(n).enumerate() {
+            let s0 = load_u8(&w[32..]);
+            let s1 = load_u8(&w[64..]);
+            let s2 = load_u8(&w[96..]);
+            let sc_lo = _mm256_and_si256(s0, six);
+            let m_lo = _mm256_and_si256(s1, six);
+            let sc_hi = _mm256_or_si256(
+                _mm256_and_si256(s2, four),
+                _mm256_and_si256(_mm256_srli_epi32::<2>(s0), tops),
+            );
+            let m_hi = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32::<4>(s2), four),
+                _mm256_and_si256(_mm256_srli_epi32::<2>(s1), tops),
+            );
+            for g in 0..8 {
+                let (sc, m) = if g < 4 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
+                scale[g] = lane_byte::<false>(sc, g % 4);
+                min[g] = byte_pairs::<false>(m, g % 4);
+            }
+            for c4 in 0..4 {
+                for p in 0..8 {
+                    let v = load_u8(&w[128 + 32 * (8 * c4 + p)..]);
+                    q[8 * (2 * c4) + p] = _mm256_and_si256(v, low);
+                    q[8 * (2 * c4 + 1) + p] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                }
+            }
+            let (d, dmin) = (load_u8x16(w), load_u8x16(&w[16..]));
+            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
+                // Rows shorter than the group stop where `dot8` would.
+                let Some(a) = r.get(b) else {
+                    continue;
+                };
+                let x = &a.qs;
+                let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for g in 0..8 {
+                    // Group g holds values 32g..32g + 32 (64c + 32 * odd).
+                    let mut sums = _mm256_setzero_si256();
+                    for p in 0..8 {
+                        let xb = _mm256_set1_epi32(x4(x, 32 * g + 4 * p));
+                        sums = _mm256_dpbusd_epi32(sums, q[8 * g + p], xb);
+                    }
+                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sums, scale[g]));
+                    let bs = i32::from(u16::from_le_bytes(a.bsums[2 * g]))
+                        | (i32::from(u16::from_le_bytes(a.bsums[2 * g + 1])) << 16);
+                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(min[g], _mm256_set1_epi32(bs)));
+                }
+                *acc = _mm256_add_ps(*acc, with_min(a.d(), d, dmin, isum, msum));
+            }
+        }
+        for (o, a) in chunk.iter_mut().zip(&acc) {
+            // SAFETY: `o` is 8 writable f32; `storeu` has no alignment
+            // requirement.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
+        }
+    }
+}
+
+/// Q4_K x Q8_K, eight interleaved rows, many activation rows, VNNI.
+fn q4_k_q8_k_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { q4_k_dot8n_vnni(group, acts, act_row, out) }
+}
+
 /// `dot8` of a Q6_K group with [`Q6KVnni`] against many activation rows,
 /// bit for bit: each super-block's 64 value vectors and 16 scales are
 /// decoded once per pass of up to [`TOKENS`] rows (into a 2 KiB buffer
@@ -1105,6 +1200,7 @@ pub(crate) fn kernel8n_vnni_fn(w: GgmlType) -> Option<Dot8NFn> {
         Q4_0 => q4_0_q8_0_x8n_vnni as Dot8NFn,
         Q4_1 => q4_1_q8_1_x8n_vnni,
         Q5_0 => q5_0_q8_0_x8n_vnni,
+        Q4K => q4_k_q8_k_x8n_vnni,
         Q6K => q6_k_q8_k_x8n_vnni,
         _ => return None,
     })
