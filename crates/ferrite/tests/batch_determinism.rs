@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::argmax;
+
 use ferrite::models::decoder::Logits;
 use ferrite::models::open_causal_lm;
 use ferrite::models::transformer::{BatchItem, Decoder};
@@ -19,17 +21,6 @@ fn prompts() -> [Vec<u32>; 3] {
             .collect()
     };
     [ids(5, 1), ids(12, 2), ids(3, 3)]
-}
-
-/// Greedy next token.
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// One sequence alone: its prompt, then `steps` greedy tokens one at a

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::{argmax, ids};
+
 use std::sync::Arc;
 
 use ferrite::formats::gguf::GgufFile;
@@ -21,14 +23,6 @@ fn dir() -> std::path::PathBuf {
 
 fn golden() -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir().join("goldens.json")).unwrap()).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 fn f32_file(name: &str) -> Vec<f32> {
@@ -53,16 +47,6 @@ fn logits(model: &dyn CausalLm, tokens: &[u32]) -> Vec<f32> {
         .forward(tokens, &mut st, Logits::All, &mut out)
         .unwrap();
     out
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// (max abs difference, top-1 agreement) of two row-major logit tables.

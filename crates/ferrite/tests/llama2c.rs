@@ -23,6 +23,8 @@
 
 mod common;
 
+use common::{argmax, ids};
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -35,24 +37,6 @@ use serde_json::Value;
 
 fn dir() -> PathBuf {
     common::testdata().join("llama2c")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// Largest first-step logit difference against run.c (measured 4.3e-5).

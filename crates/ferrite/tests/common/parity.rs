@@ -6,28 +6,12 @@ use ferrite::models::open_causal_lm;
 use ferrite::parallel::Threads;
 use serde_json::Value;
 
+use super::{argmax, ids};
+
 fn golden_json(name: &str) -> Value {
     let path = super::testdata().join("llama").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// Greedy continuations vs llama.cpp's. Every case must match exactly or
