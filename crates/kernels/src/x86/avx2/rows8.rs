@@ -542,6 +542,54 @@ unsafe fn byte_pairs<const SIGNED: bool>(v: __m256i, k: usize) -> __m256i {
 /// bytes as three pieces at 32, 64, 96, then the 32 pieces of nibbles at
 /// `128 + 32p` (pieces `8c..8c + 8` hold group `2c` in their low nibbles
 /// and group `2c + 1` in their high ones).
+/// The 6-bit scales and mins of a Q4_K super-block's groups 0..4 and
+/// 4..8, one byte per group in each row's lane (as `scale_min_k4`):
+/// `[scales 0..4, mins 0..4, scales 4..8, mins 4..8]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q4_k_scales(w: &[u8]) -> [__m256i; 4] {
+    let s0 = load_u8(&w[32..]);
+    let s1 = load_u8(&w[64..]);
+    let s2 = load_u8(&w[96..]);
+    let six = _mm256_set1_epi8(0x3f);
+    let four = _mm256_set1_epi8(0x0f);
+    let tops = _mm256_set1_epi8(0x30);
+    let sc_lo = _mm256_and_si256(s0, six);
+    let m_lo = _mm256_and_si256(s1, six);
+    let sc_hi = _mm256_or_si256(
+        _mm256_and_si256(s2, four),
+        _mm256_and_si256(_mm256_srli_epi32::<2>(s0), tops),
+    );
+    let m_hi = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi32::<4>(s2), four),
+        _mm256_and_si256(_mm256_srli_epi32::<2>(s1), tops),
+    );
+    [sc_lo, m_lo, sc_hi, m_hi]
+}
+
+/// The values `q` (0..64) of piece `i4` of run `r` of a Q6_K super-block
+/// for the eight rows: run `r` holds groups `2r, 2r + 1`; half `h = r / 4`,
+/// `k = r % 4`; value `i` of the run is in ql piece `16h + 8(k % 2) + i / 4`
+/// (low nibble if `k < 2`) and qh piece `8h + i / 4` (bits `2k, 2k + 1`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_k_values(w: &[u8], r: usize, i4: usize) -> __m256i {
+    let (h, k) = (r / 4, r % 4);
+    let low = _mm256_set1_epi8(0x0f);
+    let l = load_u8(&w[32 * (16 * h + 8 * (k % 2) + i4)..]);
+    let nib = if k < 2 {
+        _mm256_and_si256(l, low)
+    } else {
+        _mm256_and_si256(_mm256_srli_epi16::<4>(l), low)
+    };
+    let hq = load_u8(&w[1024 + 32 * (8 * h + i4)..]);
+    let top = _mm256_and_si256(
+        _mm256_srl_epi16(hq, _mm_cvtsi32_si128(2 * k as i32)),
+        _mm256_set1_epi8(0x03),
+    );
+    _mm256_or_si256(nib, _mm256_slli_epi16::<4>(top))
+}
+
 struct Q4K;
 impl Rows8 for Q4K {
     const BLOCK: usize = 144;
@@ -551,22 +599,7 @@ impl Rows8 for Q4K {
     unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
         // The 6-bit scales and mins of groups 0..4 and 4..8, one byte per
         // group in each row's lane (as `scale_min_k4`).
-        let s0 = load_u8(&w[32..]);
-        let s1 = load_u8(&w[64..]);
-        let s2 = load_u8(&w[96..]);
-        let six = _mm256_set1_epi8(0x3f);
-        let four = _mm256_set1_epi8(0x0f);
-        let tops = _mm256_set1_epi8(0x30);
-        let sc_lo = _mm256_and_si256(s0, six);
-        let m_lo = _mm256_and_si256(s1, six);
-        let sc_hi = _mm256_or_si256(
-            _mm256_and_si256(s2, four),
-            _mm256_and_si256(_mm256_srli_epi32::<2>(s0), tops),
-        );
-        let m_hi = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi32::<4>(s2), four),
-            _mm256_and_si256(_mm256_srli_epi32::<2>(s1), tops),
-        );
+        let [sc_lo, m_lo, sc_hi, m_hi] = q4_k_scales(w);
         let x = &a.qs;
         let low = _mm256_set1_epi8(0x0f);
         let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
@@ -614,8 +647,6 @@ impl Rows8 for Q6K {
     #[inline]
     unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
         let x = &a.qs;
-        let low = _mm256_set1_epi8(0x0f);
-        let two = _mm256_set1_epi8(0x03);
         let thirty_two = _mm256_set1_epi8(32);
         let mut isum = _mm256_setzero_si256();
         // Run r of 32 values (groups 2r, 2r + 1), as in the scalar
@@ -623,7 +654,6 @@ impl Rows8 for Q6K {
         // ql piece 16h + 8(k % 2) + i / 4 (low nibble if k < 2) and qh
         // piece 8h + i / 4 (bits 2k, 2k + 1).
         for r in 0..8 {
-            let (h, k) = (r / 4, r % 4);
             for half in 0..2 {
                 let group = 2 * r + half;
                 let scales = load_u8(&w[1536 + 32 * (group / 4)..]);
@@ -633,18 +663,7 @@ impl Rows8 for Q6K {
                     // |.| <= 2 * 32 * 128, two added <= 16384.
                     let mut pairs = _mm256_setzero_si256();
                     for i4 in 4 * half + 2 * pair..4 * half + 2 * pair + 2 {
-                        let l = load_u8(&w[32 * (16 * h + 8 * (k % 2) + i4)..]);
-                        let nib = if k < 2 {
-                            _mm256_and_si256(l, low)
-                        } else {
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(l), low)
-                        };
-                        let hq = load_u8(&w[1024 + 32 * (8 * h + i4)..]);
-                        let top = _mm256_and_si256(
-                            _mm256_srl_epi16(hq, _mm_cvtsi32_si128(2 * k as i32)),
-                            two,
-                        );
-                        let q = _mm256_or_si256(nib, _mm256_slli_epi16::<4>(top));
+                        let q = q6_k_values(w, r, i4);
                         let xb = _mm256_set1_epi32(x4(x, 32 * r + 4 * i4));
                         let d = _mm256_sub_epi16(
                             _mm256_maddubs_epi16(q, xb),
@@ -881,22 +900,7 @@ impl Rows8 for Q4KVnni {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline]
     unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
-        let s0 = load_u8(&w[32..]);
-        let s1 = load_u8(&w[64..]);
-        let s2 = load_u8(&w[96..]);
-        let six = _mm256_set1_epi8(0x3f);
-        let four = _mm256_set1_epi8(0x0f);
-        let tops = _mm256_set1_epi8(0x30);
-        let sc_lo = _mm256_and_si256(s0, six);
-        let m_lo = _mm256_and_si256(s1, six);
-        let sc_hi = _mm256_or_si256(
-            _mm256_and_si256(s2, four),
-            _mm256_and_si256(_mm256_srli_epi32::<2>(s0), tops),
-        );
-        let m_hi = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi32::<4>(s2), four),
-            _mm256_and_si256(_mm256_srli_epi32::<2>(s1), tops),
-        );
+        let [sc_lo, m_lo, sc_hi, m_hi] = q4_k_scales(w);
         let x = &a.qs;
         let low = _mm256_set1_epi8(0x0f);
         let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
@@ -940,30 +944,16 @@ impl Rows8 for Q6KVnni {
     #[inline]
     unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
         let x = &a.qs;
-        let low = _mm256_set1_epi8(0x0f);
-        let two = _mm256_set1_epi8(0x03);
         let thirty_two = _mm256_set1_epi8(32);
         let mut isum = _mm256_setzero_si256();
         for r in 0..8 {
-            let (h, k) = (r / 4, r % 4);
             for half in 0..2 {
                 let group = 2 * r + half;
                 let scales = load_u8(&w[1536 + 32 * (group / 4)..]);
                 let sc = lane_byte::<true>(scales, group % 4);
                 let (mut qx, mut x32) = (_mm256_setzero_si256(), _mm256_setzero_si256());
                 for i4 in 4 * half..4 * half + 4 {
-                    let l = load_u8(&w[32 * (16 * h + 8 * (k % 2) + i4)..]);
-                    let nib = if k < 2 {
-                        _mm256_and_si256(l, low)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(l), low)
-                    };
-                    let hq = load_u8(&w[1024 + 32 * (8 * h + i4)..]);
-                    let top = _mm256_and_si256(
-                        _mm256_srl_epi16(hq, _mm_cvtsi32_si128(2 * k as i32)),
-                        two,
-                    );
-                    let q = _mm256_or_si256(nib, _mm256_slli_epi16::<4>(top));
+                    let q = q6_k_values(w, r, i4);
                     let xb = _mm256_set1_epi32(x4(x, 32 * r + 4 * i4));
                     qx = _mm256_dpbusd_epi32(qx, q, xb);
                     x32 = _mm256_dpbusd_epi32(x32, thirty_two, xb);
@@ -993,9 +983,6 @@ unsafe fn q4_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [
         whole_blocks::<BlockQ8K>(&acts[start..(start + act_row).min(acts.len())])
     };
     let low = _mm256_set1_epi8(0x0f);
-    let six = _mm256_set1_epi8(0x3f);
-    let four = _mm256_set1_epi8(0x0f);
-    let tops = _mm256_set1_epi8(0x30);
     for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
         let rows: [&[BlockQ8K]; TOKENS] = std::array::from_fn(|i| {
             if i < chunk.len() {
@@ -1013,19 +1000,7 @@ unsafe fn q4_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [
         let mut scale = [_mm256_setzero_si256(); 8];
         let mut min = [_mm256_setzero_si256(); 8];
         for (b, w) in group.chunks_exact(step).take(n).enumerate() {
-            let s0 = load_u8(&w[32..]);
-            let s1 = load_u8(&w[64..]);
-            let s2 = load_u8(&w[96..]);
-            let sc_lo = _mm256_and_si256(s0, six);
-            let m_lo = _mm256_and_si256(s1, six);
-            let sc_hi = _mm256_or_si256(
-                _mm256_and_si256(s2, four),
-                _mm256_and_si256(_mm256_srli_epi32::<2>(s0), tops),
-            );
-            let m_hi = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi32::<4>(s2), four),
-                _mm256_and_si256(_mm256_srli_epi32::<2>(s1), tops),
-            );
+            let [sc_lo, m_lo, sc_hi, m_hi] = q4_k_scales(w);
             for g in 0..8 {
                 let (sc, m) = if g < 4 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
                 scale[g] = lane_byte::<false>(sc, g % 4);
@@ -1088,8 +1063,6 @@ unsafe fn q6_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [
         let start = (t * act_row).min(acts.len());
         whole_blocks::<BlockQ8K>(&acts[start..(start + act_row).min(acts.len())])
     };
-    let low = _mm256_set1_epi8(0x0f);
-    let two = _mm256_set1_epi8(0x03);
     let thirty_two = _mm256_set1_epi8(32);
     for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
         let rows: [&[BlockQ8K]; TOKENS] = std::array::from_fn(|i| {
@@ -1108,20 +1081,8 @@ unsafe fn q6_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [
         let mut sc = [_mm256_setzero_si256(); 16];
         for (b, w) in group.chunks_exact(step).take(n).enumerate() {
             for r in 0..8 {
-                let (h, k) = (r / 4, r % 4);
                 for i4 in 0..8 {
-                    let l = load_u8(&w[32 * (16 * h + 8 * (k % 2) + i4)..]);
-                    let nib = if k < 2 {
-                        _mm256_and_si256(l, low)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(l), low)
-                    };
-                    let hq = load_u8(&w[1024 + 32 * (8 * h + i4)..]);
-                    let top = _mm256_and_si256(
-                        _mm256_srl_epi16(hq, _mm_cvtsi32_si128(2 * k as i32)),
-                        two,
-                    );
-                    q[8 * r + i4] = _mm256_or_si256(nib, _mm256_slli_epi16::<4>(top));
+                    q[8 * r + i4] = q6_k_values(w, r, i4);
                 }
             }
             for (g, s) in sc.iter_mut().enumerate() {
