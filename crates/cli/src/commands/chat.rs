@@ -25,7 +25,8 @@ use super::common::{
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file or short name (default: qwen2.5-0.5b).
+    /// A GGUF file, a Hugging Face decoder directory (config.json,
+    /// safetensors, tokenizer.json) or a short name (default: qwen2.5-0.5b).
     model: Option<String>,
     /// A system prompt for the conversation.
     #[arg(long)]

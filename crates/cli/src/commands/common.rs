@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ferrite::formats::gguf::GgufFile;
-use ferrite::formats::llama2c;
+use ferrite::formats::{hf_decoder, llama2c};
 use ferrite::generate::sampler::{Sampler, SamplerOptions};
 use ferrite::generate::session::{GenerateOptions, Session, StopReason};
 use ferrite::model_path;
@@ -143,16 +143,14 @@ pub fn load(model: Option<&str>) -> Result<Loaded, String> {
 }
 
 /// As [`load`]; a llama2.c checkpoint (any file that is not GGUF) takes
-/// its vocabulary from `tokenizer`, else from `tokenizer.bin` beside it.
+/// its vocabulary from `tokenizer`, else from `tokenizer.bin` beside it. A
+/// directory is read as a Hugging Face decoder (`config.json`,
+/// safetensors, `tokenizer.json`).
 pub fn load_with(model: Option<&str>, tokenizer: Option<&Path>) -> Result<Loaded, String> {
     let path = model_path::resolve(model.unwrap_or(DEFAULT_CHAT_MODEL))?;
-    if path.is_dir() {
-        return Err(format!(
-            "{}: a directory; text generation needs a GGUF file",
-            path.display()
-        ));
-    }
-    let file = Arc::new(if is_gguf(&path) {
+    let file = Arc::new(if path.is_dir() {
+        hf_decoder::open(&path).map_err(|e| e.to_string())?
+    } else if is_gguf(&path) {
         GgufFile::open(&path).map_err(|e| e.to_string())?
     } else {
         let tok = match tokenizer {

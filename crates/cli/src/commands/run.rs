@@ -11,7 +11,8 @@ use super::common::{
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file or short name (default: qwen2.5-0.5b).
+    /// A GGUF file, a Hugging Face decoder directory (config.json,
+    /// safetensors, tokenizer.json) or a short name (default: qwen2.5-0.5b).
     model: Option<String>,
     /// The prompt text (special-token text such as `<|im_start|>` is parsed).
     #[arg(short = 'p', long)]

@@ -6,12 +6,14 @@
 use std::io::{self, Read, Write};
 
 use ferrite::formats::gguf::GgufFile;
+use ferrite::formats::hf_decoder;
 use ferrite::model_path;
 use ferrite::tokenize::Tokenizer;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file or a short name (smollm2, gemma3-270m).
+    /// A GGUF file, a Hugging Face decoder directory, or a short name
+    /// (smollm2, gemma3-270m).
     model: String,
     /// The text; `-` reads standard input byte for byte.
     text: String,
@@ -25,7 +27,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), String> {
     let path = model_path::resolve(&args.model)?;
-    let file = GgufFile::open(&path).map_err(|e| e.to_string())?;
+    let file = if path.is_dir() {
+        hf_decoder::open(&path).map_err(|e| e.to_string())?
+    } else {
+        GgufFile::open(&path).map_err(|e| e.to_string())?
+    };
     let tokenizer =
         Tokenizer::from_gguf(file.metadata()).map_err(|e| format!("{}: {e}", path.display()))?;
     let text = if args.text == "-" {

@@ -192,6 +192,11 @@ impl SafetensorsDir {
         self.by_name.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// The shard file holding a tensor.
+    pub fn shard_path(&self, info: &StTensorInfo) -> &Path {
+        &self.shards[info.shard].0
+    }
+
     /// The bytes of a tensor (little-endian, row-major).
     pub fn tensor_data(&self, info: &StTensorInfo) -> &[u8] {
         // start..end was checked against this shard's length at open.

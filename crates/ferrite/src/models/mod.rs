@@ -138,9 +138,15 @@ pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static Encod
     })
 }
 
-/// Opens a GGUF file and loads its decoder model.
+/// Opens a GGUF file, or a Hugging Face decoder directory (read into an
+/// in-memory GGUF file by [`crate::formats::hf_decoder`]), and loads its
+/// decoder model.
 pub fn open_causal_lm(path: &Path) -> Result<(Arc<GgufFile>, Box<dyn CausalLm>), Error> {
-    let file = Arc::new(GgufFile::open(path)?);
+    let file = Arc::new(if path.is_dir() {
+        crate::formats::hf_decoder::open(path)?
+    } else {
+        GgufFile::open(path)?
+    });
     let model = load_causal_lm(file.clone())?;
     Ok((file, model))
 }

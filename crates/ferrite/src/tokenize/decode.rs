@@ -11,6 +11,7 @@
 //! `clean_spaces` get llama.cpp's three clean-up passes.
 
 use super::bpe::char_to_byte_table;
+use super::hf::{HfEngine, HfStream};
 use super::vocab::{parse_byte_token, Algorithm, Attr, Vocab};
 use super::Tokenizer;
 
@@ -28,6 +29,7 @@ pub(crate) fn token_pieces(vocab: &Vocab) -> Vec<Box<[u8]>> {
                 match vocab.algorithm {
                     Algorithm::Spm => text.replace('\u{2581}', " ").into_bytes(),
                     Algorithm::Bpe(_) => byte_level_decode(text, &byte_table),
+                    Algorithm::Hf => text.as_bytes().to_vec(),
                 }
             } else if attr.any(Attr::BYTE) {
                 parse_byte_token(text).map(|b| vec![b]).unwrap_or_default()
@@ -156,13 +158,15 @@ fn clean_spaces(text: &mut Vec<u8>) {
 /// (byte-fallback tokens, byte-level BPE pieces) wait for the rest. Bytes
 /// that can never form a character come out as U+FFFD. Gives the same text
 /// as [`Tokenizer::decode`] on the whole sequence, except that it does not
-/// apply `clean_spaces` and does not drop a trailing EOS.
+/// apply `clean_spaces` and does not drop a trailing EOS. (A Hugging Face
+/// `tokenizer.json` streams through [`HfStream`] instead.)
 pub struct StreamDecoder<'t> {
     tokenizer: &'t Tokenizer,
     skip_special: bool,
     strip_space: bool,
     first: bool,
     pending: Vec<u8>,
+    hf: Option<(&'t HfEngine, HfStream)>,
 }
 
 impl<'t> StreamDecoder<'t> {
@@ -173,11 +177,26 @@ impl<'t> StreamDecoder<'t> {
             strip_space: tokenizer.vocab.add_space_prefix,
             first: true,
             pending: Vec::new(),
+            hf: None,
+        }
+    }
+
+    pub(crate) fn hf(
+        tokenizer: &'t Tokenizer,
+        engine: &'t HfEngine,
+        skip_special: bool,
+    ) -> StreamDecoder<'t> {
+        StreamDecoder {
+            hf: Some((engine, HfStream::new(skip_special))),
+            ..StreamDecoder::new(tokenizer, skip_special)
         }
     }
 
     /// Adds one token; returns the text that is now complete (maybe empty).
     pub fn push(&mut self, id: u32) -> String {
+        if let Some((engine, stream)) = &mut self.hf {
+            return stream.push(engine, id);
+        }
         let v = &self.tokenizer.vocab;
         if std::mem::take(&mut self.first)
             && self.skip_special
@@ -198,6 +217,9 @@ impl<'t> StreamDecoder<'t> {
     /// Ends the stream: whatever is left (an unfinished character) comes
     /// out as U+FFFD.
     pub fn finish(self) -> String {
+        if let Some((engine, stream)) = self.hf {
+            return stream.finish(engine);
+        }
         String::from_utf8_lossy(&self.pending).into_owned()
     }
 

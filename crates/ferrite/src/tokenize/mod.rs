@@ -6,7 +6,10 @@
 //! - [`special`]: cutting special-token texts out of the input (`tokenizer_st_partition`);
 //! - [`bpe`]: `gpt2` byte-level BPE on the HF `tokenizers` crate (`llm_tokenizer_bpe`);
 //! - [`spm`]: `llama` SentencePiece-style merges by score (`llm_tokenizer_spm`);
-//! - [`decode`]: ids back to text (`token_to_piece`, `detokenize`) and streaming.
+//! - [`decode`]: ids back to text (`token_to_piece`, `detokenize`) and streaming;
+//! - [`hf`]: a Hugging Face `tokenizer.json` carried in the metadata
+//!   (`tokenizer.huggingface.json`, for models read from a safetensors
+//!   directory), run by the `tokenizers` crate as `transformers` runs it.
 //!
 //! Reference: ggml-org/llama.cpp `src/llama-vocab.cpp`, `src/unicode.cpp`.
 //! The parity goldens in `testdata/tokenizer/` come from
@@ -14,6 +17,7 @@
 
 mod bpe;
 mod decode;
+mod hf;
 mod roles;
 mod special;
 mod spm;
@@ -24,10 +28,11 @@ use std::fmt;
 use crate::formats::gguf::{Metadata, Value};
 
 pub use decode::StreamDecoder;
+pub use hf::KEY_HF_JSON;
 
 use bpe::BpeTokenizer;
 use special::{Fragment, SpecialTokens};
-use vocab::{Algorithm, Attr, Vocab};
+use vocab::{Algorithm, Attr, Vocab, KEY_MODEL};
 
 /// The tokenizer metadata of a model file is missing or wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +74,7 @@ impl std::error::Error for TokenizerError {}
 enum Engine {
     Spm,
     Bpe(Box<BpeTokenizer>),
+    Hf(Box<hf::HfEngine>),
 }
 
 /// A tokenizer for one model's vocabulary. Cheap to share across threads.
@@ -82,11 +88,21 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     /// Builds the tokenizer a GGUF file's metadata describes
-    /// (`tokenizer.ggml.model` = `gpt2` or `llama`).
+    /// (`tokenizer.ggml.model` = `gpt2` or `llama`; without that key, a
+    /// Hugging Face `tokenizer.huggingface.json`).
     pub fn from_gguf(metadata: &Metadata) -> Result<Tokenizer, TokenizerError> {
+        if metadata.get(KEY_MODEL).is_none() && metadata.get(KEY_HF_JSON).is_some() {
+            let parts = hf::from_metadata(metadata)?;
+            return Ok(Tokenizer {
+                special: SpecialTokens::new(&parts.vocab),
+                vocab: parts.vocab,
+                engine: Engine::Hf(Box::new(parts.engine)),
+                pieces: parts.pieces,
+            });
+        }
         let vocab = Vocab::from_gguf(metadata)?;
         let engine = match vocab.algorithm {
-            Algorithm::Spm => Engine::Spm,
+            Algorithm::Spm | Algorithm::Hf => Engine::Spm,
             Algorithm::Bpe(kind) => Engine::Bpe(Box::new(BpeTokenizer::new(&vocab, kind)?)),
         };
         let special = SpecialTokens::new(&vocab);
@@ -105,6 +121,9 @@ impl Tokenizer {
     /// `parse_special` turns control-token texts such as `<|im_start|>` into
     /// those tokens (user-defined tokens are always recognised).
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        if let Engine::Hf(hf) = &self.engine {
+            return hf.encode(text, add_special, parse_special);
+        }
         let v = &self.vocab;
         let mut out = Vec::new();
         if add_special && v.add_bos {
@@ -121,6 +140,7 @@ impl Tokenizer {
                     let piece = &text[range];
                     match &self.engine {
                         Engine::Bpe(bpe) => bpe.encode_into(piece, &mut out),
+                        Engine::Hf(hf) => out.extend(hf.encode(piece, false, parse_special)),
                         Engine::Spm => {
                             let prefix = if v.add_space_prefix && after_special {
                                 " "
@@ -146,11 +166,17 @@ impl Tokenizer {
     /// adds) are left out; without it they appear as their text. Bytes that
     /// do not form UTF-8 come out as U+FFFD; ids out of range as nothing.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
+        if let Engine::Hf(hf) = &self.engine {
+            return hf.decode(ids, skip_special);
+        }
         String::from_utf8_lossy(&self.decode_bytes(ids, skip_special)).into_owned()
     }
 
     /// A decoder that turns ids into text one at a time.
     pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder<'_> {
+        if let Engine::Hf(hf) = &self.engine {
+            return StreamDecoder::hf(self, hf, skip_special);
+        }
         StreamDecoder::new(self, skip_special)
     }
 

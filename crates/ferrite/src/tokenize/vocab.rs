@@ -89,6 +89,9 @@ pub(crate) enum Algorithm {
     Spm,
     /// `gpt2`: byte-level BPE with a pre-tokenizer regex.
     Bpe(PreTokenizerKind),
+    /// A Hugging Face `tokenizer.json`, run by the `tokenizers` crate
+    /// (`super::hf`).
+    Hf,
 }
 
 /// Ids of the tokens with a role.
@@ -248,7 +251,7 @@ impl Vocab {
         }
 
         let merges = match algorithm {
-            Algorithm::Spm => Vec::new(),
+            Algorithm::Spm | Algorithm::Hf => Vec::new(),
             Algorithm::Bpe(_) => read_merges(md)?,
         };
 

@@ -1,0 +1,440 @@
+//! Decoders read from Hugging Face directories (formats::hf_decoder) on the
+//! tiny random-weight fixtures of testdata/hf-decoders (made by
+//! scripts/make-hf-decoder-fixtures.py): logits of every position against
+//! HF transformers' float32 forward pass, greedy continuations against
+//! `generate`, tokenizer ids, decoding and the chat prompt against HF's fast
+//! tokenizer; GPT-2 from testdata/gpt2/tiny-hf against its HF goldens; and
+//! damaged config.json files, which must give errors, never panics.
+
+mod common;
+
+use common::{argmax, ids};
+
+use std::path::{Path, PathBuf};
+
+use ferrite::generate::chat::{model_template, prompt_tokens, Message};
+use ferrite::models::decoder::Logits;
+use ferrite::models::{open_causal_lm, CausalLm};
+use ferrite::parallel::Threads;
+use ferrite::tokenize::Tokenizer;
+use serde_json::Value;
+
+fn dir() -> PathBuf {
+    common::testdata().join("hf-decoders")
+}
+
+fn golden() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir().join("goldens.json")).unwrap()).unwrap()
+}
+
+fn f32_file(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// Every position's logits of `tokens`, from an empty cache.
+fn logits(model: &dyn CausalLm, tokens: &[u32]) -> Vec<f32> {
+    let mut st = model.new_state(128, Threads::new(2)).unwrap();
+    let mut out = Vec::new();
+    model
+        .forward(tokens, &mut st, Logits::All, &mut out)
+        .unwrap();
+    out
+}
+
+/// Largest difference between our logits and HF's for every sequence of a
+/// goldens `logits` entry whose file is in `base`.
+fn max_logit_error(model: &dyn CausalLm, entry: &Value, base: &Path) -> f32 {
+    let hf = f32_file(&base.join(entry["file"].as_str().unwrap()));
+    let n_vocab = entry["n_vocab"].as_u64().unwrap() as usize;
+    assert_eq!(model.n_vocab(), n_vocab);
+    let mut worst = 0f32;
+    for seq in entry["sequences"].as_array().unwrap() {
+        let tokens = ids(&seq["ids"]);
+        let ours = logits(model, &tokens);
+        let off = seq["offset"].as_u64().unwrap() as usize;
+        let theirs = &hf[off..off + tokens.len() * n_vocab];
+        assert_eq!(ours.len(), theirs.len());
+        for (row, (a, b)) in ours
+            .chunks_exact(n_vocab)
+            .zip(theirs.chunks_exact(n_vocab))
+            .enumerate()
+        {
+            assert_eq!(argmax(a), argmax(b), "{}: top-1 at row {row}", seq["name"]);
+        }
+        let err = ours
+            .iter()
+            .zip(theirs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        worst = worst.max(err);
+    }
+    worst
+}
+
+/// Bound on the difference from HF's float32 logits (about 1.6 in size)
+/// for the float32 directories, whose f32 attention weights give them an
+/// f32 KV cache (measured: tiny-llama 1.1e-5, tiny-qwen2 1.1e-5, GPT-2
+/// 6.9e-6).
+const F32_MAX: f32 = 1e-4;
+/// For the bf16 directory against HF in float32 on the same bf16 weights
+/// (measured 5.2e-3): the weights are exact on both sides (bf16 widens to
+/// f32 exactly); the difference is the f16 KV cache that models with bf16
+/// attention weights get (the same weights widened to f32 files, hence an
+/// f32 cache, came within 8.1e-6 of the same HF logits).
+const BF16_MAX: f32 = 1e-2;
+
+#[test]
+fn logits_match_hf() {
+    let g = golden();
+    for (name, bound) in [
+        ("tiny-llama", F32_MAX),
+        ("tiny-qwen2", F32_MAX),
+        ("tiny-qwen2-bf16", BF16_MAX),
+    ] {
+        let (_file, model) = open_causal_lm(&dir().join(name)).unwrap();
+        let err = max_logit_error(model.as_ref(), &g["models"][name]["logits"], &dir());
+        eprintln!("{name}: max |logit - HF| = {err:.2e} (bound {bound:.0e})");
+        assert!(err <= bound, "{name}: {err} > {bound}");
+    }
+}
+
+/// Greedy decoding, one token per forward call after the prompt.
+fn greedy(model: &dyn CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut st = model.new_state(128, Threads::new(2)).unwrap();
+    let mut out = Vec::new();
+    model
+        .forward(prompt, &mut st, Logits::Last, &mut out)
+        .unwrap();
+    let mut generated = Vec::new();
+    for _ in 0..n {
+        let next = argmax(&out);
+        generated.push(next);
+        model
+            .forward(&[next], &mut st, Logits::Last, &mut out)
+            .unwrap();
+    }
+    generated
+}
+
+#[test]
+fn greedy_and_chat_prompt_match_hf() {
+    let g = golden();
+    for (name, m) in g["models"].as_object().unwrap() {
+        let (file, model) = open_causal_lm(&dir().join(name)).unwrap();
+        let tok = Tokenizer::from_gguf(file.metadata()).unwrap();
+        for case in m["greedy"].as_array().unwrap() {
+            let prompt = case["prompt"].as_str().unwrap();
+            let prompt_ids = tok.encode(prompt, true, true);
+            assert_eq!(prompt_ids, ids(&case["prompt_ids"]), "{name}: {prompt:?}");
+            let want = ids(&case["new_ids"]);
+            assert_eq!(
+                greedy(model.as_ref(), &prompt_ids, want.len()),
+                want,
+                "{name}: {prompt:?}"
+            );
+        }
+        let template = model_template(&file, &tok).unwrap();
+        let messages: Vec<Message> = m["chat"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|msg| {
+                Message::new(
+                    msg["role"].as_str().unwrap(),
+                    msg["content"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        let chat = prompt_tokens(&tok, &template, &messages).unwrap();
+        assert_eq!(chat, ids(&m["chat"]["ids"]), "{name}: chat prompt");
+    }
+}
+
+/// The text a streaming decoder hands out for `ids`.
+fn streamed(tok: &Tokenizer, ids: &[u32], skip_special: bool) -> String {
+    let mut s = tok.stream_decoder(skip_special);
+    let mut text: String = ids.iter().map(|&id| s.push(id)).collect();
+    text.push_str(&s.finish());
+    text
+}
+
+#[test]
+fn tokenizers_match_hf() {
+    let g = golden();
+    for (kind, t) in g["tokenizers"].as_object().unwrap() {
+        let model_dir = dir().join(t["dir"].as_str().unwrap());
+        let file = ferrite::formats::hf_decoder::open(&model_dir).unwrap();
+        let tok = Tokenizer::from_gguf(file.metadata()).unwrap();
+        assert_eq!(tok.bos_id(), t["bos_id"].as_u64().map(|i| i as u32));
+        assert_eq!(tok.eos_id(), t["eos_id"].as_u64().map(|i| i as u32));
+        assert!(tok.is_end_of_generation(tok.eos_id().unwrap()));
+        let cases = t["cases"].as_array().unwrap();
+        for c in cases {
+            let text = c["text"].as_str().unwrap();
+            assert_eq!(
+                tok.encode(text, false, true),
+                ids(&c["ids"]),
+                "{kind}: {text:?}"
+            );
+            assert_eq!(
+                tok.encode(text, true, true),
+                ids(&c["ids_special"]),
+                "{kind} (add special): {text:?}"
+            );
+            assert_eq!(
+                tok.encode(text, false, false),
+                ids(&c["ids_split_special"]),
+                "{kind} (special as text): {text:?}"
+            );
+            let decoded = c["decoded"].as_str().unwrap();
+            assert_eq!(
+                tok.decode(&ids(&c["ids"]), false),
+                decoded,
+                "{kind}: {text:?}"
+            );
+            assert_eq!(streamed(&tok, &ids(&c["ids"]), false), decoded);
+            let skip = c["decoded_skip"].as_str().unwrap();
+            assert_eq!(tok.decode(&ids(&c["ids_special"]), true), skip);
+            assert_eq!(streamed(&tok, &ids(&c["ids_special"]), true), skip);
+        }
+        eprintln!("{kind}: {} strings identical to HF", cases.len());
+    }
+}
+
+#[test]
+fn gpt2_directory_matches_hf() {
+    let base = common::testdata().join("gpt2");
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(base.join("goldens.json")).unwrap()).unwrap();
+    let (file, model) = open_causal_lm(&base.join("tiny-hf")).unwrap();
+    let err = max_logit_error(model.as_ref(), &g["logits"], &base);
+    eprintln!("gpt2 tiny-hf: max |logit - HF| = {err:.2e}");
+    assert!(err <= F32_MAX, "{err}");
+    let tok = Tokenizer::from_gguf(file.metadata()).unwrap();
+    for c in g["tokenizer"]["cases"].as_array().unwrap() {
+        let text = c["text"].as_str().unwrap();
+        assert_eq!(tok.encode(text, false, true), ids(&c["hf"]), "{text:?}");
+    }
+    for case in g["greedy"]["cases"].as_array().unwrap() {
+        let prompt = ids(&case["prompt_ids"]);
+        let want = ids(&case["hf"]);
+        assert_eq!(greedy(model.as_ref(), &prompt, want.len()), want);
+    }
+}
+
+/// A copy of fixture `name` in a fresh temporary directory, with
+/// `edit` applied to its config.json.
+fn damaged_copy(name: &str, case: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
+    let src = dir().join(name);
+    let dst = std::env::temp_dir().join(format!(
+        "ferrite-hf-hostile-{}-{name}-{case}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+    }
+    let path = dst.join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, config.to_string()).unwrap();
+    dst
+}
+
+#[test]
+fn damaged_configs_are_errors() {
+    use serde_json::json;
+    type Edit = fn(&mut Value);
+    let cases: Vec<(&str, &str, Edit, &str)> = vec![
+        (
+            "tiny-llama",
+            "layers",
+            |c| c["num_hidden_layers"] = json!(1_000_000),
+            "num_hidden_layers",
+        ),
+        (
+            "tiny-qwen2",
+            "heads0",
+            |c| c["num_attention_heads"] = json!(0),
+            "num_attention_heads",
+        ),
+        (
+            "tiny-qwen2",
+            "kvheads0",
+            |c| c["num_key_value_heads"] = json!(0),
+            "num_key_value_heads",
+        ),
+        (
+            "tiny-llama",
+            "kv3",
+            |c| c["num_key_value_heads"] = json!(3),
+            "num_key_value_heads",
+        ),
+        (
+            "tiny-qwen2",
+            "width",
+            |c| c["hidden_size"] = json!(1u64 << 40),
+            "hidden_size",
+        ),
+        (
+            "tiny-qwen2",
+            "negative",
+            |c| c["intermediate_size"] = json!(-128),
+            "intermediate_size",
+        ),
+        (
+            "tiny-qwen2",
+            "string",
+            |c| c["hidden_size"] = json!("64"),
+            "hidden_size",
+        ),
+        (
+            "tiny-qwen2",
+            "float",
+            |c| c["num_hidden_layers"] = json!(2.5),
+            "num_hidden_layers",
+        ),
+        (
+            "tiny-qwen2",
+            "ffn",
+            |c| c["intermediate_size"] = json!(96),
+            "ffn",
+        ),
+        (
+            "tiny-qwen2",
+            "more-layers",
+            |c| c["num_hidden_layers"] = json!(3),
+            "blk.2",
+        ),
+        (
+            "tiny-llama",
+            "fewer-layers",
+            |c| c["num_hidden_layers"] = json!(1),
+            "layer",
+        ),
+        (
+            "tiny-llama",
+            "heads8",
+            |c| c["num_attention_heads"] = json!(8),
+            "q_proj",
+        ),
+        (
+            "tiny-qwen2",
+            "head-dim",
+            |c| c["head_dim"] = json!(32),
+            "attn_q",
+        ),
+        (
+            "tiny-qwen2",
+            "vocab",
+            |c| c["vocab_size"] = json!(100),
+            "vocab_size",
+        ),
+        (
+            "tiny-qwen2",
+            "untied-missing",
+            |c| c["tie_word_embeddings"] = json!(false),
+            "lm_head",
+        ),
+        (
+            "tiny-qwen2",
+            "eps",
+            |c| c["rms_norm_eps"] = json!("tiny"),
+            "rms_norm_eps",
+        ),
+        (
+            "tiny-qwen2",
+            "rope-yarn",
+            |c| {
+                c["rope_parameters"] =
+                    json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6})
+            },
+            "yarn",
+        ),
+        (
+            "tiny-qwen2",
+            "rope-theta",
+            |c| c["rope_parameters"] = json!({"rope_type": "default", "rope_theta": -1.0}),
+            "rope_theta",
+        ),
+        (
+            "tiny-qwen2",
+            "act",
+            |c| c["hidden_act"] = json!("gelu"),
+            "hidden_act",
+        ),
+        (
+            "tiny-qwen2",
+            "window",
+            |c| c["use_sliding_window"] = json!(true),
+            "use_sliding_window",
+        ),
+        (
+            "tiny-qwen2",
+            "arch",
+            |c| c["architectures"] = json!(["MambaForCausalLM"]),
+            "architectures",
+        ),
+        (
+            "tiny-qwen2",
+            "no-arch",
+            |c| c["architectures"] = json!(null),
+            "architectures",
+        ),
+        (
+            "tiny-qwen2",
+            "quantized",
+            |c| c["quantization_config"] = json!({"quant_method": "gptq"}),
+            "quantization_config",
+        ),
+        (
+            "tiny-qwen2",
+            "not-object",
+            |c| *c = json!([1, 2, 3]),
+            "architectures",
+        ),
+    ];
+    for (name, case, edit, expect) in cases {
+        let path = damaged_copy(name, case, edit);
+        let result = open_causal_lm(&path);
+        let _ = std::fs::remove_dir_all(&path);
+        match result {
+            Ok(_) => panic!("{name}/{case}: loaded"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains(expect), "{name}/{case}: {msg}");
+                eprintln!("{case}: {msg}");
+            }
+        }
+    }
+}
+
+#[test]
+fn damaged_tokenizer_files_are_errors() {
+    let src = dir().join("tiny-qwen2");
+    for (case, file, text) in [
+        ("tok-json", "tokenizer.json", "{ not json"),
+        (
+            "tok-model",
+            "tokenizer.json",
+            "{\"model\": {\"type\": \"Nope\"}}",
+        ),
+        ("tok-config", "tokenizer_config.json", "[[["),
+    ] {
+        let path = damaged_copy("tiny-qwen2", case, |_| {});
+        std::fs::write(path.join(file), text).unwrap();
+        let result = ferrite::formats::hf_decoder::open(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|f| Tokenizer::from_gguf(f.metadata()).map_err(|e| e.to_string()));
+        let _ = std::fs::remove_dir_all(&path);
+        assert!(result.is_err(), "{case}: accepted");
+        eprintln!("{case}: {}", result.err().unwrap_or_default());
+    }
+    assert!(src.join("tokenizer.json").is_file());
+}

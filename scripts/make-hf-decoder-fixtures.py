@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""Tiny random-weight Hugging Face decoder directories (LlamaForCausalLM,
+Qwen2ForCausalLM) with reference outputs from HF transformers, so that
+ferrite's safetensors-directory path for decoders can be tested without
+Python.
+
+Run from anywhere (about half a minute on 2 cores):
+
+    /root/.cache/ferrite-refenv/bin/python scripts/make-hf-decoder-fixtures.py
+
+Needs the reference venv (../shared/tools/setup-refenv.sh): torch,
+transformers, tokenizers, safetensors, numpy. Every file it writes is
+deterministic (fixed seeds, no time stamps); re-running it rewrites the same
+bytes.
+
+What it writes, under testdata/hf-decoders/:
+
+  tiny-llama/        LlamaForCausalLM, float32, UNTIED output (lm_head.weight
+                     saved), saved in two shards (model-00001-of-00002.
+                     safetensors, model-00002-of-00002.safetensors,
+                     model.safetensors.index.json); Llama-3-style tokenizer
+                     (byte-level BPE, Llama 3's split regex, BOS
+                     <|begin_of_text|> added by a TemplateProcessing
+                     post-processor, <|eot_id|> turn ends, a Llama-3-style
+                     chat template writing {{ bos_token }} itself).
+  tiny-qwen2/        Qwen2ForCausalLM, float32, TIED embeddings (no
+                     lm_head.weight), Q/K/V biases, model vocabulary padded
+                     past the tokenizer's (as Qwen's is); Qwen2-style
+                     tokenizer (NFC normalizer, Qwen's split regex, no BOS,
+                     ChatML <|im_start|>/<|im_end|>, <|endoftext|>, and a
+                     NON-special added token <tool_call>).
+  tiny-qwen2-bf16/   Qwen2ForCausalLM saved in bfloat16, UNTIED, other seeds,
+                     same tokenizer files as tiny-qwen2.
+  goldens.json       everything but the logits (layout below)
+  logits-<name>.f32  HF logits of each model (layout below)
+
+Every directory holds config.json, generation_config.json, the safetensors,
+tokenizer.json and tokenizer_config.json (and chat_template.jinja when
+transformers writes the template there), as `save_pretrained` writes them.
+
+Models: hidden 64, 2 layers, 4 heads of 16, 2 KV heads (grouped-query),
+intermediate 128, 128 positions, SiLU, RMSNorm. Every parameter is redrawn
+from a seeded torch.Generator (see randomize): matrices and embeddings
+N(0, 0.2^2) (o_proj and down_proj N(0, 0.1^2)), biases N(0, 0.2^2), RMSNorm
+gains 1 + N(0, 0.1^2), so that logits are far from flat (std ~1.5) and a
+wrong bias, gain or RoPE pairing shows up.
+
+Tokenizers are trained with the `tokenizers` library (BpeTrainer, byte-level
+alphabet) on TRAIN_TEXT below and saved through transformers'
+TokenizersBackend (PreTrainedTokenizerFast), whose ids the goldens record;
+the script asserts that the raw `tokenizers.Tokenizer.from_file` gives the
+same ids.
+
+The reference model runs are HF transformers in float32 with eager
+attention. For tiny-qwen2-bf16 the model is loaded from its bfloat16 files
+with dtype=float32, i.e. float32 arithmetic on the bf16-rounded weights.
+
+goldens.json:
+
+  "versions":  python, torch, transformers, tokenizers, safetensors
+  "models": {name: {
+      "architecture", "dtype" (of the files), "tied", "shards",
+      "n_vocab" (model), "tokenizer_vocab", "seed",
+      "logits": {"file": "logits-<name>.f32", "dtype": "f32",
+                 "byte_order": "little", "n_vocab": V,
+                 "sequences": [{"name", "ids", "offset", "shape": [T, V]}]},
+                 the file is the concatenation of each sequence's row-major
+                 T x V matrix; "offset" counts f32 ELEMENTS; row t is the
+                 logits after feeding ids[0..=t] at positions 0..t from an
+                 empty cache (lengths 1, 9 and 40);
+      "greedy": [{"prompt", "prompt_ids", "new_ids"}], prompt_ids = the
+                 tokenizer's ids with add_special_tokens=True, new_ids = the
+                 20 ids of model.generate(do_sample=False,
+                 max_new_tokens=20) with end-of-sequence stopping switched
+                 off (generation_config.eos_token_id = None), so always 20;
+      "chat": {"messages": [...], "ids": apply_chat_template(messages,
+                 add_generation_prompt=True, tokenize=True)},
+  }}
+  "tokenizers": {"llama" | "qwen2": {"dir": the directory holding it,
+      "bos_id", "eos_id", "cases": [{"text",
+         "ids": encode with add_special_tokens=False (special-token texts
+                are recognised, as HF always does),
+         "ids_special": the same with add_special_tokens=True,
+         "ids_split_special": add_special_tokens=False,
+                split_special_tokens=True (special-token texts are plain
+                text; non-special added tokens still recognised),
+         "decoded": decode(ids, skip_special_tokens=False),
+         "decoded_skip": decode(ids_special, skip_special_tokens=True)}]}}
+"""
+
+import hashlib
+import json
+import pathlib
+import platform
+import shutil
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "testdata" / "hf-decoders"
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, INTER, POSITIONS = 64, 2, 4, 2, 128, 128
+MAX_NEW = 20
+
+LLAMA3_PAT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_PAT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+LLAMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+)
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+TRAIN_TEXT = """\
+The quick brown fox jumps over the lazy dog. It wasn't the first time, and it won't be the last.
+"Where are you going?" she asked. "To the market," he said, "and then to the station."
+Once upon a time, in a village by the sea, there lived an old baker named Tom. Every morning
+at 5:30 he lit the oven, and by 7:15 the whole street smelled of fresh bread. In 2023 he sold
+48,761 loaves at $3.50 each; that's 170,663.50 dollars, or about 3.14159 times more than in 1999.
+I'm sure they'll come back tomorrow; we've waited long enough, haven't we? You'd think so.
+
+def fibonacci(n):
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+
+fn main() {
+    let xs: Vec<u32> = (1..=10).map(|x| x * x).collect();
+    println!("sum = {}", xs.iter().sum::<u32>());
+}
+
+In Paris we drank a café au lait; the waiter was naïve. Straße, Ärger, Übung, déjà vu.
+In Tokyo we saw a sign: 日本語を勉強しています。東京は大きい都市です。
+In Beijing: 你好，世界！我们在北京。 In Seoul: 안녕하세요.
+Emoji are everywhere now 😀 😂 🚀 🍞 ❤️ 👍🏽 — even in bread shops 🥐.
+Q: What's the time?
+A: It's half past nine. The early bird catches the worm, but the second mouse gets the cheese.
+"""
+
+LLAMA_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QWEN2_PLAIN_ADDED = ["<tool_call>"]
+
+# About 50 strings: English, code, CJK, emoji, whitespace, special tokens.
+COMMON_CORPUS = [
+    "", " ", "\n", "  \n\n\t", "Hello", "Hello world", " Hello world!", "HELLO, World.",
+    "The quick brown fox jumps over the lazy dog.",
+    "It wasn't the first time, and it won't be the last.",
+    "I'm sure they'll come back; we've waited, haven't we? You'd think so.",
+    "'s 't 're 've 'm 'll 'd DON'T",
+    "0 1 42 123 1234 12345 1234567890", "3.14159 -273.15 +1 (555) 010-2034", "$3.50 99.9% 2023-04-01 12:00:59",
+    "def fibonacci(n):\n    a, b = 0, 1\n    return a",
+    "fn main() {\n    println!(\"hi\");\n}\n",
+    "for (int i = 0; i < 10; i++) { total += values[i]; }",
+    "    indented\n\tand tabbed", "trailing spaces   ", "many\n\n\n\nnewlines",
+    "café naïve Straße Ärger déjà vu", "e\u0301 combining vs \u00e9 precomposed", "Ελληνικά русский עברית العربية",
+    "日本語を勉強しています。", "東京は大きい都市です。", "你好，世界！", "안녕하세요", "カタカナ ひらがな",
+    "😀", "😀😂🚀", "❤️ 👍🏽 🇯🇵", "🥐🥖 bread", "mixed 日本 and café and 😀 in one line",
+    "\u00a0non-breaking\u00a0space", "zero\u200bwidth", "\ufeffBOM", "\x00nul\x01",
+    "“smart quotes” and ‘single’ — em dash",
+    "Q: What's the time?\nA: It's half past nine.\n",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "supercalifragilisticexpialidocious",
+]
+LLAMA_CORPUS = COMMON_CORPUS + [
+    "<|begin_of_text|>", "<|begin_of_text|>Hello", "a<|eot_id|>b", "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+    "<|end_of_text|><|end_of_text|>", "<|eot_id", "<|EOT_ID|>",
+]
+QWEN2_CORPUS = COMMON_CORPUS + [
+    "<|endoftext|>", "before<|endoftext|>after", "<|im_start|>user\nHi<|im_end|>\n", "<|im_start|><|im_end|>",
+    "<tool_call>{\"name\": \"f\"}", "x <tool_call> <|im_end|> y", "<|im_end", "<|IM_END|>",
+]
+
+GREEDY_PROMPTS = [
+    "The quick brown fox",
+    "Once upon a time, in a village by the sea,",
+    "def fibonacci(n):\n",
+    "In Tokyo we saw a sign: 日本",
+    "Emoji 😀 and",
+]
+CHAT = [
+    {"role": "system", "content": "You are a baker."},
+    {"role": "user", "content": "How many loaves did you sell?"},
+    {"role": "assistant", "content": "48,761 loaves."},
+    {"role": "user", "content": "And cakes? 🍰"},
+]
+
+MODELS = [
+    # name, architecture, tokenizer, dtype, tied, shard size, seed, vocab padding
+    ("tiny-llama", "llama", "llama", "float32", False, "200KB", 1101, 0),
+    ("tiny-qwen2", "qwen2", "qwen2", "float32", True, None, 2202, 24),
+    ("tiny-qwen2-bf16", "qwen2", "qwen2", "bfloat16", False, None, 3303, 24),
+]
+SEQ_LENGTHS = [("len1", 1), ("len9", 9), ("len40", 40)]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def write_json(path, obj):
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------- tokenizers
+
+def train_tokenizer(kind):
+    """A byte-level BPE of about 450 tokens in Llama-3 or Qwen2 style."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    pat = LLAMA3_PAT if kind == "llama" else QWEN2_PAT
+    tok = Tokenizer(models.BPE(ignore_merges=False))
+    if kind == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=440, min_frequency=1, show_progress=False, special_tokens=[],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TRAIN_TEXT.splitlines(keepends=True), trainer)
+    specials = LLAMA_SPECIALS if kind == "llama" else QWEN2_SPECIALS
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    if kind == "qwen2":
+        tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in QWEN2_PLAIN_ADDED])
+    if kind == "llama":
+        bos = "<|begin_of_text|>"
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+                special_tokens=[(bos, tok.token_to_id(bos))]),
+        ])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def save_tokenizer(kind, raw, directory):
+    from transformers import PreTrainedTokenizerFast
+
+    if kind == "llama":
+        fast = PreTrainedTokenizerFast(
+            tokenizer_object=raw, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+            model_max_length=POSITIONS, clean_up_tokenization_spaces=False)
+        fast.chat_template = LLAMA_TEMPLATE
+    else:
+        fast = PreTrainedTokenizerFast(
+            tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+            model_max_length=POSITIONS, clean_up_tokenization_spaces=False)
+        fast.chat_template = CHATML_TEMPLATE
+    fast.save_pretrained(str(directory))
+
+
+def tokenizer_goldens(kind, directory):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(directory))
+    raw = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    corpus = LLAMA_CORPUS if kind == "llama" else QWEN2_CORPUS
+    cases = []
+    for text in corpus:
+        ids = hf(text, add_special_tokens=False)["input_ids"]
+        ids_special = hf(text, add_special_tokens=True)["input_ids"]
+        ids_split = hf(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        assert ids == raw.encode(text, add_special_tokens=False).ids, text
+        assert ids_special == raw.encode(text, add_special_tokens=True).ids, text
+        cases.append({
+            "text": text,
+            "ids": ids,
+            "ids_special": ids_special,
+            "ids_split_special": ids_split,
+            "decoded": hf.decode(ids, skip_special_tokens=False),
+            "decoded_skip": hf.decode(ids_special, skip_special_tokens=True),
+        })
+    if kind == "llama":
+        assert cases[4]["ids_special"][0] == hf.bos_token_id
+    else:
+        assert hf.bos_token_id is None
+    return hf, {
+        "dir": directory.name,
+        "bos_id": hf.bos_token_id,
+        "eos_id": hf.eos_token_id,
+        "vocab_size": len(hf),
+        "cases": cases,
+    }
+
+
+# ---------------------------------------------------------------- models
+
+def randomize(model, seed):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            elif "o_proj" in name or "down_proj" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+
+
+def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    n_vocab = len(tok) + pad
+    common = dict(
+        vocab_size=n_vocab, hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=POSITIONS,
+        tie_word_embeddings=tied, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )
+    if arch == "llama":
+        config = LlamaConfig(**common, rms_norm_eps=1e-5, rope_theta=10000.0)
+        model = LlamaForCausalLM(config)
+    else:
+        config = Qwen2Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False)
+        model = Qwen2ForCausalLM(config)
+    randomize(model, seed)
+    if tied:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    model.generation_config.do_sample = False
+    directory = OUT / name
+    if directory.exists():
+        shutil.rmtree(directory)
+    model = model.to(getattr(torch, dtype))
+    kwargs = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(str(directory), **kwargs)
+    return directory, n_vocab
+
+
+def load_reference(directory):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    return model
+
+
+def logits_of(model, ids):
+    import torch
+
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), use_cache=False)
+    return out.logits[0].float().numpy()
+
+
+def greedy(model, ids):
+    import torch
+
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=MAX_NEW,
+                             attention_mask=torch.ones(1, len(ids), dtype=torch.long), pad_token_id=0)
+    new = out[0, len(ids):].tolist()
+    assert len(new) == MAX_NEW, new
+    return new
+
+
+def main():
+    import safetensors
+    import tokenizers
+    import torch
+    import transformers
+
+    torch.set_num_threads(2)
+    OUT.mkdir(parents=True, exist_ok=True)
+    goldens = {
+        "versions": {
+            "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
+            "safetensors": safetensors.__version__,
+        },
+        "models": {},
+        "tokenizers": {},
+    }
+    raw_tokenizers = {kind: train_tokenizer(kind) for kind in ("llama", "qwen2")}
+    hf_tokenizers = {}
+    for (name, arch, kind, dtype, tied, shard, seed, pad) in MODELS:
+        log(f"{name}: {arch} {dtype} tied={tied}")
+        # The tokenizer's ids and texts, for the model's config.
+        from transformers import PreTrainedTokenizerFast
+        tok = PreTrainedTokenizerFast(tokenizer_object=raw_tokenizers[kind],
+                                      bos_token="<|begin_of_text|>" if kind == "llama" else None,
+                                      eos_token="<|eot_id|>" if kind == "llama" else "<|im_end|>")
+        directory, n_vocab = make_model(name, arch, tok, dtype, tied, shard, seed, pad)
+        save_tokenizer(kind, raw_tokenizers[kind], directory)
+        if kind not in hf_tokenizers:
+            hf, golden = tokenizer_goldens(kind, directory)
+            hf_tokenizers[kind] = hf
+            goldens["tokenizers"][kind] = golden
+        hf = hf_tokenizers[kind]
+        model = load_reference(directory)
+
+        rng = np.random.default_rng(seed)
+        logit_file = f"logits-{name}.f32"
+        chunks, sequences, offset = [], [], 0
+        for seq_name, length in SEQ_LENGTHS:
+            ids = [int(x) for x in rng.integers(0, len(hf), size=length)]
+            l = logits_of(model, ids)
+            assert l.shape == (length, n_vocab)
+            assert float(l.std()) > 0.5, "logits too flat"
+            chunks.append(l.astype("<f4").tobytes())
+            sequences.append({"name": seq_name, "ids": ids, "offset": offset, "shape": [length, n_vocab]})
+            offset += length * n_vocab
+        (OUT / logit_file).write_bytes(b"".join(chunks))
+
+        cases = []
+        for prompt in GREEDY_PROMPTS:
+            ids = hf(prompt, add_special_tokens=True)["input_ids"]
+            cases.append({"prompt": prompt, "prompt_ids": ids, "new_ids": greedy(model, ids)})
+        chat_ids = hf.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=True)
+        if isinstance(chat_ids, dict) or hasattr(chat_ids, "keys"):
+            chat_ids = chat_ids["input_ids"]
+        shards = sorted(p.name for p in directory.glob("*.safetensors"))
+        goldens["models"][name] = {
+            "architecture": type(model).__name__,
+            "dtype": dtype,
+            "tied": tied,
+            "shards": shards,
+            "n_vocab": n_vocab,
+            "tokenizer": kind,
+            "tokenizer_vocab": len(hf),
+            "seed": seed,
+            "logits": {"file": logit_file, "dtype": "f32", "byte_order": "little",
+                       "n_vocab": n_vocab, "sequences": sequences},
+            "greedy": cases,
+            "chat": {"messages": CHAT, "ids": list(chat_ids)},
+        }
+        log(f"  {n_vocab} vocab, shards {shards}, logits std {float(l.std()):.2f}")
+    write_json(OUT / "goldens.json", goldens)
+    total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
+    log(f"wrote {OUT} ({total / 1e6:.2f} MB)")
+    for p in sorted(OUT.rglob("*")):
+        if p.is_file():
+            log(f"  {p.relative_to(OUT)} {p.stat().st_size} {hashlib.sha256(p.read_bytes()).hexdigest()[:12]}")
+
+
+if __name__ == "__main__":
+    main()
