@@ -9,9 +9,12 @@ Run from anywhere (about half a minute on 2 cores):
     /root/.cache/ferrite-refenv/bin/python scripts/make-hf-decoder-fixtures.py
 
 Needs the reference venv (../shared/tools/setup-refenv.sh): torch,
-transformers, tokenizers, safetensors, numpy. Every file it writes is
-deterministic (fixed seeds, no time stamps); re-running it rewrites the same
-bytes.
+transformers, tokenizers, safetensors, numpy; and llama.cpp's source tree at
+$LLAMA_CPP (default ~/.cache/ferrite-reference/llama.cpp, from
+../shared/tools/build-llamacpp.sh) for its convert_hf_to_gguf.py and gguf-py
+(only the Python converter is run; nothing is compiled). Every file it
+writes is deterministic (fixed seeds, no time stamps); re-running it
+rewrites the same bytes.
 
 What it writes, under testdata/hf-decoders/:
 
@@ -75,6 +78,15 @@ goldens.json:
                  off (generation_config.eos_token_id = None), so always 20;
       "chat": {"messages": [...], "ids": apply_chat_template(messages,
                  add_generation_prompt=True, tokenize=True)},
+      "converter": what llama.cpp's convert_hf_to_gguf.py makes of the
+                 directory (--outtype f32, or bf16 for the bf16 one; run
+                 through the same wrapper as make-gpt2-fixtures.py, which
+                 names the pre-tokenizer "gpt-2" when the converter does not
+                 know the freshly trained vocabulary's hash; the GGUF itself
+                 is not kept): {"outtype", "metadata": {every "{arch}.*"
+                 key: value}, "tensors": {name: {"dims": ggml order,
+                 "type": ggml type name, "f32_sha256": sha256 of the
+                 values widened to little-endian float32}}},
   }}
   "tokenizers": {"llama" | "qwen2": {"dir": the directory holding it,
       "bos_id", "eos_id", "cases": [{"text",
@@ -90,15 +102,19 @@ goldens.json:
 
 import hashlib
 import json
+import os
 import pathlib
 import platform
 import shutil
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata" / "hf-decoders"
+LLAMA = pathlib.Path(os.path.expanduser(os.environ.get("LLAMA_CPP", "~/.cache/ferrite-reference/llama.cpp")))
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTER, POSITIONS = 64, 2, 4, 2, 128, 128
 MAX_NEW = 20
@@ -378,6 +394,60 @@ def greedy(model, ids):
     return new
 
 
+CONVERT_WRAPPER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import convert_hf_to_gguf  # also puts llama.cpp's own gguf-py on sys.path
+from conversion import base
+
+_orig = base.TextModel.get_vocab_base_pre
+
+def get_vocab_base_pre(self, tokenizer):
+    try:
+        return _orig(self, tokenizer)
+    except NotImplementedError:
+        return "gpt-2"  # a freshly trained vocabulary has no known hash
+
+base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
+convert_hf_to_gguf.main()
+"""
+
+
+def converter_summary(directory, outtype, arch):
+    """Tensors and hyper-parameters of convert_hf_to_gguf.py's GGUF."""
+    sys.path.insert(0, str(LLAMA / "gguf-py"))
+    import gguf
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wrapper = os.path.join(tmp, "wrapper.py")
+        with open(wrapper, "w") as f:
+            f.write(CONVERT_WRAPPER)
+        out = os.path.join(tmp, "model.gguf")
+        subprocess.run([sys.executable, wrapper, str(LLAMA), str(directory), "--outtype", outtype,
+                        "--outfile", out], check=True, capture_output=True)
+        reader = gguf.GGUFReader(out)
+        metadata = {}
+        for field in reader.fields.values():
+            if field.name.startswith(arch + "."):
+                v = field.contents()
+                metadata[field.name] = float(v) if isinstance(v, float) else v
+        tensors = {}
+        for t in reader.tensors:
+            ty = gguf.GGMLQuantizationType(t.tensor_type)
+            raw = np.asarray(t.data)
+            if ty == gguf.GGMLQuantizationType.BF16:
+                values = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            else:
+                values = raw.astype(np.float32)
+            tensors[t.name] = {
+                "dims": [int(d) for d in t.shape],
+                "type": ty.name,
+                "f32_sha256": hashlib.sha256(values.astype("<f4").tobytes()).hexdigest(),
+            }
+    return {"outtype": outtype, "metadata": metadata, "tensors": tensors}
+
+
 def main():
     import safetensors
     import tokenizers
@@ -447,6 +517,7 @@ def main():
                        "n_vocab": n_vocab, "sequences": sequences},
             "greedy": cases,
             "chat": {"messages": CHAT, "ids": list(chat_ids)},
+            "converter": converter_summary(directory, "bf16" if dtype == "bfloat16" else "f32", arch),
         }
         log(f"  {n_vocab} vocab, shards {shards}, logits std {float(l.std()):.2f}")
     write_json(OUT / "goldens.json", goldens)

@@ -438,3 +438,91 @@ fn damaged_tokenizer_files_are_errors() {
     }
     assert!(src.join("tokenizer.json").is_file());
 }
+
+/// The values of a GGUF tensor widened to f32, as little-endian bytes.
+fn f32_bytes_of(t: &ferrite::formats::gguf::TensorView) -> Vec<u8> {
+    let mut values = vec![0f32; t.info.n_elements() as usize];
+    ferrite_kernels::quant::dequantize(t.info.ty, t.data, &mut values).unwrap();
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Our in-memory GGUF of each fixture against llama.cpp's
+/// convert_hf_to_gguf.py (summarized in goldens.json): the same tensors
+/// with the same ggml dims and values (which checks the Q/K permutation),
+/// matrices of the same type (the converter writes vectors as f32 where we
+/// keep bf16: the same values), and every `{arch}.*` key it writes but
+/// `llama.vocab_size` present with the same value.
+#[test]
+fn directories_read_as_the_converters_gguf() {
+    let g = golden();
+    for (name, m) in g["models"].as_object().unwrap() {
+        let conv = &m["converter"];
+        let ours = ferrite::formats::hf_decoder::open(&dir().join(name)).unwrap();
+        let tensors = conv["tensors"].as_object().unwrap();
+        assert_eq!(ours.tensors().count(), tensors.len(), "{name}");
+        for (tname, want) in tensors {
+            let t = ours
+                .tensor(tname)
+                .unwrap_or_else(|| panic!("{name}: no {tname}"));
+            let dims: Vec<u64> = want["dims"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            assert_eq!(t.info.dims, dims, "{name}: {tname}");
+            if dims.len() == 2 {
+                let ty = want["type"].as_str().unwrap();
+                assert!(t.info.ty.name().eq_ignore_ascii_case(ty), "{name}: {tname}");
+            }
+            assert_eq!(
+                sha256_hex(&f32_bytes_of(&t)),
+                want["f32_sha256"].as_str().unwrap(),
+                "{name}: {tname} values"
+            );
+        }
+        for (key, want) in conv["metadata"].as_object().unwrap() {
+            if key == "llama.vocab_size" {
+                continue;
+            }
+            let got = ours
+                .metadata()
+                .get(key)
+                .unwrap_or_else(|| panic!("{name}: no {key}"));
+            let same = match (got.as_u64(), want.as_u64()) {
+                (Some(a), Some(b)) => a == b,
+                _ => got.as_f64().map(|a| a as f32) == want.as_f64().map(|b| b as f32),
+            };
+            assert!(same, "{name}: {key} = {got:?}, converter {want}");
+        }
+    }
+}
+
+/// GPT-2's directory gives exactly the tensors of the converter's f32 GGUF
+/// in testdata/gpt2 (Conv1D weights transposed), and its hyper-parameters.
+#[test]
+fn gpt2_directory_reads_as_the_converters_gguf() {
+    use ferrite::formats::gguf::GgufFile;
+    let base = common::testdata().join("gpt2");
+    let ours = ferrite::formats::hf_decoder::open(&base.join("tiny-hf")).unwrap();
+    let theirs = GgufFile::open(base.join("tiny.f32.gguf")).unwrap();
+    assert_eq!(ours.tensors().count(), theirs.tensors().count());
+    for t in theirs.tensors() {
+        let o = ours.tensor(&t.info.name).unwrap();
+        assert_eq!((&o.info.dims, o.info.ty), (&t.info.dims, t.info.ty));
+        assert!(o.data == t.data, "{}", t.info.name);
+    }
+    for (key, v) in theirs.metadata().iter() {
+        if key.starts_with("gpt2.") {
+            assert_eq!(ours.metadata().get(key), Some(v), "{key}");
+        }
+    }
+}

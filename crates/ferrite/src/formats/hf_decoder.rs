@@ -309,7 +309,8 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
     k.size("feed_forward_length", c.size("intermediate_size")?);
     k.size("attention.head_count", n_heads);
     k.size("attention.head_count_kv", n_kv_heads);
-    if head_dim * n_heads != dim {
+    // As the converter: written whenever config.json states it.
+    if c.opt_size("head_dim")?.is_some() || head_dim * n_heads != dim {
         k.size("attention.key_length", head_dim);
         k.size("attention.value_length", head_dim);
     }
