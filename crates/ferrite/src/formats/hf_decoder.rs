@@ -238,7 +238,7 @@ fn rope(c: &Config, k: &mut Keys) -> Result<(), Error> {
     let theta = match params.and_then(|p| p.get("rope_theta")) {
         Some(v) => Some(
             v.as_f64()
-                .filter(|x| *x > 0.0 && x.is_finite())
+                .filter(|x| *x > 0.0 && (*x as f32).is_finite())
                 .ok_or_else(|| {
                     c.bad(
                         "rope_parameters.rope_theta",
@@ -246,7 +246,10 @@ fn rope(c: &Config, k: &mut Keys) -> Result<(), Error> {
                     )
                 })? as f32,
         ),
-        None => c.opt_f32("rope_theta")?,
+        None => match c.opt_f32("rope_theta")? {
+            Some(t) if t <= 0.0 => return Err(c.bad("rope_theta", format!("{t} is not positive"))),
+            t => t,
+        },
     };
     k.set("rope.freq_base", Value::F32(theta.unwrap_or(10_000.0)));
     if let Some(s) = scaling {
@@ -261,7 +264,7 @@ fn rope(c: &Config, k: &mut Keys) -> Result<(), Error> {
                 let factor = s
                     .get("factor")
                     .and_then(Json::as_f64)
-                    .filter(|f| *f > 0.0 && f.is_finite())
+                    .filter(|f| *f > 0.0 && (*f as f32).is_finite())
                     .ok_or_else(|| c.bad("rope_scaling.factor", "missing or not positive"))?;
                 k.set("rope.scaling.type", Value::String("linear".into()));
                 k.set("rope.scaling.factor", Value::F32(factor as f32));
