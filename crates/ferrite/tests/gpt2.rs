@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{argmax, ids};
+use common::{all_logits, argmax, ids};
 
 use std::sync::Arc;
 
@@ -37,16 +37,6 @@ fn open(name: &str) -> (Arc<GgufFile>, Box<dyn CausalLm>) {
     let file = Arc::new(GgufFile::open(dir().join(name)).unwrap());
     let model = load_causal_lm(file.clone()).unwrap();
     (file, model)
-}
-
-/// Every position's logits of `tokens`, from an empty cache.
-fn logits(model: &dyn CausalLm, tokens: &[u32]) -> Vec<f32> {
-    let mut st = model.new_state(128, Threads::new(2)).unwrap();
-    let mut out = Vec::new();
-    model
-        .forward(tokens, &mut st, Logits::All, &mut out)
-        .unwrap();
-    out
 }
 
 /// (max abs difference, top-1 agreement) of two row-major logit tables.
@@ -85,7 +75,7 @@ fn gguf_logits_match_hf() {
             let tokens = ids(&seq["ids"]);
             let at = seq["offset"].as_u64().unwrap() as usize;
             let want = &hf[at..at + tokens.len() * nv];
-            let (max, top1) = compare(&logits(model.as_ref(), &tokens), want, nv);
+            let (max, top1) = compare(&all_logits(model.as_ref(), &tokens), want, nv);
             eprintln!(
                 "{file} {}: max abs {max:.2e}, top-1 {:.1}%",
                 seq["name"].as_str().unwrap(),
@@ -121,7 +111,7 @@ fn q8_0_is_as_close_to_hf_as_llama_cpp() {
     let lat = entry["offset"].as_u64().unwrap() as usize;
     let llama = &theirs[lat..lat + tokens.len() * nv];
     let (_f, model) = open("tiny.q8_0.gguf");
-    let ours = logits(model.as_ref(), &tokens);
+    let ours = all_logits(model.as_ref(), &tokens);
     let nmse = |a: &[f32]| {
         let num: f64 = a
             .iter()

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{argmax, ids};
+use common::{all_logits, argmax, ids};
 
 use std::path::{Path, PathBuf};
 
@@ -35,16 +35,6 @@ fn f32_file(path: &Path) -> Vec<f32> {
         .collect()
 }
 
-/// Every position's logits of `tokens`, from an empty cache.
-fn logits(model: &dyn CausalLm, tokens: &[u32]) -> Vec<f32> {
-    let mut st = model.new_state(128, Threads::new(2)).unwrap();
-    let mut out = Vec::new();
-    model
-        .forward(tokens, &mut st, Logits::All, &mut out)
-        .unwrap();
-    out
-}
-
 /// Largest difference between our logits and HF's for every sequence of a
 /// goldens `logits` entry whose file is in `base`.
 fn max_logit_error(model: &dyn CausalLm, entry: &Value, base: &Path) -> f32 {
@@ -54,7 +44,7 @@ fn max_logit_error(model: &dyn CausalLm, entry: &Value, base: &Path) -> f32 {
     let mut worst = 0f32;
     for seq in entry["sequences"].as_array().unwrap() {
         let tokens = ids(&seq["ids"]);
-        let ours = logits(model, &tokens);
+        let ours = all_logits(model, &tokens);
         let off = seq["offset"].as_u64().unwrap() as usize;
         let theirs = &hf[off..off + tokens.len() * n_vocab];
         assert_eq!(ours.len(), theirs.len());

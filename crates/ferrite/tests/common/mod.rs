@@ -32,6 +32,23 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// Every position's logits of `tokens` (row after row), from an empty
+/// cache of 128 positions, with two threads.
+pub fn all_logits(model: &dyn ferrite::models::CausalLm, tokens: &[u32]) -> Vec<f32> {
+    let threads = ferrite::parallel::Threads::new(2);
+    let mut st = model.new_state(128, threads).expect("a state");
+    let mut out = Vec::new();
+    model
+        .forward(
+            tokens,
+            &mut st,
+            ferrite::models::decoder::Logits::All,
+            &mut out,
+        )
+        .expect("a forward pass");
+    out
+}
+
 /// The repository's testdata directory.
 pub fn testdata() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata")

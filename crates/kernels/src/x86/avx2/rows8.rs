@@ -166,6 +166,22 @@ unsafe fn small_isums<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i {
 /// stack while a weight block is decoded once for all of them).
 const TOKENS: usize = 16;
 
+/// The activation rows of pass `c` of a many-row kernel: rows
+/// `c * TOKENS..` of `acts` (`act_row` bytes each) as whole blocks, the
+/// first `len` of them; a missing or cut row is empty or short, the rest
+/// empty.
+#[inline]
+fn pass_rows<A: Block>(acts: &[u8], act_row: usize, c: usize, len: usize) -> [&[A]; TOKENS] {
+    std::array::from_fn(|i| {
+        if i < len {
+            let start = ((c * TOKENS + i) * act_row).min(acts.len());
+            whole_blocks::<A>(&acts[start..(start + act_row).min(acts.len())])
+        } else {
+            &[]
+        }
+    })
+}
+
 /// Defines `$name::<K: Small>(group, acts, act_row, out)`: `out[t]` =
 /// [`dot8`] of `group` with activation row `t` (bytes
 /// `t * act_row..(t + 1) * act_row` of `acts`; a missing row counts as
@@ -185,18 +201,8 @@ macro_rules! dot8n_with {
             out: &mut [[f32; ROWS]],
         ) {
             let step = ROWS * K::BLOCK;
-            let row = |t: usize| {
-                let start = (t * act_row).min(acts.len());
-                whole_blocks::<K::A>(&acts[start..(start + act_row).min(acts.len())])
-            };
             for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-                let rows: [&[K::A]; TOKENS] = std::array::from_fn(|i| {
-                    if i < chunk.len() {
-                        row(c * TOKENS + i)
-                    } else {
-                        &[]
-                    }
-                });
+                let rows: [&[K::A]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
                 let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
                 let n = (group.len() / step).min(longest);
                 let mut acc = [_mm256_setzero_ps(); TOKENS];
@@ -978,19 +984,9 @@ impl Rows8 for Q6KVnni {
 #[inline]
 unsafe fn q4_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
     let step = ROWS * Q4KVnni::BLOCK;
-    let row = |t: usize| {
-        let start = (t * act_row).min(acts.len());
-        whole_blocks::<BlockQ8K>(&acts[start..(start + act_row).min(acts.len())])
-    };
     let low = _mm256_set1_epi8(0x0f);
     for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[BlockQ8K]; TOKENS] = std::array::from_fn(|i| {
-            if i < chunk.len() {
-                row(c * TOKENS + i)
-            } else {
-                &[]
-            }
-        });
+        let rows: [&[BlockQ8K]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let n = (group.len() / step).min(longest);
         let mut acc = [_mm256_setzero_ps(); TOKENS];
@@ -1059,19 +1055,9 @@ fn q4_k_q8_k_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32
 #[inline]
 unsafe fn q6_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
     let step = ROWS * Q6KVnni::BLOCK;
-    let row = |t: usize| {
-        let start = (t * act_row).min(acts.len());
-        whole_blocks::<BlockQ8K>(&acts[start..(start + act_row).min(acts.len())])
-    };
     let thirty_two = _mm256_set1_epi8(32);
     for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[BlockQ8K]; TOKENS] = std::array::from_fn(|i| {
-            if i < chunk.len() {
-                row(c * TOKENS + i)
-            } else {
-                &[]
-            }
-        });
+        let rows: [&[BlockQ8K]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let n = (group.len() / step).min(longest);
         let mut acc = [_mm256_setzero_ps(); TOKENS];
