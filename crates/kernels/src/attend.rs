@@ -14,7 +14,7 @@
 //! The f16 -> f32 conversion is exact, so a score equals the float kernel
 //! applied to the f16 bytes directly.
 
-use crate::dispatch::{active_kernel_set, scalar_vec_dot_kernel, KernelSet};
+use crate::dispatch::scalar_vec_dot_kernel;
 use crate::quant::float::f16_le;
 use crate::GgmlType;
 
@@ -42,26 +42,13 @@ impl<'a> F16Rows<'a> {
 /// (`out` holds at least as many values as the runs have rows; `q` is
 /// `head_dim` values).
 pub fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if active_kernel_set().includes(KernelSet::Avx2) {
-        // SAFETY: the AVX2 set is active only if AVX2, FMA and F16C were
-        // detected on this CPU.
-        unsafe { crate::x86::avx2::attend::scores_f16(q, runs, head_dim, scale, out) };
-        return;
-    }
-    reference::scores_f16(q, runs, head_dim, scale, out);
+    (crate::table::active().scores_f16.f)(q, runs, head_dim, scale, out);
 }
 
 /// `out[d] = sum_j p[j] * v_j[d]` over the rows `v_j` of `runs` in order,
 /// for `d` in `0..head_dim` (`out.len()`), starting from 0.
 pub fn weighted_sum_f16(p: &[f32], runs: &[F16Rows], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if active_kernel_set().includes(KernelSet::Avx2) {
-        // SAFETY: as in `scores_f16`.
-        unsafe { crate::x86::avx2::attend::weighted_sum_f16(p, runs, out) };
-        return;
-    }
-    reference::weighted_sum_f16(p, runs, out);
+    (crate::table::active().weighted_sum_f16.f)(p, runs, out);
 }
 
 /// The scalar reference of the two loops (public for tests).
@@ -107,6 +94,7 @@ pub(crate) fn f32_bytes(x: &[f32]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::KernelSet;
 
     fn f16_bits(x: f32) -> [u8; 2] {
         crate::quant::f16_bits_from_f32(x).to_le_bytes()
@@ -144,15 +132,32 @@ mod tests {
                 ];
                 let q: Vec<f32> = (0..head_dim).map(|_| next()).collect();
                 let p: Vec<f32> = (0..n).map(|_| next().abs()).collect();
-                let (mut s_fast, mut s_ref) = (vec![0f32; n], vec![0f32; n]);
-                scores_f16(&q, &runs, head_dim, 0.125, &mut s_fast);
+                let mut s_ref = vec![0f32; n];
                 reference::scores_f16(&q, &runs, head_dim, 0.125, &mut s_ref);
-                let (mut o_fast, mut o_ref) = (vec![1f32; head_dim], vec![2f32; head_dim]);
-                weighted_sum_f16(&p, &runs, &mut o_fast);
+                let mut o_ref = vec![2f32; head_dim];
                 reference::weighted_sum_f16(&p, &runs, &mut o_ref);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&s_fast), bits(&s_ref), "scores hd={head_dim} n={n}");
-                assert_eq!(bits(&o_fast), bits(&o_ref), "sum hd={head_dim} n={n}");
+                for set in KernelSet::ALL {
+                    let Some(t) = set.table() else {
+                        eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                        continue;
+                    };
+                    let mut s_fast = vec![0f32; n];
+                    (t.scores_f16.f)(&q, &runs, head_dim, 0.125, &mut s_fast);
+                    let mut o_fast = vec![1f32; head_dim];
+                    (t.weighted_sum_f16.f)(&p, &runs, &mut o_fast);
+                    let name = set.name();
+                    assert_eq!(
+                        bits(&s_fast),
+                        bits(&s_ref),
+                        "{name} scores hd={head_dim} n={n}"
+                    );
+                    assert_eq!(
+                        bits(&o_fast),
+                        bits(&o_ref),
+                        "{name} sum hd={head_dim} n={n}"
+                    );
+                }
             }
         }
     }

@@ -9,9 +9,10 @@
 //!
 //! Each set is built by overriding the next slower one (avx512 <- avx2 <-
 //! scalar): a kernel a set does not have of its own is the slower set's,
-//! never silently the scalar reference's. Code outside the tables asks
-//! [`KernelSet::includes`] (is the AVX2 code available?), never whether
-//! the active set *is* one set.
+//! never silently the scalar reference's. The other hot kernels (GEMM,
+//! attention, math, activation quantization, f16 conversion) are reached
+//! through the active set's [`crate::table::KernelTable`], built the same
+//! way; nothing outside the tables asks which set is active.
 //!
 //! The environment variable `FERRITE_KERNELS`, read once, forces a set by
 //! name (`scalar`, `avx2`, `avx512`; one the CPU lacks falls back to the
@@ -49,13 +50,6 @@ impl KernelSet {
             KernelSet::Avx2 => "avx2",
             KernelSet::Avx512 => "avx512",
         }
-    }
-
-    /// Whether this set contains `other`'s kernels (every set is built on
-    /// the slower ones: `Avx512.includes(Avx2)`).
-    pub fn includes(self, other: KernelSet) -> bool {
-        let rank = |s: KernelSet| KernelSet::ALL.iter().position(|&x| x == s);
-        rank(self) >= rank(other)
     }
 
     /// Whether this CPU can run the set (detected once, then cached).
@@ -214,14 +208,7 @@ fn avx2_has(_: GgmlType) -> bool {
 pub fn f16_to_f32_row(src: &[u8], dst: &mut [f32]) {
     let n = dst.len().min(src.len() / 2);
     let dst = &mut dst[..n];
-    #[cfg(target_arch = "x86_64")]
-    if active_kernel_set().includes(KernelSet::Avx2) {
-        // SAFETY: a set including AVX2's is active only if AVX2, FMA and
-        // F16C were detected on this CPU.
-        unsafe { crate::x86::avx2::convert::f16_to_f32(src, dst) };
-        return;
-    }
-    crate::quant::float::f16_to_f32(&src[..2 * n], dst);
+    (crate::table::active().f16_to_f32.f)(&src[..2 * n], dst);
 }
 
 #[cfg(test)]
@@ -237,7 +224,10 @@ mod table_tests {
         for pair in KernelSet::ALL.windows(2) {
             let (slow, fast) = (pair[0], pair[1]);
             if !fast.is_supported() {
-                eprintln!("{}: not supported by this CPU, not checked", fast.name());
+                eprintln!(
+                    "SKIPPED {}: not supported by this CPU, not checked",
+                    fast.name()
+                );
                 continue;
             }
             let mut overridden = 0;
@@ -276,14 +266,6 @@ mod table_tests {
             assert!(overridden > 0, "{} overrides nothing", fast.name());
         }
     }
-
-    #[test]
-    fn sets_include_the_slower_ones() {
-        assert!(KernelSet::Avx512.includes(KernelSet::Avx2));
-        assert!(KernelSet::Avx2.includes(KernelSet::Avx2));
-        assert!(!KernelSet::Avx2.includes(KernelSet::Avx512));
-        assert!(!KernelSet::Scalar.includes(KernelSet::Avx2));
-    }
 }
 
 #[cfg(test)]
@@ -293,17 +275,28 @@ mod convert_tests {
     #[test]
     fn f16_row_conversion_matches_scalar_for_every_pattern() {
         let src: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
-        for len in [0usize, 1, 7, 8, 9, 65536] {
-            let mut fast = vec![0f32; len];
-            let mut slow = vec![0f32; len];
-            f16_to_f32_row(&src[..2 * len], &mut fast);
-            crate::quant::float::f16_to_f32(&src[..2 * len], &mut slow);
-            for (i, (a, b)) in fast.iter().zip(&slow).enumerate() {
-                assert!(
-                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                    "bits {i:#x}: {a} vs {b}"
-                );
+        for set in KernelSet::ALL {
+            let Some(t) = set.table() else {
+                eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                continue;
+            };
+            for len in [0usize, 1, 7, 8, 9, 65536] {
+                let mut fast = vec![0f32; len];
+                let mut slow = vec![0f32; len];
+                (t.f16_to_f32.f)(&src[..2 * len], &mut fast);
+                crate::quant::float::f16_to_f32(&src[..2 * len], &mut slow);
+                for (i, (a, b)) in fast.iter().zip(&slow).enumerate() {
+                    assert!(
+                        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                        "{} bits {i:#x}: {a} vs {b}",
+                        set.name()
+                    );
+                }
             }
         }
+        let (mut a, mut b) = (vec![0f32; 9], vec![0f32; 9]);
+        f16_to_f32_row(&src[..18], &mut a);
+        crate::quant::float::f16_to_f32(&src[..18], &mut b);
+        assert_eq!(a, b);
     }
 }

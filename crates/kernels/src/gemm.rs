@@ -19,7 +19,6 @@
 
 use std::ops::Range;
 
-use crate::dispatch::{active_kernel_set, KernelSet};
 use crate::math::Activation;
 
 /// Output features per panel: two 8-lane AVX registers, one cache line.
@@ -199,16 +198,8 @@ pub unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out:
         out.bias.is_none_or(|b| b.len() >= w.n),
         "bias shorter than n"
     );
-    #[cfg(target_arch = "x86_64")]
-    if active_kernel_set().includes(KernelSet::Avx2) {
-        // SAFETY: the AVX2 set is active only where AVX2 and FMA were
-        // detected; the output contract is the caller's.
-        unsafe { crate::x86::avx2::gemm::gemm_panels(a, w, panels, out) };
-        return;
-    }
-    let _ = active_kernel_set;
     // SAFETY: the output contract is the caller's.
-    unsafe { gemm_panels_scalar(a, w, panels, out) };
+    unsafe { (crate::table::active().gemm_panels.f)(a, w, panels, out) };
 }
 
 /// The portable reference for [`gemm_panels`]: the same per-value chain of
@@ -254,6 +245,8 @@ pub(crate) fn panel_ptr(w: &PackedWeights, p: usize) -> *const f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::KernelSet;
+    use crate::table::GemmPanelsFn;
 
     /// Deterministic values in [-1, 1).
     fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -298,19 +291,65 @@ mod tests {
             let expect = reference(&a, &w, m, n, k);
             let packed = PackedWeights::pack(&w, n, k);
             let acts = Acts { a: &a, lda: k, m };
-            let mut got = vec![f32::NAN; m * n];
-            gemm(acts, &packed, &mut got);
-            let mut scalar = vec![f32::NAN; m * n];
-            let out = OutPtr::plain(scalar.as_mut_ptr(), n);
-            // SAFETY: `scalar` holds m x n values, borrowed for the call.
-            unsafe { gemm_panels_scalar(acts, &packed, 0..packed.n_panels(), out) };
-            for idx in 0..m * n {
-                assert_eq!(
-                    got[idx].to_bits(),
-                    expect[idx].to_bits(),
-                    "{m}x{n}x{k} [{idx}]"
-                );
-                assert_eq!(scalar[idx].to_bits(), expect[idx].to_bits());
+            for set in KernelSet::ALL {
+                let Some(t) = set.table() else {
+                    eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                    continue;
+                };
+                let mut got = vec![f32::NAN; m * n];
+                let out = OutPtr::plain(got.as_mut_ptr(), n);
+                // SAFETY: `got` holds m x n values, borrowed for the call.
+                unsafe { (t.gemm_panels.f)(acts, &packed, 0..packed.n_panels(), out) };
+                for idx in 0..m * n {
+                    assert_eq!(
+                        got[idx].to_bits(),
+                        expect[idx].to_bits(),
+                        "{} {m}x{n}x{k} [{idx}]",
+                        set.name()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every supported set's GEMM on the shapes the encoders use and odd
+    /// ones, with bias and activation, panel ranges split as threads split
+    /// them: the scalar reference's bits.
+    #[test]
+    fn every_set_matches_the_scalar_gemm_with_bias_activation_and_split_panels() {
+        for &(m, n, k) in &[(1, 384, 384), (3, 1536, 384), (13, 40, 1536), (32, 33, 17)] {
+            let a = values(m * k, 31 + m as u64);
+            let w = values(n * k, 37 + n as u64);
+            let bias = values(n, 41);
+            let packed = PackedWeights::pack(&w, n, k);
+            let acts = Acts { a: &a, lda: k, m };
+            for act in [None, Some(Activation::GeluErf)] {
+                let run = |f: GemmPanelsFn| {
+                    let mut c = vec![f32::NAN; m * n];
+                    let np = packed.n_panels();
+                    for panels in [0..np / 3, np / 3..np] {
+                        let out = OutPtr {
+                            bias: Some(&bias),
+                            act,
+                            ..OutPtr::plain(c.as_mut_ptr(), n)
+                        };
+                        // SAFETY: `c` holds m x n values, borrowed here.
+                        unsafe { f(acts, &packed, panels, out) };
+                    }
+                    c.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                let want = run(gemm_panels_scalar);
+                for set in KernelSet::ALL {
+                    let Some(t) = set.table() else {
+                        eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                        continue;
+                    };
+                    assert!(
+                        run(t.gemm_panels.f) == want,
+                        "{} {m}x{n}x{k} {act:?}",
+                        set.name()
+                    );
+                }
             }
         }
     }

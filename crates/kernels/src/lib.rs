@@ -11,6 +11,7 @@ pub mod dot;
 pub mod gemm;
 pub mod math;
 pub mod quant;
+pub mod table;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

@@ -8,8 +8,6 @@
 //! Accuracy: `exp` within 2 ulp of the exact value on `[-87, 88]`; `erf`
 //! within 4e-7 absolute (a rational fit, 3.2e-7 in f32).
 
-use crate::dispatch::{active_kernel_set, KernelSet};
-
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split in two so that `n * LN2_HI` is exact for |n| < 2^9.
 const LN2_HI: f32 = 0.693_145_75;
@@ -179,25 +177,12 @@ mod portable {
 
 /// Applies `act` to every value of `xs`.
 pub fn activate(act: Activation, xs: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if active_kernel_set().includes(KernelSet::Avx2) {
-        // SAFETY: the AVX2 set is active only where AVX2 and FMA exist.
-        unsafe { crate::x86::avx2::math::activate(act, xs) };
-        return;
-    }
-    let _ = active_kernel_set;
-    portable::activate(act, xs)
+    (crate::table::active().activate.f)(act, xs)
 }
 
 /// `up[i] *= silu(gate[i])` (SwiGLU).
 pub fn silu_mul(gate: &[f32], up: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if active_kernel_set().includes(KernelSet::Avx2) {
-        // SAFETY: as in `activate`.
-        unsafe { crate::x86::avx2::math::silu_mul(gate, up) };
-        return;
-    }
-    portable::silu_mul(gate, up)
+    (crate::table::active().silu_mul.f)(gate, up)
 }
 
 /// Layer normalization in place: `(x - mean) / sqrt(var + eps) * w + b`,
@@ -210,13 +195,7 @@ pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     if x.is_empty() {
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if active_kernel_set().includes(KernelSet::Avx2) {
-        // SAFETY: as in `activate`.
-        unsafe { crate::x86::avx2::math::layer_norm(x, w, b, eps) };
-        return;
-    }
-    portable::layer_norm(x, w, b, eps)
+    (crate::table::active().layer_norm.f)(x, w, b, eps)
 }
 
 /// Softmax of `xs` in place: `e^(x - max) / sum`, the sum taken in eight
@@ -226,15 +205,7 @@ pub fn softmax(xs: &mut [f32]) {
         return;
     }
     let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    #[cfg(target_arch = "x86_64")]
-    let sum = if active_kernel_set().includes(KernelSet::Avx2) {
-        // SAFETY: as in `activate`.
-        unsafe { crate::x86::avx2::math::exp_shifted_sum(xs, max) }
-    } else {
-        portable::exp_shifted_sum(xs, max)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let sum = portable::exp_shifted_sum(xs, max);
+    let sum = (crate::table::active().exp_shifted_sum.f)(xs, max);
     let inv = 1.0 / sum;
     xs.iter_mut().for_each(|x| *x *= inv);
 }
@@ -309,9 +280,24 @@ mod tests {
         v.copysign(x)
     }
 
+    /// Every supported set's table entries against the portable code, on
+    /// lengths that are not multiples of any vector width.
     #[test]
     fn every_kernel_set_gives_the_same_bits() {
-        let xs: Vec<f32> = (0..1003).map(|i| (i as f32 - 500.0) * 0.037).collect();
+        for set in crate::dispatch::KernelSet::ALL {
+            let Some(t) = set.table() else {
+                eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                continue;
+            };
+            for len in [1usize, 7, 16, 33, 1003] {
+                same_bits_in(t, len);
+            }
+        }
+    }
+
+    fn same_bits_in(t: &crate::table::KernelTable, len: usize) {
+        let name = t.set.name();
+        let xs: Vec<f32> = (0..len).map(|i| (i as f32 - 500.0) * 0.037).collect();
         for act in [
             Activation::GeluErf,
             Activation::GeluTanh,
@@ -319,41 +305,29 @@ mod tests {
             Activation::Relu,
         ] {
             let mut fast = xs.clone();
-            activate(act, &mut fast);
+            (t.activate.f)(act, &mut fast);
             let mut slow = xs.clone();
             reference::activate(act, &mut slow);
-            assert_eq!(bits(&fast), bits(&slow), "{act:?}");
+            assert_eq!(bits(&fast), bits(&slow), "{name} {act:?} {len}");
         }
-        let mut fast = xs.clone();
-        let s1 = {
-            let max = fast.iter().copied().fold(f32::MIN, f32::max);
-            #[cfg(target_arch = "x86_64")]
-            if KernelSet::Avx2.is_supported() {
-                // SAFETY: AVX2 and FMA detected just above.
-                unsafe { crate::x86::avx2::math::exp_shifted_sum(&mut fast, max) }
-            } else {
-                reference::exp_shifted_sum(&mut fast, max)
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            reference::exp_shifted_sum(&mut fast, max)
-        };
-        let mut slow = xs.clone();
-        let max = slow.iter().copied().fold(f32::MIN, f32::max);
+        let max = xs.iter().copied().fold(f32::MIN, f32::max);
+        let (mut fast, mut slow) = (xs.clone(), xs.clone());
+        let s1 = (t.exp_shifted_sum.f)(&mut fast, max);
         let s2 = reference::exp_shifted_sum(&mut slow, max);
-        assert_eq!(s1.to_bits(), s2.to_bits());
-        assert_eq!(bits(&fast), bits(&slow));
-        let w: Vec<f32> = (0..xs.len()).map(|i| 1.0 + i as f32 * 0.001).collect();
-        let b: Vec<f32> = (0..xs.len()).map(|i| i as f32 * -0.002).collect();
+        assert_eq!(s1.to_bits(), s2.to_bits(), "{name} {len}");
+        assert_eq!(bits(&fast), bits(&slow), "{name} {len}");
+        let w: Vec<f32> = (0..len).map(|i| 1.0 + i as f32 * 0.001).collect();
+        let b: Vec<f32> = (0..len).map(|i| i as f32 * -0.002).collect();
         let (mut p, mut q) = (xs.clone(), xs.clone());
-        layer_norm(&mut p, &w, &b, 1e-12);
+        (t.layer_norm.f)(&mut p, &w, &b, 1e-12);
         reference::layer_norm(&mut q, &w, &b, 1e-12);
-        assert_eq!(bits(&p), bits(&q));
+        assert_eq!(bits(&p), bits(&q), "{name} {len}");
         let gate = xs.clone();
         let mut a = xs.iter().map(|x| x * 0.5).collect::<Vec<_>>();
         let mut b = a.clone();
-        silu_mul(&gate, &mut a);
+        (t.silu_mul.f)(&gate, &mut a);
         reference::silu_mul(&gate, &mut b);
-        assert_eq!(bits(&a), bits(&b));
+        assert_eq!(bits(&a), bits(&b), "{name} {len}");
     }
 
     fn bits(x: &[f32]) -> Vec<u32> {

@@ -25,15 +25,7 @@ unsafe impl Block for BlockQ8_0 {}
 /// `d = amax / 127` (in f32, before rounding to f16) and
 /// `q = round(x / d)`, halves away from zero (C's `roundf`).
 pub(crate) fn quantize_q8(x: &[f32; QK]) -> (f32, [i8; QK]) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::dispatch::active_kernel_set().includes(crate::dispatch::KernelSet::Avx2) {
-        // SAFETY: the AVX2 set is active only if AVX2, FMA and F16C were
-        // detected on this CPU.
-        if let Some(dq) = unsafe { crate::x86::avx2::quantize::q8_block(x) } {
-            return dq;
-        }
-    }
-    quantize_q8_scalar(x)
+    (crate::table::active().quantize_q8.f)(x)
 }
 
 /// The scalar reference of [`quantize_q8`].
@@ -116,14 +108,21 @@ mod simd_tests {
         blocks.push(odd);
         odd[3] = f32::MIN_POSITIVE / 4.0;
         blocks.push(odd);
-        for x in &blocks {
-            let (d0, q0) = quantize_q8_scalar(x);
-            let (d1, q1) = quantize_q8(x);
-            assert!(
-                d0.to_bits() == d1.to_bits() || (d0.is_nan() && d1.is_nan()),
-                "{x:?}"
-            );
-            assert_eq!(q0, q1, "{x:?}");
+        for set in crate::dispatch::KernelSet::ALL {
+            let Some(t) = set.table() else {
+                eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                continue;
+            };
+            for x in &blocks {
+                let (d0, q0) = quantize_q8_scalar(x);
+                let (d1, q1) = (t.quantize_q8.f)(x);
+                assert!(
+                    d0.to_bits() == d1.to_bits() || (d0.is_nan() && d1.is_nan()),
+                    "{} {x:?}",
+                    set.name()
+                );
+                assert_eq!(q0, q1, "{} {x:?}", set.name());
+            }
         }
     }
 }

@@ -26,6 +26,9 @@ mod legacy;
 pub(crate) mod math;
 pub(crate) mod quantize;
 pub(crate) mod rows8;
+mod table;
+
+pub(crate) use table::override_table;
 
 use std::arch::x86_64::*;
 

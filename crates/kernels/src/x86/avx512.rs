@@ -10,7 +10,21 @@
 //! same bits as the scalar reference.
 
 use crate::dot::VecDotKernel;
+use crate::table::{Kernel, KernelTable};
 use crate::GgmlType;
+
+/// The entries of `crate::table::KernelTable` this set provides itself.
+pub(crate) const CLAIMS: &[Kernel] = &[];
+
+/// Replaces the entries of `t` (AVX2's table) that this set does better.
+///
+/// # Safety
+///
+/// The CPU must support AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL and
+/// AVX512-VNNI: the entries execute them.
+pub(crate) unsafe fn override_table(t: &mut KernelTable) {
+    let _ = t;
+}
 
 /// The AVX-512 set's kernel for weights of type `w`: AVX2's, with this
 /// set's own entries where it has them; `None` as for AVX2.

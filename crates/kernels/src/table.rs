@@ -1,0 +1,275 @@
+//! One table of kernels per kernel set: every hot kernel outside the
+//! quantized dot products (which `crate::dispatch` hands out per weight
+//! type) is reached through the active set's [`KernelTable`].
+//!
+//! Each set's table is the next slower set's with some entries replaced
+//! (avx512 <- avx2 <- scalar), and every entry records which set provided
+//! it ([`Entry::by`]), so a test can check that a fast set really runs its
+//! own code where it claims to ([`KernelSet::claims`]) instead of silently
+//! falling back. Nothing outside the tables asks which set is active.
+//!
+//! Every entry gives the scalar reference's bits (see the modules of the
+//! public wrappers: `crate::math`, `crate::attend`, `crate::gemm`,
+//! `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use crate::attend::F16Rows;
+use crate::dispatch::{active_kernel_set, KernelSet};
+use crate::gemm::{Acts, OutPtr, PackedWeights};
+use crate::math::Activation;
+use crate::quant::QK;
+
+/// A kernel and the set whose code it is.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<F> {
+    pub f: F,
+    pub by: KernelSet,
+}
+
+/// `crate::gemm::gemm_panels`' contract.
+pub type GemmPanelsFn = unsafe fn(Acts, &PackedWeights, Range<usize>, OutPtr);
+/// `crate::attend::scores_f16`.
+pub type ScoresFn = fn(&[f32], &[F16Rows], usize, f32, &mut [f32]);
+/// `crate::attend::weighted_sum_f16`.
+pub type WeightedSumFn = fn(&[f32], &[F16Rows], &mut [f32]);
+/// `crate::math::activate`.
+pub type ActivateFn = fn(Activation, &mut [f32]);
+/// `crate::math::silu_mul`.
+pub type SiluMulFn = fn(&[f32], &mut [f32]);
+/// `crate::math::layer_norm`'s body (arguments checked by the wrapper).
+pub type LayerNormFn = fn(&mut [f32], &[f32], &[f32], f32);
+/// `x = e^(x - max)` in place, returning the sum (softmax's loop).
+pub type ExpSumFn = fn(&mut [f32], f32) -> f32;
+/// 8-bit quantization of one 32-value activation block (Q8_0 / Q8_1).
+pub type QuantizeQ8Fn = fn(&[f32; QK]) -> (f32, [i8; QK]);
+/// f16 -> f32 row conversion (`dst.len()` values, `src` long enough).
+pub type F16ToF32Fn = fn(&[u8], &mut [f32]);
+
+/// The kernels of one set.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelTable {
+    pub set: KernelSet,
+    pub gemm_panels: Entry<GemmPanelsFn>,
+    pub scores_f16: Entry<ScoresFn>,
+    pub weighted_sum_f16: Entry<WeightedSumFn>,
+    pub activate: Entry<ActivateFn>,
+    pub silu_mul: Entry<SiluMulFn>,
+    pub layer_norm: Entry<LayerNormFn>,
+    pub exp_shifted_sum: Entry<ExpSumFn>,
+    pub quantize_q8: Entry<QuantizeQ8Fn>,
+    pub f16_to_f32: Entry<F16ToF32Fn>,
+}
+
+/// The names of a table's entries, for [`KernelSet::claims`] and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    GemmPanels,
+    ScoresF16,
+    WeightedSumF16,
+    Activate,
+    SiluMul,
+    LayerNorm,
+    ExpShiftedSum,
+    QuantizeQ8,
+    F16ToF32,
+}
+
+impl Kernel {
+    pub const ALL: [Kernel; 9] = [
+        Kernel::GemmPanels,
+        Kernel::ScoresF16,
+        Kernel::WeightedSumF16,
+        Kernel::Activate,
+        Kernel::SiluMul,
+        Kernel::LayerNorm,
+        Kernel::ExpShiftedSum,
+        Kernel::QuantizeQ8,
+        Kernel::F16ToF32,
+    ];
+}
+
+impl KernelTable {
+    /// Which set provided entry `k`.
+    pub fn provider(&self, k: Kernel) -> KernelSet {
+        match k {
+            Kernel::GemmPanels => self.gemm_panels.by,
+            Kernel::ScoresF16 => self.scores_f16.by,
+            Kernel::WeightedSumF16 => self.weighted_sum_f16.by,
+            Kernel::Activate => self.activate.by,
+            Kernel::SiluMul => self.silu_mul.by,
+            Kernel::LayerNorm => self.layer_norm.by,
+            Kernel::ExpShiftedSum => self.exp_shifted_sum.by,
+            Kernel::QuantizeQ8 => self.quantize_q8.by,
+            Kernel::F16ToF32 => self.f16_to_f32.by,
+        }
+    }
+
+    /// The scalar reference's table.
+    fn scalar() -> KernelTable {
+        let by = KernelSet::Scalar;
+        KernelTable {
+            set: by,
+            gemm_panels: Entry {
+                f: crate::gemm::gemm_panels_scalar,
+                by,
+            },
+            scores_f16: Entry {
+                f: crate::attend::reference::scores_f16,
+                by,
+            },
+            weighted_sum_f16: Entry {
+                f: crate::attend::reference::weighted_sum_f16,
+                by,
+            },
+            activate: Entry {
+                f: crate::math::reference::activate,
+                by,
+            },
+            silu_mul: Entry {
+                f: crate::math::reference::silu_mul,
+                by,
+            },
+            layer_norm: Entry {
+                f: crate::math::reference::layer_norm,
+                by,
+            },
+            exp_shifted_sum: Entry {
+                f: crate::math::reference::exp_shifted_sum,
+                by,
+            },
+            quantize_q8: Entry {
+                f: crate::quant::q8_0::quantize_q8_scalar,
+                by,
+            },
+            f16_to_f32: Entry {
+                f: crate::quant::float::f16_to_f32,
+                by,
+            },
+        }
+    }
+
+    /// `set`'s table: the next slower set's with `set`'s own entries.
+    /// `None` if the CPU cannot run `set`.
+    fn build(set: KernelSet) -> Option<KernelTable> {
+        if !set.is_supported() {
+            return None;
+        }
+        match set {
+            KernelSet::Scalar => Some(KernelTable::scalar()),
+            #[cfg(target_arch = "x86_64")]
+            KernelSet::Avx2 => {
+                let mut t = KernelTable::build(KernelSet::Scalar)?;
+                // SAFETY: `is_supported` checked AVX2, FMA and F16C above.
+                unsafe { crate::x86::avx2::override_table(&mut t) };
+                t.set = set;
+                Some(t)
+            }
+            #[cfg(target_arch = "x86_64")]
+            KernelSet::Avx512 => {
+                let mut t = KernelTable::build(KernelSet::Avx2)?;
+                // SAFETY: `is_supported` checked AVX2, FMA, F16C and
+                // AVX512F/BW/VL/VNNI above.
+                unsafe { crate::x86::avx512::override_table(&mut t) };
+                t.set = set;
+                Some(t)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => None,
+        }
+    }
+}
+
+impl KernelSet {
+    /// This set's table (built once), or `None` if the CPU cannot run it.
+    pub fn table(self) -> Option<&'static KernelTable> {
+        static TABLES: [OnceLock<Option<KernelTable>>; KernelSet::ALL.len()] =
+            [const { OnceLock::new() }; KernelSet::ALL.len()];
+        let i = KernelSet::ALL.iter().position(|&s| s == self)?;
+        TABLES[i].get_or_init(|| KernelTable::build(self)).as_ref()
+    }
+
+    /// The entries this set provides itself (what its table must show as
+    /// its own; everything else it takes from the slower set).
+    pub fn claims(self) -> &'static [Kernel] {
+        match self {
+            KernelSet::Scalar => &Kernel::ALL,
+            KernelSet::Avx2 => &Kernel::ALL,
+            KernelSet::Avx512 => avx512_claims(),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512_claims() -> &'static [Kernel] {
+    crate::x86::avx512::CLAIMS
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_claims() -> &'static [Kernel] {
+    &[]
+}
+
+/// The active set's table.
+#[inline]
+pub fn active() -> &'static KernelTable {
+    static ACTIVE: OnceLock<&'static KernelTable> = OnceLock::new();
+    ACTIVE.get_or_init(|| {
+        active_kernel_set()
+            .table()
+            .expect("the active set is one the CPU supports")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each set's table shows its own code exactly where the set claims
+    /// it, the slower set's elsewhere: a fast set never silently runs the
+    /// scalar reference (or the slower set's code) where it has its own.
+    #[test]
+    fn every_set_provides_what_it_claims() {
+        for pair in KernelSet::ALL.windows(2) {
+            let (slow, fast) = (pair[0], pair[1]);
+            let Some(t) = fast.table() else {
+                eprintln!(
+                    "SKIPPED {}: not supported by this CPU, table not checked",
+                    fast.name()
+                );
+                continue;
+            };
+            let s = slow.table().expect("a supported set's slower set runs");
+            assert_eq!(t.set, fast);
+            for k in Kernel::ALL {
+                let want = if fast.claims().contains(&k) {
+                    fast
+                } else {
+                    s.provider(k)
+                };
+                assert_eq!(t.provider(k), want, "{} {k:?}", fast.name());
+            }
+            eprintln!("{}: own entries {:?}", fast.name(), fast.claims());
+        }
+        let scalar = KernelSet::Scalar.table().expect("scalar runs everywhere");
+        assert!(Kernel::ALL
+            .iter()
+            .all(|&k| scalar.provider(k) == KernelSet::Scalar));
+    }
+
+    /// The fast x86 sets provide every entry themselves (AVX2 all of them,
+    /// AVX-512 on top of it): no table entry of theirs is scalar code.
+    #[test]
+    fn no_x86_table_entry_is_scalar() {
+        for set in [KernelSet::Avx2, KernelSet::Avx512] {
+            let Some(t) = set.table() else {
+                eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                continue;
+            };
+            for k in Kernel::ALL {
+                assert_ne!(t.provider(k), KernelSet::Scalar, "{} {k:?}", set.name());
+            }
+        }
+    }
+}

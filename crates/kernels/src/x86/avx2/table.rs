@@ -1,0 +1,93 @@
+//! The AVX2 set's entries of `crate::table::KernelTable`: safe wrappers
+//! around this set's `#[target_feature]` kernels, handed out only by
+//! [`override_table`], which only `crate::table` calls after checking the
+//! CPU.
+
+use std::ops::Range;
+
+use crate::attend::F16Rows;
+use crate::dispatch::KernelSet;
+use crate::gemm::{Acts, OutPtr, PackedWeights};
+use crate::math::Activation;
+use crate::quant::QK;
+use crate::table::{Entry, KernelTable};
+
+/// Replaces every entry of `t` with this set's own.
+///
+/// # Safety
+///
+/// The CPU must support AVX2, FMA and F16C: the entries execute them.
+pub(crate) unsafe fn override_table(t: &mut KernelTable) {
+    let by = KernelSet::Avx2;
+    t.gemm_panels = Entry { f: gemm_panels, by };
+    t.scores_f16 = Entry { f: scores_f16, by };
+    t.weighted_sum_f16 = Entry {
+        f: weighted_sum_f16,
+        by,
+    };
+    t.activate = Entry { f: activate, by };
+    t.silu_mul = Entry { f: silu_mul, by };
+    t.layer_norm = Entry { f: layer_norm, by };
+    t.exp_shifted_sum = Entry {
+        f: exp_shifted_sum,
+        by,
+    };
+    t.quantize_q8 = Entry { f: quantize_q8, by };
+    t.f16_to_f32 = Entry { f: f16_to_f32, by };
+}
+
+// SAFETY (every wrapper below): these functions are reachable only through
+// a table `override_table` filled, which its caller does only on a CPU with
+// AVX2, FMA and F16C; the remaining contracts are the wrapped kernels' own
+// and are passed through unchanged.
+
+/// # Safety
+/// As `crate::gemm::gemm_panels`.
+unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: OutPtr) {
+    // SAFETY: see above; the output contract is the caller's.
+    unsafe { super::gemm::gemm_panels(a, w, panels, out) }
+}
+
+fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::attend::scores_f16(q, runs, head_dim, scale, out) }
+}
+
+fn weighted_sum_f16(p: &[f32], runs: &[F16Rows], out: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::attend::weighted_sum_f16(p, runs, out) }
+}
+
+fn activate(act: Activation, xs: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::math::activate(act, xs) }
+}
+
+fn silu_mul(gate: &[f32], up: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::math::silu_mul(gate, up) }
+}
+
+fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    // SAFETY: see above.
+    unsafe { super::math::layer_norm(x, w, b, eps) }
+}
+
+fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
+    // SAFETY: see above.
+    unsafe { super::math::exp_shifted_sum(xs, max) }
+}
+
+/// Non-finite blocks go to the scalar reference, whose NaN handling the
+/// vector code does not reproduce (a documented edge, not a fallback of
+/// the hot path).
+fn quantize_q8(x: &[f32; QK]) -> (f32, [i8; QK]) {
+    // SAFETY: see above.
+    unsafe { super::quantize::q8_block(x) }
+        .unwrap_or_else(|| crate::quant::q8_0::quantize_q8_scalar(x))
+}
+
+fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::convert::f16_to_f32(src, dst) }
+}
