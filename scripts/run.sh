@@ -10,7 +10,8 @@
 #   scripts/run.sh ARGS...         runs `ferrite ARGS...` (e.g. `chat smollm2`,
 #                                  `inspect gemma3-270m --json`), after fetching
 #                                  the models ARGS name by short name (the default
-#                                  model if they name none)
+#                                  model if they name none; `serve` with no model
+#                                  serves and fetches the default model and minilm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEFAULT_MODEL=qwen2.5-0.5b
@@ -23,7 +24,10 @@ for arg in "$@"; do
     smollm2 | gemma3-270m | minilm | qwen2.5-0.5b) want+=("$arg") ;;
   esac
 done
-[ ${#want[@]} -eq 0 ] && want=("$DEFAULT_MODEL")
+if [ ${#want[@]} -eq 0 ]; then
+  want=("$DEFAULT_MODEL")
+  [ "$1" = serve ] && want+=(minilm)
+fi
 scripts/fetch-models.sh "${want[@]}"
 cargo build --release --quiet -p ferrite-cli
 exec target/release/ferrite "$@"

@@ -31,6 +31,9 @@ enum Command {
     Embed(commands::embed::Args),
     /// Measure prompt processing and generation speed (as llama-bench does).
     Bench(commands::bench::Args),
+    /// Serve models over an OpenAI-compatible HTTP API (chat, completions,
+    /// embeddings) with continuous batching.
+    Serve(commands::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => commands::chat::run(args),
         Command::Embed(args) => commands::embed::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Serve(args) => commands::serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

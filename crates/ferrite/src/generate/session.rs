@@ -239,7 +239,7 @@ impl<'a> Session<'a> {
 }
 
 /// Byte offset of the first stop string in `text`, if any.
-fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
+pub fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
     stops
         .iter()
         .filter(|s| !s.is_empty())
@@ -249,7 +249,7 @@ fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
 
 /// How many bytes at the end of `text` could be the start of a stop string
 /// (and so must not be shown yet). Always on a character boundary.
-fn held_back(text: &str, stops: &[String]) -> usize {
+pub fn held_back(text: &str, stops: &[String]) -> usize {
     let mut held = 0;
     for stop in stops {
         for (i, _) in stop.char_indices().skip(1) {

@@ -1,0 +1,102 @@
+//! `ferrite serve [MODEL ...]`: the OpenAI-compatible HTTP server
+//! (`crates/server`). With no model it serves the default chat model and
+//! `minilm`. Every option can also come from a `FERRITE_*` variable.
+
+use std::time::Duration;
+
+use ferrite_server::{Limits, ServerConfig};
+
+use super::common::DEFAULT_CHAT_MODEL;
+
+/// The embedding model served when none is named.
+const DEFAULT_EMBED_MODEL: &str = "minilm";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Models to serve: GGUF files, model directories or short names
+    /// (default: qwen2.5-0.5b and minilm). Clients address each by its
+    /// short name, or its file name without `.gguf`.
+    #[arg(env = "FERRITE_SERVE_MODELS", value_delimiter = ',')]
+    models: Vec<String>,
+    /// Address to listen on.
+    #[arg(long, env = "FERRITE_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port, printed at start).
+    #[arg(long, env = "FERRITE_PORT", default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on every request but /health
+    /// and /ready.
+    #[arg(long, env = "FERRITE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Threads of the inference pool (default: one per core).
+    #[arg(short = 't', long, env = "FERRITE_THREADS")]
+    threads: Option<usize>,
+    /// Most positions (prompt + reply) of one sequence (default: the
+    /// model's context, at most 4096).
+    #[arg(short = 'c', long, env = "FERRITE_CTX")]
+    ctx: Option<usize>,
+    /// Sequences decoded at once per model.
+    #[arg(long, env = "FERRITE_MAX_SEQS", default_value_t = 64)]
+    max_seqs: usize,
+    /// Requests that may wait per model; more get 429.
+    #[arg(long, env = "FERRITE_MAX_QUEUE", default_value_t = 256)]
+    max_queue: usize,
+    /// KV-cache memory per model in MiB; admission waits while it is used.
+    #[arg(long, env = "FERRITE_KV_CACHE_MIB", default_value_t = 4096)]
+    kv_cache_mib: usize,
+    /// Most tokens in one forward pass (prompt rows + decode rows, <= 256).
+    #[arg(long, env = "FERRITE_BATCH_TOKENS", default_value_t = 256)]
+    batch_tokens: usize,
+    /// Most tokens in one embedding batch.
+    #[arg(long, env = "FERRITE_EMBED_BATCH_TOKENS", default_value_t = 8192)]
+    embed_batch_tokens: usize,
+    /// Largest request body in bytes.
+    #[arg(long, env = "FERRITE_BODY_LIMIT", default_value_t = 2 << 20)]
+    body_limit: usize,
+    /// Seconds in-flight requests may run after SIGTERM.
+    #[arg(long, env = "FERRITE_GRACE", default_value_t = 30)]
+    grace: u64,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let models = if args.models.is_empty() {
+        vec![
+            DEFAULT_CHAT_MODEL.to_string(),
+            DEFAULT_EMBED_MODEL.to_string(),
+        ]
+    } else {
+        args.models
+    };
+    let defaults = Limits::default();
+    let max_chunk = ferrite::models::decoder::MAX_CHUNK;
+    if args.max_seqs == 0 || args.max_seqs > max_chunk {
+        return Err(format!("--max-seqs must be in 1..={max_chunk}"));
+    }
+    if args.batch_tokens < args.max_seqs || args.batch_tokens > max_chunk {
+        return Err(format!(
+            "--batch-tokens must be in --max-seqs..={max_chunk} (a pass holds every running sequence)"
+        ));
+    }
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let config = ServerConfig {
+        models,
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key.filter(|k| !k.is_empty()),
+        threads,
+        limits: Limits {
+            body_bytes: args.body_limit,
+            max_queue: args.max_queue,
+            max_seqs: args.max_seqs,
+            ctx: Some(args.ctx.unwrap_or(4096)),
+            kv_cache_mib: args.kv_cache_mib,
+            batch_tokens: args.batch_tokens,
+            embed_batch_tokens: args.embed_batch_tokens.max(1),
+            ..defaults
+        },
+        grace: Duration::from_secs(args.grace),
+    };
+    ferrite_server::run(config)
+}

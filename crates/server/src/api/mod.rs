@@ -1,0 +1,102 @@
+//! The HTTP routes and the layers around them: API-key check, body limit
+//! (413 as an OpenAI error), CORS, request ids, tracing and panic catching
+//! (500 as an OpenAI error).
+
+pub mod chat;
+pub mod completions;
+pub mod embeddings;
+pub mod extract;
+pub mod generation;
+pub mod misc;
+pub mod params;
+pub mod render;
+
+use std::any::Any;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderName, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::CorsLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::auth::key_matches;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The request-id header set on every request and response.
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The whole application.
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.limits.body_bytes;
+    let protected = Router::new()
+        .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/completions", post(completions::handle))
+        .route("/v1/embeddings", post(embeddings::handle))
+        .route("/v1/models", get(misc::list_models))
+        .route("/v1/models/{id}", get(misc::get_model))
+        .route("/tokenize", post(misc::tokenize))
+        .route("/detokenize", post(misc::detokenize))
+        .route("/metrics", get(misc::metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    Router::new()
+        .route("/health", get(misc::health))
+        .route("/ready", get(misc::ready))
+        .merge(protected)
+        .fallback(no_route)
+        .layer(middleware::map_response_with_state(
+            limit,
+            openai_body_limit_error,
+        ))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(RequestBodyLimitLayer::new(limit))
+        .layer(CorsLayer::permissive())
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TraceLayer::new_for_http())
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .with_state(state)
+}
+
+async fn no_route(req: Request) -> ApiError {
+    ApiError::no_route(req.method().as_str(), req.uri().path())
+}
+
+/// Bearer-token check (constant time) when the server has a key.
+async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(want) = &state.api_key_hash {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !key_matches(given, want) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The body-limit layer answers 413 in plain text; make it OpenAI JSON.
+async fn openai_body_limit_error(State(limit): State<usize>, resp: Response) -> Response {
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if resp.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_json {
+        return ApiError::too_large(limit).into_response();
+    }
+    resp
+}
+
+fn panic_response(_panic: Box<dyn Any + Send + 'static>) -> Response {
+    ApiError::internal("internal error: the request handler panicked").into_response()
+}

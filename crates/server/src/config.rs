@@ -1,0 +1,60 @@
+//! The server's settings (the CLI fills them from flags and environment
+//! variables).
+
+use std::time::Duration;
+
+/// Everything `ferrite serve` can be told.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Models to serve, by path or short name.
+    pub models: Vec<String>,
+    pub host: String,
+    pub port: u16,
+    /// Bearer token every request but `/health` and `/ready` must carry.
+    pub api_key: Option<String>,
+    /// Threads of the inference pool (shared by every model).
+    pub threads: usize,
+    pub limits: Limits,
+    /// How long in-flight requests may run after SIGTERM before exit.
+    pub grace: Duration,
+}
+
+/// Bounds that keep the server's memory and queue finite.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Largest request body in bytes.
+    pub body_bytes: usize,
+    /// Requests that may wait for admission, per model (429 beyond).
+    pub max_queue: usize,
+    /// Sequences decoded at once, per generation model.
+    pub max_seqs: usize,
+    /// Most positions of one sequence (prompt + reply); `None`: the
+    /// model's training context.
+    pub ctx: Option<usize>,
+    /// KV-cache memory all sequences of a model may reserve, in MiB.
+    pub kv_cache_mib: usize,
+    /// Most tokens (prefill rows plus decode rows) in one forward pass.
+    pub batch_tokens: usize,
+    /// Most tokens in one embedding batch.
+    pub embed_batch_tokens: usize,
+    /// Most inputs in one embeddings request.
+    pub max_embed_inputs: usize,
+    /// Most choices (`n`) in one request.
+    pub max_n: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes: 2 << 20,
+            max_queue: 256,
+            max_seqs: 64,
+            ctx: Some(4096),
+            kv_cache_mib: 4096,
+            batch_tokens: 256,
+            embed_batch_tokens: 8192,
+            max_embed_inputs: 2048,
+            max_n: 16,
+        }
+    }
+}

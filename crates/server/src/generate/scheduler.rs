@@ -1,0 +1,368 @@
+//! Continuous batching: one thread per generation model that, between
+//! forward passes, drops requests whose client went away, admits waiting
+//! requests while sequences and KV memory allow, and then runs one
+//! `Decoder::forward_batch` over every running sequence's next token plus
+//! as many prompt tokens of sequences still in prefill as the pass has
+//! room for. Each row of that pass is bit-identical to running its
+//! sequence alone, and each choice samples with its own seeded generator,
+//! so a request's tokens do not depend on what else is running.
+//!
+//! A request's prompt is prefilled once; when its last prompt token has
+//! run, its cache is forked (cloned) into `n` choices. A choice's cache is
+//! freed the moment it ends. Admission is first-come first-served and
+//! waits (never fails mid-sequence) while the KV memory a request needs
+//! (`n` caches of prompt + `max_tokens` positions) is not free.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrite::generate::kv_cache::KvCache;
+use ferrite::models::decoder::{Logits, Workspace};
+use ferrite::models::transformer::BatchItem;
+use ferrite::parallel::Threads;
+
+use super::choice::{Choice, Ends};
+use super::request::{Event, GenRequest, Usage};
+use super::GenModel;
+use crate::config::Limits;
+
+/// How long an idle scheduler sleeps before looking at its queue again.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// Starts the scheduler thread of `model`.
+pub fn spawn(
+    model: Arc<GenModel>,
+    threads: Threads,
+    limits: Limits,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("ferrite-scheduler-{}", model.name))
+        .spawn(move || {
+            let m = &*model;
+            Scheduler::new(m, threads, limits).run();
+        })
+}
+
+/// An admitted request.
+struct Active<'t> {
+    req: GenRequest,
+    /// KV bytes reserved per live choice.
+    per_choice: usize,
+    stage: Stage<'t>,
+    completion_tokens: usize,
+    first_token_seen: bool,
+}
+
+enum Stage<'t> {
+    /// The prompt's first `fed` tokens are in the cache.
+    Prefill {
+        cache: KvCache,
+        fed: usize,
+    },
+    Decode(Vec<Choice<'t>>),
+}
+
+impl Active<'_> {
+    /// Sequences this request runs (or will run, during prefill).
+    fn live(&self) -> usize {
+        match &self.stage {
+            Stage::Prefill { .. } => self.req.params.n,
+            Stage::Decode(choices) => choices.iter().filter(|c| !c.is_finished()).count(),
+        }
+    }
+}
+
+/// Whose rows a batch item holds.
+enum Owner {
+    /// `k` prompt tokens of request `a`.
+    Prefill { a: usize, k: usize },
+    /// The next token of choice `c` of request `a`.
+    Decode { a: usize, c: usize },
+}
+
+struct Scheduler<'t> {
+    m: &'t GenModel,
+    threads: Threads,
+    limits: Limits,
+    ws: Workspace,
+    logits: Vec<f32>,
+    active: Vec<Active<'t>>,
+    /// KV bytes reserved by admitted requests.
+    reserved: usize,
+}
+
+impl<'t> Scheduler<'t> {
+    fn new(m: &'t GenModel, threads: Threads, limits: Limits) -> Self {
+        Scheduler {
+            ws: m.decoder().new_workspace(m.ctx, threads.count()),
+            m,
+            threads,
+            limits,
+            logits: Vec::new(),
+            active: Vec::new(),
+            reserved: 0,
+        }
+    }
+
+    fn run(&mut self) {
+        loop {
+            self.drop_cancelled();
+            self.admit();
+            self.update_gauges();
+            if self.active.is_empty() {
+                self.m.queue.wait(IDLE_WAIT);
+                continue;
+            }
+            if catch_unwind(AssertUnwindSafe(|| self.step())).is_err() {
+                self.fail_all("internal error: the forward pass panicked");
+            }
+        }
+    }
+
+    fn running(&self) -> usize {
+        self.active.iter().map(Active::live).sum()
+    }
+
+    fn update_gauges(&self) {
+        let mm = &self.m.metrics;
+        let waiting = self.m.queue.lock().requests.len();
+        mm.queue.set(waiting as i64);
+        mm.running.set(self.running() as i64);
+        mm.kv_usage
+            .set(self.reserved as f64 / self.m.kv_budget.max(1) as f64);
+    }
+
+    /// Forgets requests whose receiver is gone (client disconnected).
+    fn drop_cancelled(&mut self) {
+        let mut q = self.m.queue.lock();
+        let before = q.requests.len();
+        q.requests.retain(|r| !r.events.is_closed());
+        let gone = before - q.requests.len();
+        drop(q);
+        let mut freed = 0;
+        self.active.retain(|a| {
+            let closed = a.req.events.is_closed();
+            if closed {
+                freed += a.per_choice * a.live();
+            }
+            !closed
+        });
+        self.reserved -= freed;
+        let dropped = gone + usize::from(freed > 0);
+        if dropped > 0 {
+            self.m.metrics.requests.inc_by(dropped as u64);
+        }
+    }
+
+    /// Admits waiting requests, oldest first, while sequences and KV
+    /// memory allow.
+    fn admit(&mut self) {
+        let mut admitted = Vec::new();
+        {
+            let mut q = self.m.queue.lock();
+            let mut running = self.running();
+            while let Some(head) = q.requests.front() {
+                let n = head.params.n;
+                let per_choice = self.m.cache_bytes(head.positions());
+                let need = per_choice * n;
+                if running + n > self.limits.max_seqs || self.reserved + need > self.m.kv_budget {
+                    break;
+                }
+                running += n;
+                self.reserved += need;
+                if let Some(req) = q.requests.pop_front() {
+                    admitted.push((req, per_choice));
+                }
+            }
+        }
+        for (req, per_choice) in admitted {
+            match self.m.decoder().new_cache(req.positions()) {
+                Ok(cache) => self.active.push(Active {
+                    req,
+                    per_choice,
+                    stage: Stage::Prefill { cache, fed: 0 },
+                    completion_tokens: 0,
+                    first_token_seen: false,
+                }),
+                Err(e) => {
+                    self.reserved -= per_choice * req.params.n;
+                    let _ = req.events.send(Event::Failed(e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Fails every admitted request (after an error in a forward pass).
+    fn fail_all(&mut self, message: &str) {
+        for a in self.active.drain(..) {
+            let _ = a.req.events.send(Event::Failed(message.to_string()));
+        }
+        self.reserved = 0;
+        self.m.metrics.requests.inc();
+    }
+
+    /// One forward pass and what follows from its logits.
+    fn step(&mut self) {
+        let decode_rows: usize = self
+            .active
+            .iter()
+            .map(|a| match &a.stage {
+                Stage::Decode(cs) => cs.iter().filter(|c| c.next.is_some()).count(),
+                Stage::Prefill { .. } => 0,
+            })
+            .sum();
+        let mut room = self.limits.batch_tokens.saturating_sub(decode_rows);
+        let mut items = Vec::new();
+        let mut owners = Vec::new();
+        for (ai, a) in self.active.iter_mut().enumerate() {
+            match &mut a.stage {
+                Stage::Decode(choices) => {
+                    for (ci, c) in choices.iter_mut().enumerate() {
+                        if let (Some(tok), Some(cache)) = (&c.next, &mut c.cache) {
+                            items.push(BatchItem {
+                                tokens: std::slice::from_ref(tok),
+                                cache,
+                                logits: Logits::Last,
+                            });
+                            owners.push(Owner::Decode { a: ai, c: ci });
+                        }
+                    }
+                }
+                Stage::Prefill { cache, fed } => {
+                    let k = (a.req.prompt.len() - *fed).min(room);
+                    if k > 0 {
+                        room -= k;
+                        items.push(BatchItem {
+                            tokens: &a.req.prompt[*fed..*fed + k],
+                            cache,
+                            logits: Logits::Last,
+                        });
+                        owners.push(Owner::Prefill { a: ai, k });
+                    }
+                }
+            }
+        }
+        let result = self.m.decoder().forward_batch(
+            &mut items,
+            &mut self.ws,
+            &self.threads,
+            &mut self.logits,
+        );
+        drop(items);
+        if let Err(e) = result {
+            self.fail_all(&format!("internal error in the forward pass: {e}"));
+            return;
+        }
+        let logits = std::mem::take(&mut self.logits);
+        let nv = self.m.decoder().shape.n_vocab;
+        for (i, owner) in owners.into_iter().enumerate() {
+            let row = &logits[i * nv..(i + 1) * nv];
+            match owner {
+                Owner::Prefill { a, k } => self.prefilled(a, k, row),
+                Owner::Decode { a, c } => self.advance(a, c, row),
+            }
+        }
+        self.logits = logits;
+        self.retire_finished();
+    }
+
+    /// `k` more prompt tokens of request `a` ran; after the last, its cache
+    /// is forked into its choices, which pick their first tokens.
+    fn prefilled(&mut self, a: usize, k: usize, logits: &[f32]) {
+        let act = &mut self.active[a];
+        let Stage::Prefill { fed, .. } = &mut act.stage else {
+            return;
+        };
+        *fed += k;
+        if *fed < act.req.prompt.len() {
+            return;
+        }
+        let n = act.req.params.n;
+        self.m
+            .metrics
+            .prompt_tokens
+            .inc_by(act.req.prompt.len() as u64);
+        let stage = std::mem::replace(&mut act.stage, Stage::Decode(Vec::new()));
+        let Stage::Prefill { cache, .. } = stage else {
+            return;
+        };
+        let mut choices = Vec::with_capacity(n);
+        for i in 0..n - 1 {
+            choices.push(Choice::new(
+                i,
+                cache.clone(),
+                &act.req.params,
+                &self.m.tokenizer,
+            ));
+        }
+        choices.push(Choice::new(
+            n - 1,
+            cache,
+            &act.req.params,
+            &self.m.tokenizer,
+        ));
+        act.stage = Stage::Decode(choices);
+        for c in 0..n {
+            self.advance(a, c, logits);
+        }
+    }
+
+    /// Choice `c` of request `a` picks its next token from `logits`.
+    fn advance(&mut self, a: usize, c: usize, logits: &[f32]) {
+        let m = self.m;
+        let act = &mut self.active[a];
+        let Stage::Decode(choices) = &mut act.stage else {
+            return;
+        };
+        let choice = &mut choices[c];
+        let ends = Ends {
+            tokenizer: &m.tokenizer,
+            end_tokens: &m.end_tokens,
+            params: &act.req.params,
+        };
+        let before = choice.generated;
+        let events = &act.req.events;
+        let finished = choice.advance(logits, &ends, &mut |ev| {
+            // A closed receiver is noticed at the next step.
+            let _ = events.send(ev);
+        });
+        if choice.generated > before {
+            let now = Instant::now();
+            act.completion_tokens += 1;
+            m.metrics.generated_tokens.inc();
+            if !act.first_token_seen {
+                act.first_token_seen = true;
+                m.metrics
+                    .ttft
+                    .observe(now.duration_since(act.req.arrived).as_secs_f64());
+            }
+            if let Some(t) = choice.last_token_at {
+                m.metrics.itl.observe(now.duration_since(t).as_secs_f64());
+            }
+            choice.last_token_at = Some(now);
+        }
+        if finished.is_some() {
+            self.reserved -= act.per_choice;
+        }
+    }
+
+    /// Reports and removes requests whose every choice has ended.
+    fn retire_finished(&mut self) {
+        let m = self.m;
+        self.active.retain(|a| {
+            let done = matches!(&a.stage, Stage::Decode(cs) if cs.iter().all(Choice::is_finished));
+            if done {
+                let _ = a.req.events.send(Event::Done(Usage {
+                    prompt_tokens: a.req.prompt.len(),
+                    completion_tokens: a.completion_tokens,
+                }));
+                m.metrics.requests.inc();
+                m.metrics
+                    .latency
+                    .observe(a.req.arrived.elapsed().as_secs_f64());
+            }
+            !done
+        });
+    }
+}

@@ -1,0 +1,182 @@
+//! The models a server serves, each under its API name, and the one place
+//! a model's kind is decided: a decoder serves chat and completions, an
+//! encoder serves embeddings. A new kind (translation, say) is one more
+//! [`Kind`] variant, one more arm in [`detect`] and its own endpoint.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ferrite::formats::gguf::GgufFile;
+use ferrite::formats::hf_decoder;
+use ferrite::formats::safetensors::read_json;
+use ferrite::model_path::{self, KNOWN_MODELS};
+use ferrite::models::encoder_arch;
+use ferrite::parallel::Threads;
+
+use crate::config::Limits;
+use crate::embed::{self, EmbedModel};
+use crate::error::ApiError;
+use crate::generate::{scheduler, GenModel};
+use crate::metrics::Metrics;
+
+/// A served model of some kind.
+#[derive(Clone)]
+pub enum Kind {
+    /// A decoder: `/v1/chat/completions`, `/v1/completions`, tokenize.
+    Generate(Arc<GenModel>),
+    /// An encoder: `/v1/embeddings`.
+    Embed(Arc<EmbedModel>),
+}
+
+impl Kind {
+    /// What the model does, for messages.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Kind::Generate(_) => "a text-generation model",
+            Kind::Embed(_) => "an embedding model",
+        }
+    }
+}
+
+/// A model and the name clients address it by.
+pub struct Served {
+    pub name: String,
+    pub kind: Kind,
+}
+
+/// Every served model.
+pub struct Registry {
+    pub models: Vec<Served>,
+}
+
+/// What a model file or directory holds, once opened.
+enum Detected {
+    Decoder(Arc<GgufFile>),
+    Encoder,
+}
+
+/// Opens `path` far enough to tell its kind: a GGUF file or HF directory
+/// whose architecture is a known encoder is an embedding model; anything
+/// else is read as a decoder (whose loader then names what is wrong).
+fn detect(path: &Path) -> Result<Detected, String> {
+    let is_encoder_name = |name: &str, hf: bool| encoder_arch(name, hf, "").is_ok();
+    if path.is_dir() {
+        let config = read_json(&path.join("config.json")).map_err(|e| e.to_string())?;
+        let model_type = config.get("model_type").and_then(|v| v.as_str());
+        if model_type.is_some_and(|t| is_encoder_name(t, true)) {
+            return Ok(Detected::Encoder);
+        }
+        let file = hf_decoder::open(path).map_err(|e| e.to_string())?;
+        return Ok(Detected::Decoder(Arc::new(file)));
+    }
+    let file = GgufFile::open(path).map_err(|e| e.to_string())?;
+    if file
+        .header
+        .architecture()
+        .is_some_and(|a| is_encoder_name(a, false))
+    {
+        return Ok(Detected::Encoder);
+    }
+    Ok(Detected::Decoder(Arc::new(file)))
+}
+
+/// The API name of a model given as `arg`: a short name as typed, else
+/// the file or directory name without `.gguf`.
+pub fn api_name(arg: &str, path: &Path) -> String {
+    if KNOWN_MODELS.iter().any(|m| m.short_name == arg) {
+        return arg.to_string();
+    }
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| arg.to_string());
+    file.strip_suffix(".gguf").unwrap_or(&file).to_string()
+}
+
+impl Registry {
+    /// Loads every model and starts its thread; all share `threads`.
+    pub fn load(
+        names: &[String],
+        limits: &Limits,
+        metrics: &Metrics,
+        threads: &Threads,
+    ) -> Result<Registry, String> {
+        let mut models: Vec<Served> = Vec::new();
+        for arg in names {
+            let path: PathBuf = model_path::resolve(arg)?;
+            let name = api_name(arg, &path);
+            if models.iter().any(|m| m.name == name) {
+                return Err(format!("the model name '{name}' is given twice"));
+            }
+            let mm = metrics.for_model(&name);
+            let kind = match detect(&path)? {
+                Detected::Decoder(file) => {
+                    let m = Arc::new(GenModel::load(&name, &path, file, limits, mm)?);
+                    scheduler::spawn(m.clone(), threads.clone(), *limits)
+                        .map_err(|e| format!("starting the scheduler: {e}"))?;
+                    Kind::Generate(m)
+                }
+                Detected::Encoder => {
+                    let m = Arc::new(EmbedModel::load(&name, &path, limits, mm)?);
+                    embed::spawn(m.clone(), threads.clone())
+                        .map_err(|e| format!("starting the embedding worker: {e}"))?;
+                    Kind::Embed(m)
+                }
+            };
+            tracing::info!(model = %name, path = %path.display(), kind = kind.describe(), "loaded");
+            models.push(Served { name, kind });
+        }
+        Ok(Registry { models })
+    }
+
+    fn names(&self) -> Vec<&str> {
+        self.models.iter().map(|m| m.name.as_str()).collect()
+    }
+
+    /// The model a request names; with no name, the first model `pick`
+    /// accepts. `pick` says whether a kind serves the endpoint.
+    pub fn find<T>(
+        &self,
+        name: Option<&str>,
+        endpoint: &str,
+        pick: impl Fn(&Kind) -> Option<T>,
+    ) -> Result<T, ApiError> {
+        let Some(name) = name else {
+            return self
+                .models
+                .iter()
+                .find_map(|m| pick(&m.kind))
+                .ok_or_else(|| {
+                    ApiError::bad_param("model", format!("no served model serves {endpoint}"))
+                });
+        };
+        let Some(m) = self.models.iter().find(|m| m.name == name) else {
+            return Err(ApiError::model_not_found(name, &self.names()));
+        };
+        pick(&m.kind).ok_or_else(|| {
+            ApiError::bad_param(
+                "model",
+                format!(
+                    "'{name}' is {}; it does not serve {endpoint}",
+                    m.kind.describe()
+                ),
+            )
+        })
+    }
+
+    /// A generation model by name.
+    pub fn generator(&self, name: Option<&str>, endpoint: &str) -> Result<Arc<GenModel>, ApiError> {
+        self.find(name, endpoint, |k| match k {
+            Kind::Generate(m) => Some(m.clone()),
+            _ => None,
+        })
+    }
+
+    /// An embedding model by name.
+    pub fn embedder(&self, name: Option<&str>) -> Result<Arc<EmbedModel>, ApiError> {
+        self.find(name, "/v1/embeddings", |k| match k {
+            Kind::Embed(m) => Some(m.clone()),
+            _ => None,
+        })
+    }
+}
