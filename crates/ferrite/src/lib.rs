@@ -10,6 +10,7 @@ pub mod models;
 pub mod parallel;
 pub mod tensor;
 pub mod tokenize;
+pub mod translate;
 
 pub use error::Error;
 

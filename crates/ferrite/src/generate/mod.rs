@@ -1,5 +1,6 @@
 //! Text generation: the KV cache, samplers, and the prefill/decode loop.
 
+pub mod beam;
 pub mod chat;
 pub mod kv_cache;
 pub mod sampler;

@@ -8,7 +8,10 @@ pub mod gemma3;
 pub mod gpt2;
 pub mod hparams;
 pub mod llama;
+pub mod marian;
 pub mod qwen2;
+pub mod seq2seq;
+pub mod t5;
 pub mod transformer;
 
 use std::path::Path;

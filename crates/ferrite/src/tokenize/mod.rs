@@ -18,7 +18,9 @@
 mod bpe;
 mod decode;
 mod hf;
+pub mod marian;
 mod roles;
+pub mod sentencepiece;
 mod special;
 mod spm;
 mod vocab;

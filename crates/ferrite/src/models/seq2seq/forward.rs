@@ -1,0 +1,562 @@
+//! The encoder-decoder forward passes: [`Seq2Seq::encode`] runs the encoder
+//! once per input (several inputs packed one after another, no padding) and
+//! computes every decoder layer's cross-attention keys and values once;
+//! [`Seq2Seq::step`] feeds one token to each of many hypotheses at once
+//! (rows of one product), each with its own self-attention cache
+//! ([`HypCache`], cloneable so beam search can fork it) and its input's
+//! cross-attention keys and values.
+//!
+//! Attention runs per (row, head) in one fixed order: scores, softmax,
+//! weighted sum of values added in position order. Together with the
+//! row-independent matrix products this makes every row's values the same
+//! bits whatever else is in the batch and whatever the thread count.
+
+use ferrite_kernels::math::{softmax, Activation};
+
+use super::weights::apply;
+use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Seq2Seq};
+use crate::parallel::{DisjointSlice, Threads};
+use crate::tensor::QuantizedActs;
+use crate::Error;
+
+/// One input after the encoder.
+pub struct Encoded {
+    /// Tokens in the input.
+    pub len: usize,
+    /// Last hidden state, `(len, dim)`.
+    pub hidden: Vec<f32>,
+    /// Per decoder layer: cross-attention keys and values, `(len, dim)` each.
+    pub cross: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+/// A hypothesis's decoder self-attention cache: per layer, the keys and
+/// values of every token fed so far, `(len, dim)` each.
+#[derive(Clone, Debug, Default)]
+pub struct HypCache {
+    pub len: usize,
+    pub keys: Vec<Vec<f32>>,
+    pub values: Vec<Vec<f32>>,
+}
+
+/// One row of a decoder step: the token fed, the hypothesis's cache and
+/// its input's encoder output.
+pub struct StepRow<'a> {
+    pub token: u32,
+    pub cache: &'a mut HypCache,
+    pub source: &'a Encoded,
+}
+
+/// Buffers reused across calls.
+#[derive(Default)]
+pub struct Workspace {
+    acts: QuantizedActs,
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    proj: Vec<f32>,
+    up: Vec<f32>,
+    gate: Vec<f32>,
+}
+
+fn resize(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
+}
+
+/// Where one attention item's keys and values are, and its score bias.
+struct KeySpan<'a> {
+    keys: &'a [f32],
+    values: &'a [f32],
+    /// Positions attended: `0..n`.
+    n: usize,
+    /// Added to score `j` (T5 relative positions), `(n,)`.
+    bias: Option<&'a [f32]>,
+}
+
+/// `q . k` summed in eight lanes folded in order, then the tail: one fixed
+/// order for every call.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let mut s = 0.0;
+    for l in lanes {
+        s += l;
+    }
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// One head of one query row: softmax over `span`'s positions of
+/// `scale * q . k_j + bias_j`, times the values, into `out` (`head_dim`).
+/// Keys and values are rows of `ld` values; `off` picks the head.
+fn attend_head(
+    q: &[f32],
+    span: &KeySpan,
+    ld: usize,
+    off: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let hd = q.len();
+    scores.clear();
+    for j in 0..span.n {
+        let k = &span.keys[j * ld + off..j * ld + off + hd];
+        let b = span.bias.map_or(0.0, |b| b[j]);
+        scores.push(dot(q, k) * scale + b);
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (j, &w) in scores.iter().enumerate() {
+        let v = &span.values[j * ld + off..j * ld + off + hd];
+        for (o, &x) in out.iter_mut().zip(v) {
+            *o += w * x;
+        }
+    }
+}
+
+/// Attention of every head of `m` query rows (`q`, `(m, n_heads *
+/// head_dim)`) into `out` (same shape), (row, head) pairs split across
+/// threads. `span(row, head, bias)` gives that pair's keys, values (rows
+/// of `n_heads * head_dim`), number of positions, and whether it filled
+/// `bias` with one score bias per position.
+fn attend_rows<'a>(
+    c: &super::Seq2SeqConfig,
+    q: &[f32],
+    m: usize,
+    out: &mut [f32],
+    threads: &Threads,
+    span: impl Fn(usize, usize, &mut Vec<f32>) -> (&'a [f32], &'a [f32], usize, bool) + Sync,
+) {
+    let (hd, qd) = (c.head_dim, c.n_heads * c.head_dim);
+    let out = DisjointSlice::new(out);
+    threads.split(m * c.n_heads, |items| {
+        let (mut scores, mut bias, mut acc) = (Vec::new(), Vec::new(), vec![0f32; hd]);
+        for item in items {
+            let (r, h) = (item / c.n_heads, item % c.n_heads);
+            let (keys, values, n, biased) = span(r, h, &mut bias);
+            let span = KeySpan {
+                keys,
+                values,
+                n,
+                bias: biased.then_some(&bias[..]),
+            };
+            let off = h * hd;
+            let qh = &q[r * qd + off..r * qd + off + hd];
+            attend_head(qh, &span, qd, off, c.attn_scale, &mut scores, &mut acc);
+            for (d, &a) in acc.iter().enumerate() {
+                // SAFETY: (row, head) items are split across threads, so
+                // this head's values of row r are written here only.
+                unsafe { out.write(r * qd + off + d, a) };
+            }
+        }
+    });
+}
+
+impl Seq2Seq {
+    fn dim(&self) -> usize {
+        self.config.dim
+    }
+
+    /// Width of the attention heads together (`n_heads * head_dim`; T5
+    /// models may have it differ from `dim`).
+    fn qdim(&self) -> usize {
+        self.config.n_heads * self.config.head_dim
+    }
+
+    /// The relative position biases, if the model has them.
+    fn relative(&self) -> Option<&super::RelativeBias> {
+        match &self.positions {
+            Positions::Relative(r) => Some(r),
+            Positions::Sinusoidal { .. } => None,
+        }
+    }
+
+    /// Token embedding times the scale, plus the position vector
+    /// (sinusoidal models), into `row`.
+    fn embed_row(&self, token: u32, pos: usize, row: &mut [f32]) -> Result<(), Error> {
+        let (dim, t) = (self.dim(), token as usize);
+        if t >= self.config.n_vocab {
+            return Err(Error::TokenOutOfRange {
+                token,
+                n_vocab: self.config.n_vocab,
+            });
+        }
+        let scale = self.config.embed_scale;
+        for (o, &e) in row.iter_mut().zip(&self.embed[t * dim..(t + 1) * dim]) {
+            *o = e * scale;
+        }
+        if let Positions::Sinusoidal { table, n } = &self.positions {
+            if pos >= *n {
+                return Err(Error::Input(format!(
+                    "position {pos} is past the model's {n} positions"
+                )));
+            }
+            for (o, &p) in row.iter_mut().zip(&table[pos * dim..(pos + 1) * dim]) {
+                *o += p;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the encoder over `inputs` (token ids each) and computes every
+    /// decoder layer's cross-attention keys and values.
+    pub fn encode(
+        &self,
+        inputs: &[&[u32]],
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<Vec<Encoded>, Error> {
+        let dim = self.dim();
+        let mut starts = vec![0usize];
+        for s in inputs {
+            if s.is_empty() {
+                return Err(Error::Input(
+                    "an empty input has no tokens to encode".into(),
+                ));
+            }
+            if let Some(max) = self.config.max_positions {
+                if s.len() > max {
+                    return Err(Error::Input(format!(
+                        "input of {} tokens is longer than the model's {max} positions",
+                        s.len()
+                    )));
+                }
+            }
+            starts.push(starts[starts.len() - 1] + s.len());
+        }
+        let total = starts[inputs.len()];
+        resize(&mut ws.x, total * dim);
+        for (s, &start) in inputs.iter().zip(&starts) {
+            for (p, &tok) in s.iter().enumerate() {
+                let row = &mut ws.x[(start + p) * dim..(start + p + 1) * dim];
+                self.embed_row(tok, p, row)?;
+            }
+        }
+        let mut x = std::mem::take(&mut ws.x);
+        for layer in &self.encoder {
+            self.residual(&mut x, &layer.attn_norm, ws, |this, h, ws| {
+                let spans = |row: usize| -> (usize, usize) {
+                    // The input holding packed row `row`.
+                    let i = starts.partition_point(|&s| s <= row) - 1;
+                    (starts[i], starts[i + 1] - starts[i])
+                };
+                this.self_attention(&layer.attn, h, &spans, threads, ws)
+            })?;
+            self.residual(&mut x, &layer.ffn_norm, ws, |this, h, ws| {
+                this.ffn(&layer.ffn, h, total, threads, ws)
+            })?;
+        }
+        if let Some(norm) = &self.encoder_norm {
+            x.chunks_exact_mut(dim).for_each(|r| norm.apply(r));
+        }
+        let mut out: Vec<Encoded> = (0..inputs.len())
+            .map(|i| Encoded {
+                len: inputs[i].len(),
+                hidden: x[starts[i] * dim..starts[i + 1] * dim].to_vec(),
+                cross: Vec::with_capacity(self.decoder.len()),
+            })
+            .collect();
+        for layer in &self.decoder {
+            let qd = self.qdim();
+            resize(&mut ws.k, total * qd);
+            resize(&mut ws.v, total * qd);
+            apply(
+                &layer.cross_attn.k,
+                &x,
+                total,
+                &mut ws.k,
+                None,
+                &mut ws.acts,
+                threads,
+            )?;
+            apply(
+                &layer.cross_attn.v,
+                &x,
+                total,
+                &mut ws.v,
+                None,
+                &mut ws.acts,
+                threads,
+            )?;
+            for (i, e) in out.iter_mut().enumerate() {
+                let r = starts[i] * qd..starts[i + 1] * qd;
+                e.cross.push((ws.k[r.clone()].to_vec(), ws.v[r].to_vec()));
+            }
+        }
+        ws.x = x;
+        Ok(out)
+    }
+
+    /// `x = norm(x + f(x))` (post-norm) or `x = x + f(norm(x))` (pre-norm),
+    /// row by row; `f` reads its input from `h` and leaves its output in
+    /// `ws.proj`.
+    fn residual(
+        &self,
+        x: &mut [f32],
+        norm: &Norm,
+        ws: &mut Workspace,
+        f: impl FnOnce(&Self, &[f32], &mut Workspace) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let dim = self.dim();
+        let mut h = std::mem::take(&mut ws.h);
+        h.clear();
+        h.extend_from_slice(x);
+        if self.config.placement == NormPlacement::Pre {
+            h.chunks_exact_mut(dim).for_each(|r| norm.apply(r));
+        }
+        let result = f(self, &h, ws);
+        ws.h = h;
+        result?;
+        for (xr, pr) in x.chunks_exact_mut(dim).zip(ws.proj.chunks_exact(dim)) {
+            xr.iter_mut().zip(pr).for_each(|(a, &b)| *a += b);
+            if self.config.placement == NormPlacement::Post {
+                norm.apply(xr);
+            }
+        }
+        Ok(())
+    }
+
+    /// Q, K and V of `m` rows of `h` into `ws.q`, `ws.k`, `ws.v`; sizes
+    /// `ws.attn` and `ws.proj` for the attention that follows.
+    fn project_qkv(
+        &self,
+        w: &AttnWeights,
+        h: &[f32],
+        m: usize,
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        let qd = self.qdim();
+        for buf in [&mut ws.q, &mut ws.k, &mut ws.v, &mut ws.attn] {
+            resize(buf, m * qd);
+        }
+        resize(&mut ws.proj, m * self.dim());
+        apply(&w.q, h, m, &mut ws.q, None, &mut ws.acts, threads)?;
+        apply(&w.k, h, m, &mut ws.k, None, &mut ws.acts, threads)?;
+        apply(&w.v, h, m, &mut ws.v, None, &mut ws.acts, threads)
+    }
+
+    /// Encoder self-attention of the packed rows of `h` into `ws.proj`:
+    /// row `r` attends to the rows `spans(r)` = (first row, count) of its
+    /// own input, with bidirectional relative position biases (T5).
+    fn self_attention(
+        &self,
+        w: &AttnWeights,
+        h: &[f32],
+        spans: &(dyn Fn(usize) -> (usize, usize) + Sync),
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        let qd = self.qdim();
+        let m = h.len() / self.dim();
+        let rel = self.relative();
+        self.project_qkv(w, h, m, threads, ws)?;
+        let (q, k, v) = (&ws.q[..], &ws.k[..], &ws.v[..]);
+        let c = &self.config;
+        attend_rows(c, q, m, &mut ws.attn, threads, |r, hd, bias| {
+            let (first, n) = spans(r);
+            if let Some(rb) = rel {
+                bias.clear();
+                for j in 0..n {
+                    let rel_pos = j as i64 - (r - first) as i64;
+                    let b = super::relative_bucket(rel_pos, true, rb.n_buckets, rb.max_distance);
+                    bias.push(rb.encoder[b * c.n_heads + hd]);
+                }
+            }
+            (&k[first * qd..], &v[first * qd..], n, rel.is_some())
+        });
+        apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
+    }
+
+    /// The feed-forward block over `m` rows of `h` into `ws.proj`.
+    fn ffn(
+        &self,
+        f: &Ffn,
+        h: &[f32],
+        m: usize,
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        let dim = self.dim();
+        resize(&mut ws.proj, m * dim);
+        match f {
+            Ffn::Plain { up, down, act } => {
+                resize(&mut ws.up, m * up.rows());
+                apply(up, h, m, &mut ws.up, Some(*act), &mut ws.acts, threads)?;
+                apply(down, &ws.up, m, &mut ws.proj, None, &mut ws.acts, threads)
+            }
+            Ffn::Gated {
+                gate,
+                up,
+                down,
+                act,
+            } => {
+                resize(&mut ws.up, m * up.rows());
+                resize(&mut ws.gate, m * gate.rows());
+                apply(gate, h, m, &mut ws.gate, Some(*act), &mut ws.acts, threads)?;
+                apply(up, h, m, &mut ws.up, None, &mut ws.acts, threads)?;
+                ws.up.iter_mut().zip(&ws.gate).for_each(|(u, &g)| *u *= g);
+                apply(down, &ws.up, m, &mut ws.proj, None, &mut ws.acts, threads)
+            }
+        }
+    }
+
+    /// A new, empty hypothesis cache.
+    pub fn new_cache(&self) -> HypCache {
+        HypCache {
+            len: 0,
+            keys: vec![Vec::new(); self.decoder.len()],
+            values: vec![Vec::new(); self.decoder.len()],
+        }
+    }
+
+    /// Feeds one token to each row and writes the next-token logits,
+    /// `(rows, n_vocab)`, into `logits`.
+    pub fn step(
+        &self,
+        rows: &mut [StepRow],
+        threads: &Threads,
+        ws: &mut Workspace,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), Error> {
+        let (dim, m) = (self.dim(), rows.len());
+        let c = &self.config;
+        let mut x = std::mem::take(&mut ws.x);
+        resize(&mut x, m * dim);
+        for (r, row) in rows.iter().enumerate() {
+            if let Some(max) = c.max_positions {
+                if row.cache.len >= max {
+                    return Err(Error::Input(format!(
+                        "output reached the model's {max} positions"
+                    )));
+                }
+            }
+            self.embed_row(row.token, row.cache.len, &mut x[r * dim..(r + 1) * dim])?;
+        }
+        let result = (|| {
+            for (l, layer) in self.decoder.iter().enumerate() {
+                self.residual(&mut x, &layer.self_norm, ws, |this, h, ws| {
+                    this.cached_attention(l, &layer.self_attn, h, rows, threads, ws)
+                })?;
+                self.residual(&mut x, &layer.cross_norm, ws, |this, h, ws| {
+                    this.cross_attention(l, &layer.cross_attn, h, rows, threads, ws)
+                })?;
+                self.residual(&mut x, &layer.ffn_norm, ws, |this, h, ws| {
+                    this.ffn(&layer.ffn, h, m, threads, ws)
+                })?;
+            }
+            for row in rows.iter_mut() {
+                row.cache.len += 1;
+            }
+            if let Some(norm) = &self.decoder_norm {
+                x.chunks_exact_mut(dim).for_each(|r| norm.apply(r));
+            }
+            if c.output_scale != 1.0 {
+                x.iter_mut().for_each(|v| *v *= c.output_scale);
+            }
+            resize(logits, m * c.n_vocab);
+            apply(&self.lm_head, &x, m, logits, None, &mut ws.acts, threads)?;
+            if let Some(b) = &self.logits_bias {
+                for row in logits.chunks_exact_mut(c.n_vocab) {
+                    row.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
+                }
+            }
+            Ok(())
+        })();
+        ws.x = x;
+        result
+    }
+
+    /// Decoder self-attention of each row over its cache (after storing
+    /// this token's key and value), into `ws.proj`.
+    fn cached_attention(
+        &self,
+        l: usize,
+        w: &AttnWeights,
+        h: &[f32],
+        rows: &mut [StepRow],
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        let (qd, m) = (self.qdim(), rows.len());
+        let rel = self.relative();
+        self.project_qkv(w, h, m, threads, ws)?;
+        for (r, row) in rows.iter_mut().enumerate() {
+            row.cache.keys[l].extend_from_slice(&ws.k[r * qd..(r + 1) * qd]);
+            row.cache.values[l].extend_from_slice(&ws.v[r * qd..(r + 1) * qd]);
+        }
+        let c = &self.config;
+        let caches: Vec<(&[f32], &[f32], usize)> = rows
+            .iter()
+            .map(|row| {
+                (
+                    &row.cache.keys[l][..],
+                    &row.cache.values[l][..],
+                    row.cache.len,
+                )
+            })
+            .collect();
+        attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, hd, bias| {
+            let (keys, values, pos) = caches[r];
+            if let Some(rb) = rel {
+                bias.clear();
+                for j in 0..=pos {
+                    let rel_pos = j as i64 - pos as i64;
+                    let b = super::relative_bucket(rel_pos, false, rb.n_buckets, rb.max_distance);
+                    bias.push(rb.decoder[b * c.n_heads + hd]);
+                }
+            }
+            (keys, values, pos + 1, rel.is_some())
+        });
+        apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
+    }
+
+    /// Cross-attention of each row over its input's encoder keys and
+    /// values, into `ws.proj`.
+    fn cross_attention(
+        &self,
+        l: usize,
+        w: &AttnWeights,
+        h: &[f32],
+        rows: &[StepRow],
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        let (dim, qd, m) = (self.dim(), self.qdim(), rows.len());
+        for buf in [&mut ws.q, &mut ws.attn] {
+            resize(buf, m * qd);
+        }
+        resize(&mut ws.proj, m * dim);
+        apply(&w.q, h, m, &mut ws.q, None, &mut ws.acts, threads)?;
+        let c = &self.config;
+        attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, _, _| {
+            let src = rows[r].source;
+            let (keys, values) = &src.cross[l];
+            (&keys[..], &values[..], src.len, false)
+        });
+        apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
+    }
+}
+
+/// The activation named by a Hugging Face config (`activation_function`,
+/// `dense_act_fn`).
+pub fn hf_activation(name: &str) -> Option<Activation> {
+    Some(match name {
+        "swish" | "silu" => Activation::Silu,
+        "relu" => Activation::Relu,
+        "gelu" => Activation::GeluErf,
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
+        _ => return None,
+    })
+}

@@ -1,0 +1,272 @@
+//! Encoder-decoder transformers (Marian / opus-mt, T5) described as data:
+//! one encoder and one decoder forward pass ([`forward`]) over layers whose
+//! differences are enums — where the norm sits ([`NormPlacement`]), which
+//! norm ([`Norm`]), how positions enter ([`Positions`]), plain or gated
+//! feed-forward ([`Ffn`]). Each architecture file (`marian.rs`, `t5.rs`) is
+//! a config reader and a loader.
+//!
+//! Weights are f32 matrices packed for the f32 GEMM (`Proj::F32`, the
+//! encoder framework's [`Dense`]) or, when asked at load, Q8_0 matrices run
+//! by the kernels' dot products (`Proj::Quant`, the decoder's [`Linear`]).
+//! Either way every output value is computed by the same operations in the
+//! same order whatever the number of rows in the product, so a sentence's
+//! translation does not depend on what it is batched with.
+//!
+//! References: HF transformers `models/marian/modeling_marian.py`,
+//! `models/t5/modeling_t5.py`.
+
+pub mod forward;
+pub mod weights;
+
+use ferrite_kernels::math::Activation;
+
+use crate::models::encoder::weights::Dense;
+use crate::tensor::Linear;
+
+/// A weight matrix with optional bias, `(out, in)`.
+pub enum Proj {
+    F32(Dense),
+    Quant(Linear),
+}
+
+impl Proj {
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        match self {
+            Proj::F32(d) => d.w.n(),
+            Proj::Quant(l) => l.rows,
+        }
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        match self {
+            Proj::F32(d) => d.w.k(),
+            Proj::Quant(l) => l.cols,
+        }
+    }
+}
+
+/// Layer normalization (Marian: weight and bias, mean subtracted) or T5's
+/// RMS norm (weight only, no mean).
+pub enum Norm {
+    Layer {
+        weight: Vec<f32>,
+        bias: Vec<f32>,
+        eps: f32,
+    },
+    Rms {
+        weight: Vec<f32>,
+        eps: f32,
+    },
+}
+
+impl Norm {
+    /// Normalizes one row in place.
+    pub fn apply(&self, x: &mut [f32]) {
+        match self {
+            Norm::Layer { weight, bias, eps } => {
+                ferrite_kernels::math::layer_norm(x, weight, bias, *eps)
+            }
+            Norm::Rms { weight, eps } => {
+                // T5LayerNorm: variance in f32 of the f32 values.
+                let mean = x.iter().map(|&v| v * v).sum::<f32>() / x.len() as f32;
+                let inv = 1.0 / (mean + eps).sqrt();
+                for (v, &w) in x.iter_mut().zip(weight) {
+                    *v = *v * inv * w;
+                }
+            }
+        }
+    }
+}
+
+/// Post-norm (Marian: `x = norm(x + f(x))`) or pre-norm (T5:
+/// `x = x + f(norm(x))`, with a final norm after the last layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormPlacement {
+    Post,
+    Pre,
+}
+
+/// The feed-forward block.
+pub enum Ffn {
+    /// `down(act(up(x)))`.
+    Plain {
+        up: Proj,
+        down: Proj,
+        act: Activation,
+    },
+    /// `down(act(gate(x)) * up(x))` (T5 v1.1 / flan-t5 gated-GELU).
+    Gated {
+        gate: Proj,
+        up: Proj,
+        down: Proj,
+        act: Activation,
+    },
+}
+
+/// One attention block's projections.
+pub struct AttnWeights {
+    pub q: Proj,
+    pub k: Proj,
+    pub v: Proj,
+    pub o: Proj,
+}
+
+pub struct EncoderLayer {
+    pub attn: AttnWeights,
+    pub attn_norm: Norm,
+    pub ffn: Ffn,
+    pub ffn_norm: Norm,
+}
+
+pub struct DecoderLayer {
+    pub self_attn: AttnWeights,
+    pub self_norm: Norm,
+    pub cross_attn: AttnWeights,
+    pub cross_norm: Norm,
+    pub ffn: Ffn,
+    pub ffn_norm: Norm,
+}
+
+/// T5's learned relative position biases: a `(n_buckets, n_heads)` table
+/// per stack, looked up by the bucket of `key - query`.
+pub struct RelativeBias {
+    pub n_buckets: usize,
+    pub max_distance: usize,
+    /// `(n_buckets, n_heads)`.
+    pub encoder: Vec<f32>,
+    /// `(n_buckets, n_heads)`.
+    pub decoder: Vec<f32>,
+}
+
+/// How positions enter the model.
+pub enum Positions {
+    /// Marian: a fixed sinusoidal vector per position added to the
+    /// (scaled) token embedding, `(n_positions, dim)`.
+    Sinusoidal { table: Vec<f32>, n: usize },
+    /// T5: a bias on every attention score.
+    Relative(RelativeBias),
+}
+
+/// Sizes and token roles.
+#[derive(Clone, Debug)]
+pub struct Seq2SeqConfig {
+    pub arch: &'static str,
+    pub dim: usize,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub n_vocab: usize,
+    /// Multiplies `q . k` (Marian `head_dim^-0.5`, T5 1).
+    pub attn_scale: f32,
+    /// Multiplies token embeddings (Marian `sqrt(dim)`, T5 1).
+    pub embed_scale: f32,
+    /// Multiplies the last hidden state before the output matrix (T5 with
+    /// tied embeddings: `dim^-0.5`; else 1).
+    pub output_scale: f32,
+    /// Longest input and output (positions), if the model has a limit.
+    pub max_positions: Option<usize>,
+    pub placement: NormPlacement,
+    pub decoder_start: u32,
+    pub eos: u32,
+    pub pad: u32,
+}
+
+pub struct Seq2Seq {
+    pub config: Seq2SeqConfig,
+    /// `(n_vocab, dim)`, shared by encoder and decoder inputs.
+    pub embed: Vec<f32>,
+    pub positions: Positions,
+    pub encoder: Vec<EncoderLayer>,
+    pub decoder: Vec<DecoderLayer>,
+    /// After the last layer (pre-norm models).
+    pub encoder_norm: Option<Norm>,
+    pub decoder_norm: Option<Norm>,
+    /// `(n_vocab, dim)`.
+    pub lm_head: Proj,
+    /// Added to the logits (Marian `final_logits_bias`), `(n_vocab,)`.
+    pub logits_bias: Option<Vec<f32>>,
+}
+
+/// Sinusoidal positions as Marian builds them: position `p`, pair `i` of
+/// `dim / 2`: `sin(p / 10000^(2i/dim))` in the first half, `cos` of the
+/// same angle in the second, computed in f64 and rounded.
+pub fn sinusoidal_table(n: usize, dim: usize) -> Vec<f32> {
+    let half = dim.div_ceil(2);
+    let mut t = vec![0f32; n * dim];
+    for p in 0..n {
+        let row = &mut t[p * dim..(p + 1) * dim];
+        for (j, out) in row.iter_mut().enumerate() {
+            // Column j holds sin of pair j (first half) or cos of pair
+            // j - half (second half), pair i's angle p / 10000^(2i/dim).
+            let (i, sin) = if j < half {
+                (j, true)
+            } else {
+                (j - half, false)
+            };
+            let angle = p as f64 / 10000f64.powf((2 * i) as f64 / dim as f64);
+            *out = if sin { angle.sin() } else { angle.cos() } as f32;
+        }
+    }
+    t
+}
+
+/// T5's bucket of a relative position `key - query`: exact buckets for
+/// small distances, logarithmic ones up to `max_distance`; bidirectional
+/// (encoder) buckets split by sign.
+pub fn relative_bucket(
+    rel: i64,
+    bidirectional: bool,
+    n_buckets: usize,
+    max_distance: usize,
+) -> usize {
+    let mut n = n_buckets as i64;
+    let mut bucket = 0i64;
+    let mut rel = rel;
+    if bidirectional {
+        n /= 2;
+        if rel > 0 {
+            bucket += n;
+        }
+        rel = rel.abs();
+    } else {
+        rel = -rel.min(0);
+    }
+    let max_exact = n / 2;
+    if rel < max_exact {
+        bucket += rel;
+    } else {
+        // As T5 computes it in f32: log(rel / max_exact) / log(max_distance
+        // / max_exact) * (n - max_exact), truncated.
+        let large = (rel as f32 / max_exact as f32).ln()
+            / (max_distance as f32 / max_exact as f32).ln()
+            * (n - max_exact) as f32;
+        let large = (max_exact + large as i64).min(n - 1);
+        bucket += large;
+    }
+    bucket as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sinusoids_start_at_zero_and_one() {
+        let t = sinusoidal_table(3, 8);
+        assert_eq!(&t[..8], &[0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
+        assert_eq!(t[8], 1f64.sin() as f32);
+        assert_eq!(t[12], 1f64.cos() as f32);
+    }
+
+    #[test]
+    fn relative_buckets_match_t5() {
+        // Values from T5's _relative_position_bucket (32 buckets, 128).
+        assert_eq!(relative_bucket(0, true, 32, 128), 0);
+        assert_eq!(relative_bucket(3, true, 32, 128), 19);
+        assert_eq!(relative_bucket(-3, true, 32, 128), 3);
+        assert_eq!(relative_bucket(-100, true, 32, 128), 15);
+        assert_eq!(relative_bucket(-5, false, 32, 128), 5);
+        assert_eq!(relative_bucket(4, false, 32, 128), 0);
+    }
+}

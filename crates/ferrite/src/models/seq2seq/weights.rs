@@ -1,0 +1,133 @@
+//! Loading an encoder-decoder's matrices as [`Proj`]s: packed f32 for the
+//! GEMM, or quantized to Q8_0 at load (each matrix written into a small
+//! in-memory GGUF so that the decoder's [`Linear`] and its dot-product
+//! kernels run it), and running them over rows of activations.
+
+use std::sync::Arc;
+
+use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr};
+use ferrite_kernels::math::{activate, Activation};
+use ferrite_kernels::quant::quantize;
+use ferrite_kernels::GgmlType;
+
+use super::Proj;
+use crate::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite};
+use crate::models::encoder::weights::{Dense, WeightSource};
+use crate::parallel::{DisjointSlice, Threads};
+use crate::tensor::{Loader, QuantizedActs};
+use crate::Error;
+
+/// How matrices are kept in memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// As read, converted to f32.
+    #[default]
+    F32,
+    /// Quantized to Q8_0 at load (blocks of 32 values with one f16 scale);
+    /// matrices whose rows are not whole blocks stay f32.
+    Q8_0,
+}
+
+/// Reads matrices from a weight source in one format.
+pub struct ProjLoader<'a> {
+    pub src: &'a WeightSource,
+    pub format: WeightFormat,
+}
+
+impl ProjLoader<'_> {
+    /// Matrix `w` (`rows x cols`) with the bias `b` (`rows`) if named.
+    pub fn proj(&self, w: &str, b: Option<&str>, rows: usize, cols: usize) -> Result<Proj, Error> {
+        let weights = self.src.matrix(w, rows, cols)?;
+        let bias = b.map(|b| self.src.vector(b, rows)).transpose()?;
+        self.from_values(w, &weights, bias, rows, cols)
+    }
+
+    /// A matrix given as values (e.g. a tied embedding table).
+    pub fn from_values(
+        &self,
+        name: &str,
+        weights: &[f32],
+        bias: Option<Vec<f32>>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Proj, Error> {
+        let block = GgmlType::Q8_0.block_size();
+        if self.format == WeightFormat::Q8_0 && cols.is_multiple_of(block) {
+            let mut linear = quantized(name, weights, rows, cols)?;
+            linear.bias = bias;
+            return Ok(Proj::Quant(linear));
+        }
+        Ok(Proj::F32(Dense::new(weights, bias, rows, cols)))
+    }
+}
+
+/// `weights` (`rows x cols`) quantized to Q8_0 as a [`Linear`].
+fn quantized(
+    name: &str,
+    weights: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<crate::tensor::Linear, Error> {
+    let ty = GgmlType::Q8_0;
+    let err = |e: String| Error::model(name, format!("Q8_0 quantization: {e}"));
+    let row_bytes = ty
+        .bytes_for(cols as u64)
+        .ok_or_else(|| err(format!("{cols} columns")))? as usize;
+    let mut data = vec![0u8; rows * row_bytes];
+    for (src, dst) in weights
+        .chunks_exact(cols)
+        .zip(data.chunks_exact_mut(row_bytes))
+    {
+        quantize(ty, src, dst).map_err(|e| err(e.to_string()))?;
+    }
+    let dims = [cols as u64, rows as u64];
+    let tensor = TensorToWrite {
+        name,
+        dims: &dims,
+        ty,
+        data: &data,
+    };
+    let mut bytes = Vec::with_capacity(data.len() + 4096);
+    write_gguf(&mut bytes, 3, &Metadata::default(), &[tensor]).map_err(|e| err(e.to_string()))?;
+    drop(data);
+    let file = Arc::new(GgufFile::from_vec(name, bytes)?);
+    Loader::new(file).linear(name, rows, cols)
+}
+
+/// `out = act(x · Wᵀ + b)` for `m` rows of `x`; `out` is `m x rows`.
+/// `acts` is reused for quantized weights' activation rows.
+pub fn apply(
+    p: &Proj,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+    act: Option<Activation>,
+    acts: &mut QuantizedActs,
+    threads: &Threads,
+) -> Result<(), Error> {
+    let (n, k) = (p.rows(), p.cols());
+    let (x, out) = (&x[..m * k], &mut out[..m * n]);
+    match p {
+        Proj::F32(d) => {
+            let target = DisjointSlice::new(out);
+            threads.split(d.w.n_panels(), |panels| {
+                let o = OutPtr {
+                    ptr: target.as_mut_ptr(),
+                    ld: n,
+                    bias: d.bias.as_deref(),
+                    act,
+                };
+                // SAFETY: this thread alone computes the output columns of
+                // its panels, in every row; `out` is m x n.
+                unsafe { gemm_panels(Acts { a: x, lda: k, m }, &d.w, panels, o) };
+            });
+        }
+        Proj::Quant(l) => {
+            l.matmul(x, out, acts, threads)?;
+            if let Some(act) = act {
+                activate(act, out);
+            }
+        }
+    }
+    Ok(())
+}
