@@ -13,8 +13,8 @@ pub struct KnownModel {
 }
 
 /// The models `scripts/fetch-models.sh` fetches (the CLI's default chat
-/// model is `qwen2.5-0.5b`).
-pub const KNOWN_MODELS: [KnownModel; 4] = [
+/// model is `qwen2.5-0.5b`; the last two only when named).
+pub const KNOWN_MODELS: [KnownModel; 6] = [
     KnownModel {
         short_name: "smollm2",
         file: "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -30,6 +30,14 @@ pub const KNOWN_MODELS: [KnownModel; 4] = [
     KnownModel {
         short_name: "qwen2.5-0.5b",
         file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    },
+    KnownModel {
+        short_name: "nomic-embed-v1.5",
+        file: "nomic-embed-text-v1.5.f16.gguf",
+    },
+    KnownModel {
+        short_name: "mpnet",
+        file: "all-mpnet-base-v2",
     },
 ];
 

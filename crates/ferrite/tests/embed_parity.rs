@@ -14,98 +14,16 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
+use common::embed::{
+    check_token_ids, corpus, embed, embed_dir, id_lists, json, max_abs, min_cosine, rows,
+};
 use ferrite::embed::{EmbedOptions, Embedder, Pooling};
-use ferrite::parallel::Threads;
-
-fn embed_dir() -> PathBuf {
-    common::testdata().join("embed")
-}
-
-fn corpus() -> Vec<String> {
-    let text = std::fs::read_to_string(embed_dir().join("corpus.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// `n x dim` little-endian f32 rows.
-fn rows(path: &Path, dim: usize) -> Vec<Vec<f32>> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let v: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    v.chunks_exact(dim).map(<[f32]>::to_vec).collect()
-}
-
-fn ids(v: &serde_json::Value) -> Vec<Vec<u32>> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            s.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        })
-        .collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
-    let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
-
-fn max_abs(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| {
-            assert_eq!(x.len(), y.len());
-            x.iter().zip(y).map(|(p, q)| (p - q).abs())
-        })
-        .fold(0.0, f32::max)
-}
-
-fn embed(model: &Embedder, texts: &[String], opts: EmbedOptions) -> Vec<Vec<f32>> {
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    model
-        .embed(&refs, &opts, &Threads::new(2))
-        .unwrap()
-        .into_iter()
-        .map(|e| e.vector)
-        .collect()
-}
 
 #[test]
 fn minilm_token_ids_match_hf_tokenizers() {
     let model = Embedder::open(&common::real_model("minilm")).unwrap();
-    let golden = json(&embed_dir().join("minilm/ids.json"));
-    assert_eq!(golden["max_seq_length"].as_u64(), Some(256));
-    assert_eq!(model.tokenizer.max_tokens, 256);
     let texts = corpus();
-    let full = ids(&golden["full"]);
-    let truncated = ids(&golden["truncated"]);
-    assert_eq!(texts.len(), full.len());
-    let mut n_cut = 0;
-    for (i, t) in texts.iter().enumerate() {
-        assert_eq!(
-            model.tokenizer.encode_untruncated(t).unwrap(),
-            full[i],
-            "text {i}: {t:?}"
-        );
-        let got = model.tokenizer.encode(t, true).unwrap();
-        assert_eq!(got.ids, truncated[i], "text {i} truncated");
-        assert_eq!(got.truncated, full[i].len() > 256);
-        n_cut += got.truncated as usize;
-    }
+    let n_cut = check_token_ids(&model, &texts, &embed_dir().join("minilm/ids.json"), 256);
     assert!(
         n_cut >= 3,
         "the corpus has inputs over 256 tokens ({n_cut})"
@@ -118,11 +36,7 @@ fn minilm_matches_sentence_transformers() {
     let texts = corpus();
     let golden = rows(&embed_dir().join("minilm/embeddings.f32"), 384);
     let got = embed(&model, &texts, EmbedOptions::default());
-    let min_cos = got
-        .iter()
-        .zip(&golden)
-        .map(|(a, b)| cosine(a, b))
-        .fold(f64::MAX, f64::min);
+    let min_cos = min_cosine(&got, &golden);
     let diff = max_abs(&got, &golden);
     println!(
         "all-MiniLM-L6-v2: min cosine {min_cos:.9} (1 - {:.2e}), max abs {diff:.2e}",
@@ -162,7 +76,7 @@ fn check_fixture(name: &str, gguf: &str, dim: usize) {
         .iter()
         .map(|x| x.as_u64().unwrap() as usize)
         .collect();
-    let golden_ids = ids(&goldens["ids"]);
+    let golden_ids = id_lists(&goldens["ids"]);
     let texts = corpus();
     let want = rows(&dir.join("embeddings.f32"), dim);
     let want64 = dir

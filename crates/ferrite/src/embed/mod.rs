@@ -162,7 +162,11 @@ impl Embedder {
         };
         let src = WeightSource::Gguf(file.clone());
         let entry = encoder_arch(&arch, false, &source)?;
-        let encoder = (entry.from_gguf)(&src, &hp)?;
+        let load = entry
+            .gguf
+            .map(|g| g.1)
+            .ok_or_else(|| Error::model(&source, "no GGUF loader"))?;
+        let encoder = load(&src, &hp)?;
         // llama.cpp's pooling types: 1 mean, 2 cls, 3 last.
         let pooling = match hp.opt_value("pooling_type").and_then(|v| v.as_u64()) {
             Some(2) => Pooling::Cls,

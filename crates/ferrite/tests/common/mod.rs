@@ -275,4 +275,5 @@ impl<'a> Walker<'a> {
     }
 }
 
+pub mod embed;
 pub mod parity;

@@ -9,12 +9,18 @@
 //! `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`): the same exact integers, so the
 //! same bits as the scalar reference.
 
+mod gemm;
+
+use std::ops::Range;
+
+use crate::dispatch::KernelSet;
 use crate::dot::VecDotKernel;
-use crate::table::{Kernel, KernelTable};
+use crate::gemm::{Acts, OutPtr, PackedWeights};
+use crate::table::{Entry, Kernel, KernelTable};
 use crate::GgmlType;
 
 /// The entries of `crate::table::KernelTable` this set provides itself.
-pub(crate) const CLAIMS: &[Kernel] = &[];
+pub(crate) const CLAIMS: &[Kernel] = &[Kernel::GemmPanels];
 
 /// Replaces the entries of `t` (AVX2's table) that this set does better.
 ///
@@ -23,7 +29,17 @@ pub(crate) const CLAIMS: &[Kernel] = &[];
 /// The CPU must support AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL and
 /// AVX512-VNNI: the entries execute them.
 pub(crate) unsafe fn override_table(t: &mut KernelTable) {
-    let _ = t;
+    let by = KernelSet::Avx512;
+    t.gemm_panels = Entry { f: gemm_panels, by };
+}
+
+/// # Safety
+/// As `crate::gemm::gemm_panels`.
+unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: OutPtr) {
+    // SAFETY: reachable only through a table `override_table` filled,
+    // which its caller does only on a CPU with AVX-512 (and AVX2, FMA);
+    // the output contract is the caller's.
+    unsafe { gemm::gemm_panels(a, w, panels, out) }
 }
 
 /// The AVX-512 set's kernel for weights of type `w`: AVX2's, with this

@@ -64,6 +64,7 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
         format!("{p}encoder.layer.{i}.{part}")
     };
     load(
+        "bert",
         src,
         &sizes,
         act,
@@ -72,6 +73,7 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
             position: format!("{p}embeddings.position_embeddings.weight"),
             token_type: format!("{p}embeddings.token_type_embeddings.weight"),
             norm: format!("{p}embeddings.LayerNorm"),
+            first_position: 0,
         },
         &names,
     )
@@ -98,6 +100,7 @@ pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
         format!("blk.{i}.{part}")
     };
     load(
+        "bert",
         src,
         &sizes,
         act,
@@ -106,18 +109,22 @@ pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
             position: "position_embd.weight".into(),
             token_type: "token_types.weight".into(),
             norm: "token_embd_norm".into(),
+            first_position: 0,
         },
         &names,
     )
 }
 
-/// Names of the tensors outside the layers.
-struct Globals {
-    token: String,
-    position: String,
-    token_type: String,
+/// Names of the tensors outside the layers, and where positions start.
+pub(crate) struct Globals {
+    pub token: String,
+    pub position: String,
+    /// Absent in models without token types.
+    pub token_type: String,
     /// Prefix of `.weight` / `.bias`.
-    norm: String,
+    pub norm: String,
+    /// The position table's row for the first token.
+    pub first_position: usize,
 }
 
 pub(crate) fn layer_norm(
@@ -133,7 +140,11 @@ pub(crate) fn layer_norm(
     })
 }
 
-fn load(
+/// Loads a BERT-shaped encoder (`arch` names it in errors and the
+/// config) whose layer `i`'s part `what` (`q`, `k`, `v`, `out`,
+/// `attn_norm`, `up`, `down`, `out_norm`) is named `names(i, what)`.
+pub(crate) fn load(
+    arch: &'static str,
     src: &WeightSource,
     s: &Sizes,
     act: Activation,
@@ -142,7 +153,17 @@ fn load(
 ) -> Result<Encoder, Error> {
     let dim = s.dim;
     let tables = token_tables(src, &g.token, &g.token_type, dim)?;
-    let config = s.config("bert", tables.n_vocab, false, &src.source())?;
+    let mut config = s.config(arch, tables.n_vocab, false, &src.source())?;
+    if g.first_position >= s.n_positions {
+        return Err(Error::model(
+            src.source(),
+            format!(
+                "{} positions leave none after the first {}",
+                s.n_positions, g.first_position
+            ),
+        ));
+    }
+    config.max_positions = s.n_positions - g.first_position;
     let table = src.matrix(&g.position, s.n_positions, dim)?;
     let dense = |name: &str, rows: usize, cols: usize| -> Result<Dense, Error> {
         let w = src.matrix(&format!("{name}.weight"), rows, cols)?;
@@ -178,7 +199,9 @@ fn load(
         positions: Positions::Learned {
             table,
             n: s.n_positions,
+            first: g.first_position,
         },
+        relative_bias: None,
         embd_norm: layer_norm(src, &g.norm, dim, s.eps)?,
         layers,
     })

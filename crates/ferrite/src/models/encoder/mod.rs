@@ -1,7 +1,9 @@
 //! Bidirectional text encoders of the BERT family, in full f32 precision:
-//! BERT itself ([`bert`]: learned absolute positions, biases, GELU) and
-//! nomic-bert ([`nomic_bert`]: rotary positions, SwiGLU, no biases). Both
-//! are post-norm: `x = LN(x + attn(x)); x = LN(x + mlp(x))`.
+//! BERT itself ([`bert`]: learned absolute positions, biases, GELU),
+//! MPNet ([`mpnet`]: BERT plus a learned relative position bias on the
+//! attention scores) and nomic-bert ([`nomic_bert`]: rotary positions,
+//! SwiGLU, no biases). All are post-norm: `x = LN(x + attn(x)); x = LN(x +
+//! mlp(x))`.
 //!
 //! The forward pass takes several sequences at once and packs their tokens
 //! one after another with no padding: every matrix product runs over all
@@ -13,10 +15,12 @@
 //! alone or in any batch, and for any thread count.
 //!
 //! References: Devlin et al. 2018 (BERT), HF transformers
-//! `models/bert/modeling_bert.py`, `models/nomic_bert/modeling_nomic_bert.py`.
+//! `models/bert/modeling_bert.py`, `models/mpnet/modeling_mpnet.py`,
+//! `models/nomic_bert/modeling_nomic_bert.py`.
 
 pub mod bert;
 pub mod config;
+pub mod mpnet;
 pub mod nomic_bert;
 pub mod weights;
 
@@ -46,8 +50,14 @@ impl LayerNorm {
 
 /// How token positions enter the model.
 pub enum Positions {
-    /// A learned vector per position added to the input (BERT), `(n, dim)`.
-    Learned { table: Vec<f32>, n: usize },
+    /// A learned vector per position added to the input (BERT), `(n,
+    /// dim)`; token `t` takes row `first + t` (`first` is 2 in MPNet and
+    /// RoBERTa, whose position ids count from `padding_idx + 1`).
+    Learned {
+        table: Vec<f32>,
+        n: usize,
+        first: usize,
+    },
     /// Rotary embeddings on Q and K, rotating dimension `i` with `i +
     /// head_dim / 2` (GPT-NeoX style), frequencies `base^(-2i/head_dim)`.
     Rotary {
@@ -92,6 +102,36 @@ pub struct EncoderConfig {
     pub max_positions: usize,
 }
 
+/// A learned bias added to the attention scores by the distance between
+/// query and key (MPNet, after T5): distances fall into `n_buckets`
+/// buckets, exact for short distances and logarithmic up to
+/// `max_distance`, separately for keys before and after the query.
+pub struct RelativeBias {
+    /// `(n_buckets, n_heads)`.
+    pub table: Vec<f32>,
+    pub n_buckets: usize,
+    pub max_distance: usize,
+}
+
+impl RelativeBias {
+    /// The bucket of key position minus query position `rel`, as HF's
+    /// `MPNetEncoder.relative_position_bucket` computes it (its logarithm
+    /// in f32, as torch does; tested against torch's buckets).
+    pub fn bucket(&self, rel: i64) -> usize {
+        let half = self.n_buckets / 2;
+        let max_exact = half / 2;
+        // Keys after the query (rel > 0) use the upper half.
+        let base = if rel > 0 { half } else { 0 };
+        let n = rel.unsigned_abs() as usize;
+        if n < max_exact {
+            return base + n;
+        }
+        let scale = ((self.max_distance / max_exact) as f64).ln() as f32;
+        let log = (n as f32 / max_exact as f32).ln() / scale * (half - max_exact) as f32;
+        base + (max_exact + log as usize).min(half - 1)
+    }
+}
+
 pub struct Encoder {
     pub config: EncoderConfig,
     /// `(n_vocab, dim)`.
@@ -99,6 +139,8 @@ pub struct Encoder {
     /// Token type 0's vector, `(dim,)`, if the model has token types.
     pub token_type0: Option<Vec<f32>>,
     pub positions: Positions,
+    /// Added to every layer's attention scores (MPNet).
+    pub relative_bias: Option<RelativeBias>,
     pub embd_norm: LayerNorm,
     pub layers: Vec<EncoderLayer>,
 }
@@ -128,6 +170,12 @@ struct AttnScratch {
     rope_len: Option<usize>,
     /// One head's rotated queries, `(len, head_dim)`.
     q_rot: Vec<f32>,
+    /// Relative bias buckets of distances `-(len - 1)..len`, for the
+    /// sequence length `buckets_len`.
+    buckets: Vec<u8>,
+    buckets_len: Option<usize>,
+    /// One head's bias by distance, `(2 * len - 1,)`.
+    head_bias: Vec<f32>,
 }
 
 /// Makes `v` exactly `n` long; old contents are kept (every user
@@ -192,8 +240,8 @@ impl Encoder {
                 if let Some(tt) = &self.token_type0 {
                     row.iter_mut().zip(tt).for_each(|(v, &e)| *v += e);
                 }
-                if let Positions::Learned { table, .. } = &self.positions {
-                    let p = &table[pos * dim..(pos + 1) * dim];
+                if let Positions::Learned { table, first, .. } = &self.positions {
+                    let p = &table[(first + pos) * dim..(first + pos + 1) * dim];
                     row.iter_mut().zip(p).for_each(|(v, &e)| *v += e);
                 }
                 self.embd_norm.apply(row);
@@ -298,8 +346,17 @@ impl Encoder {
                 // SAFETY: `scores` holds len x len values and is this
                 // thread's own buffer.
                 unsafe { gemm_panels(acts, &s.keys, 0..s.keys.n_panels(), scores) };
-                for row in s.scores.chunks_exact_mut(len) {
+                if let Some(rb) = &self.relative_bias {
+                    relative_bias_of_head(rb, h, n_heads, len, s);
+                }
+                for (i, row) in s.scores.chunks_exact_mut(len).enumerate() {
                     row.iter_mut().for_each(|v| *v *= scale);
+                    if self.relative_bias.is_some() {
+                        // Key j of query i is at distance j - i: entries
+                        // len - 1 - i .. of the head's bias by distance.
+                        let bias = &s.head_bias[len - 1 - i..2 * len - 1 - i];
+                        row.iter_mut().zip(bias).for_each(|(v, &b)| *v += b);
+                    }
                     math::softmax(row);
                 }
                 // out = P V.
@@ -321,6 +378,31 @@ impl Encoder {
             }
         });
     }
+}
+
+/// Head `h`'s bias for each distance `-(len - 1)..len` into
+/// `s.head_bias`, the buckets of a sequence of `len` tokens computed once.
+fn relative_bias_of_head(
+    rb: &RelativeBias,
+    h: usize,
+    n_heads: usize,
+    len: usize,
+    s: &mut AttnScratch,
+) {
+    if s.buckets_len != Some(len) {
+        let max = len as i64 - 1;
+        s.buckets.clear();
+        // A bucket is below n_buckets, which the loader keeps under 256.
+        s.buckets
+            .extend((-max..=max).map(|rel| rb.bucket(rel) as u8));
+        s.buckets_len = Some(len);
+    }
+    s.head_bias.clear();
+    s.head_bias.extend(
+        s.buckets
+            .iter()
+            .map(|&b| rb.table[b as usize * n_heads + h]),
+    );
 }
 
 /// cos and sin of `pos * theta_i` for positions `0..len` and the `hd / 2`

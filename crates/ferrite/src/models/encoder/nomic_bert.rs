@@ -229,6 +229,7 @@ fn load(src: &WeightSource, s: &Sizes, rope: &Rope, layout: &Layout) -> Result<E
             base: rope.base,
             ntk: rope.ntk,
         },
+        relative_bias: None,
         embd_norm: layer_norm(src, layout.embd_norm(), dim, s.eps)?,
         layers,
     })
