@@ -24,7 +24,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::CorsLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::auth::key_matches;
 use crate::error::ApiError;
@@ -51,15 +51,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/ready", get(misc::ready))
         .merge(protected)
         .fallback(no_route)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(RequestBodyLimitLayer::new(limit))
         .layer(middleware::map_response_with_state(
             limit,
             openai_body_limit_error,
         ))
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(RequestBodyLimitLayer::new(limit))
         .layer(CorsLayer::permissive())
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(TraceLayer::new_for_http())
+        .layer(
+            TraceLayer::new_for_http()
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
+        )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .with_state(state)

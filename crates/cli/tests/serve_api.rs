@@ -1,0 +1,397 @@
+//! `ferrite serve` with the real SmolLM2 and MiniLM, over raw HTTP:
+//! every endpoint's shape, streamed == non-streamed text, usage counts,
+//! base64 == float embeddings, API keys, and every error status.
+
+mod common;
+mod serve_common;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use serve_common::{full_texts, stream_texts, Server};
+
+const MODELS: [&str; 2] = ["smollm2", "minilm"];
+
+#[test]
+fn endpoints_answer_in_openai_shapes() {
+    let s = Server::start(&MODELS);
+    assert_eq!(s.get("/health").status, 200);
+    assert_eq!(s.get("/ready").json()["status"], "ready");
+    let models = s.get("/v1/models").json();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, MODELS);
+    assert_eq!(s.get("/v1/models/minilm").json()["id"], "minilm");
+    assert_eq!(s.get("/v1/models/nope").status, 404);
+    assert!(s.get("/x").error_message().contains("/x"));
+    let r = s.get("/v1/models");
+    assert!(r.header("x-request-id").is_some_and(|id| !id.is_empty()));
+
+    // Tokenize / detokenize round trip.
+    let text = "The capital of France is";
+    let toks = s.post("/tokenize", &json!({"content": text})).json()["tokens"].clone();
+    let n_prompt = toks.as_array().unwrap().len();
+    assert!(n_prompt > 3);
+    let back = s.post("/detokenize", &json!({"tokens": toks})).json();
+    assert_eq!(back["content"], text);
+
+    // Greedy completion: the same text `ferrite run` prints.
+    let r = s
+        .post(
+            "/v1/completions",
+            &json!({"model": "smollm2", "prompt": text, "max_tokens": 12, "temperature": 0}),
+        )
+        .json();
+    assert_eq!(r["object"], "text_completion");
+    assert_eq!(r["choices"][0]["finish_reason"], "length");
+    let out = common::ferrite(
+        &["run", "smollm2", "-p", text, "-n", "12", "--temp", "0"],
+        None,
+    );
+    let (cli_text, _) = common::ok(&out);
+    assert_eq!(
+        r["choices"][0]["text"].as_str().unwrap(),
+        cli_text.trim_end_matches('\n')
+    );
+    // Usage: the prompt as the tokenizer counts it with BOS (if any).
+    let with_bos = s
+        .post("/tokenize", &json!({"content": text, "add_special": true}))
+        .json();
+    assert_eq!(
+        r["usage"]["prompt_tokens"],
+        with_bos["tokens"].as_array().unwrap().len()
+    );
+    assert_eq!(r["usage"]["completion_tokens"], 12);
+    assert_eq!(
+        r["usage"]["total_tokens"],
+        r["usage"]["prompt_tokens"].as_u64().unwrap() + 12
+    );
+
+    // Chat, with a stop string and logprobs.
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": [{"type": "text", "text": "Count: one, two,"}]}],
+                    "max_completion_tokens": 20, "temperature": 0, "logprobs": true, "top_logprobs": 3}),
+        )
+        .json();
+    assert_eq!(r["object"], "chat.completion");
+    let c = &r["choices"][0];
+    assert_eq!(c["message"]["role"], "assistant");
+    let lp = c["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(
+        lp.len() as u64,
+        r["usage"]["completion_tokens"].as_u64().unwrap()
+    );
+    for t in lp {
+        let top = t["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy picks the most likely token.
+        assert_eq!(t["token"], top[0]["token"]);
+        assert!(t["logprob"].as_f64().unwrap() <= 0.0);
+    }
+    let joined: String = lp.iter().map(|t| t["token"].as_str().unwrap()).collect();
+    assert_eq!(joined, c["message"]["content"].as_str().unwrap());
+}
+
+/// Streams `body` and returns (texts per choice, usage chunk if any).
+fn streamed(s: &Server, path: &str, body: &Value) -> (Vec<String>, Option<Value>) {
+    let mut b = body.clone();
+    b["stream"] = json!(true);
+    b["stream_options"] = json!({"include_usage": true});
+    let r = s.post(path, &b);
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let frames = r.sse();
+    assert_eq!(frames.last().unwrap(), "[DONE]", "{frames:?}");
+    let usage = frames
+        .iter()
+        .filter(|f| *f != "[DONE]")
+        .map(|f| serde_json::from_str::<Value>(f).unwrap())
+        .find(|v| v["usage"].is_object())
+        .map(|v| v["usage"].clone());
+    (stream_texts(&frames), usage)
+}
+
+#[test]
+fn streamed_text_equals_whole_text() {
+    let s = Server::start(&MODELS);
+    let cases = [
+        (
+            "/v1/completions",
+            json!({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "Rust is", "max_tokens": 24, "temperature": 0.9, "seed": 7, "n": 2}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "1, 2, 3,", "max_tokens": 30, "temperature": 0, "stop": [" 7", "\n"]}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Tell me a joke"}],
+            "max_tokens": 24, "temperature": 1.0, "top_k": 20, "top_p": 0.9, "min_p": 0.02, "seed": 42,
+            "presence_penalty": 0.5, "frequency_penalty": 0.3, "logit_bias": {"28": -100}}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 16, "temperature": 0, "n": 3, "logprobs": true}),
+        ),
+    ];
+    for (path, body) in cases {
+        let whole = s.post(path, &body).json();
+        let (texts, usage) = streamed(&s, path, &body);
+        assert_eq!(texts, full_texts(&whole), "{path} {body}");
+        assert_eq!(usage.as_ref(), Some(&whole["usage"]), "{path} {body}");
+        // The same seed gives the same text again.
+        assert_eq!(full_texts(&s.post(path, &body).json()), full_texts(&whole));
+    }
+    // A stop string is cut from the text.
+    let r = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "1, 2, 3,", "max_tokens": 30, "temperature": 0, "stop": " 5"}),
+        )
+        .json();
+    let text = r["choices"][0]["text"].as_str().unwrap();
+    assert!(!text.contains(" 5"), "{text}");
+    // Seeded choices of one request differ from each other (own seeds).
+    let r = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "My favourite animal is", "max_tokens": 16,
+                                         "temperature": 1.0, "seed": 3, "n": 2}),
+        )
+        .json();
+    let t = full_texts(&r);
+    assert_ne!(t[0], t[1]);
+}
+
+#[test]
+fn embeddings_float_and_base64_agree() {
+    let s = Server::start(&MODELS);
+    let inputs = json!(["A cat sits on the mat.", "Quantum chromodynamics", ""]);
+    let f = s
+        .post(
+            "/v1/embeddings",
+            &json!({"model": "minilm", "input": inputs}),
+        )
+        .json();
+    let b = s
+        .post(
+            "/v1/embeddings",
+            &json!({"input": inputs, "encoding_format": "base64"}),
+        )
+        .json();
+    assert_eq!(f["object"], "list");
+    assert_eq!(f["usage"], b["usage"]);
+    assert!(f["usage"]["prompt_tokens"].as_u64().unwrap() >= 6);
+    for i in 0..3 {
+        let fv: Vec<f32> = f["data"][i]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(fv.len(), 384);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b["data"][i]["embedding"].as_str().unwrap())
+            .unwrap();
+        let bv: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(fv, bv, "input {i}");
+        assert_eq!(f["data"][i]["index"], i);
+    }
+    // One input alone gives the same vector as inside the list.
+    let one = s
+        .post(
+            "/v1/embeddings",
+            &json!({"input": "Quantum chromodynamics"}),
+        )
+        .json();
+    assert_eq!(one["data"][0]["embedding"], f["data"][1]["embedding"]);
+    // Matryoshka cut: 16 values, unit length.
+    let d = s
+        .post(
+            "/v1/embeddings",
+            &json!({"input": "hello", "dimensions": 16}),
+        )
+        .json();
+    let v: Vec<f64> = d["data"][0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(v.len(), 16);
+    assert!((v.iter().map(|x| x * x).sum::<f64>() - 1.0).abs() < 1e-5);
+    // A large batch (split into token-bounded batches) matches one by one.
+    let many: Vec<String> = (0..40)
+        .map(|i| format!("sentence number {i} about things"))
+        .collect();
+    let all = s.post("/v1/embeddings", &json!({"input": many})).json();
+    let lone = s.post("/v1/embeddings", &json!({"input": many[37]})).json();
+    assert_eq!(all["data"][37]["embedding"], lone["data"][0]["embedding"]);
+}
+
+#[test]
+fn bad_requests_get_openai_errors() {
+    let s = Server::start(&MODELS);
+    let post_raw = |path: &str, body: &[u8]| {
+        s.request("POST", path, &[("content-type", "application/json")], body)
+    };
+    let chat = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        s.post("/v1/chat/completions", &body)
+    };
+    let expect = |r: serve_common::Response, status: u16, needle: &str| {
+        assert_eq!(r.status, status, "{}", String::from_utf8_lossy(&r.body));
+        let msg = r.error_message();
+        assert!(msg.contains(needle), "'{msg}' lacks '{needle}'");
+    };
+    expect(
+        post_raw("/v1/chat/completions", b"{not json"),
+        400,
+        "invalid JSON",
+    );
+    expect(
+        post_raw("/v1/completions", b"{\"prompt\": \"\xff\xfe\"}"),
+        400,
+        "invalid JSON",
+    );
+    expect(
+        post_raw("/v1/chat/completions", b"{\"messages\": 5}"),
+        400,
+        "invalid JSON",
+    );
+    expect(chat(json!({"model": "gpt-4"})), 404, "gpt-4");
+    expect(chat(json!({"model": "minilm"})), 400, "embedding model");
+    expect(chat(json!({"max_tokens": 0})), 400, "max_tokens");
+    expect(chat(json!({"max_tokens": 100000})), 400, "context");
+    expect(chat(json!({"n": 0})), 400, "n must");
+    expect(chat(json!({"n": 1000})), 400, "n must");
+    expect(chat(json!({"temperature": 5})), 400, "temperature");
+    expect(chat(json!({"top_p": -1})), 400, "top_p");
+    expect(
+        chat(json!({"logit_bias": {"99999999": 1}})),
+        400,
+        "logit_bias",
+    );
+    expect(chat(json!({"messages": []})), 400, "messages");
+    expect(
+        chat(json!({"messages": [{"role": "wizard", "content": "x"}]})),
+        400,
+        "role",
+    );
+    expect(
+        chat(json!({"stream_options": {"include_usage": true}})),
+        400,
+        "stream",
+    );
+    expect(chat(json!({"top_logprobs": 2})), 400, "logprobs");
+    expect(
+        chat(json!({"response_format": {"type": "bogus"}})),
+        400,
+        "response_format",
+    );
+    let long = "word ".repeat(5000);
+    let r = s.post("/v1/completions", &json!({"prompt": long, "max_tokens": 4}));
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    expect(r, 400, "context");
+    expect(
+        s.post("/v1/completions", &json!({"prompt": ["a", "b"]})),
+        400,
+        "one prompt",
+    );
+    expect(
+        s.post("/v1/completions", &json!({"max_tokens": 3})),
+        400,
+        "prompt",
+    );
+    expect(
+        s.post("/v1/embeddings", &json!({"input": []})),
+        400,
+        "input",
+    );
+    expect(
+        s.post("/v1/embeddings", &json!({"input": [1, 2]})),
+        400,
+        "input",
+    );
+    expect(
+        s.post("/v1/embeddings", &json!({"input": "x", "dimensions": 0})),
+        400,
+        "dimensions",
+    );
+    expect(
+        s.post(
+            "/v1/embeddings",
+            &json!({"input": "x", "encoding_format": "hex"}),
+        ),
+        400,
+        "encoding_format",
+    );
+    expect(
+        s.post("/v1/embeddings", &json!({"input": "x", "model": "smollm2"})),
+        400,
+        "text-generation",
+    );
+    expect(
+        s.post("/v1/embeddings", &json!({"input": "tok ".repeat(600)})),
+        400,
+        "maximum",
+    );
+    expect(
+        s.post("/detokenize", &json!({"tokens": [4000000000u32]})),
+        400,
+        "vocabulary",
+    );
+    // Over the 2 MB body limit: 413, whether the length is declared or not.
+    let big = format!("{{\"prompt\": \"{}\"}}", "a".repeat(3 << 20));
+    expect(post_raw("/v1/completions", big.as_bytes()), 413, "limit");
+    // Nothing is stuck: the server still answers and runs no sequence.
+    let ok = chat(json!({"temperature": 0}));
+    assert_eq!(ok.status, 200);
+    assert_eq!(s.metric("ferrite_running_sequences"), 0.0);
+    assert_eq!(s.metric("ferrite_queue_length"), 0.0);
+}
+
+#[test]
+fn api_key_is_required_when_set() {
+    let s = Server::start(&["smollm2", "--api-key", "sk-test-123"]);
+    assert_eq!(s.get("/health").status, 200);
+    assert_eq!(s.get("/ready").status, 200);
+    let r = s.get("/v1/models");
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["error"]["code"], "invalid_api_key");
+    let bad = s.request(
+        "GET",
+        "/v1/models",
+        &[("authorization", "Bearer sk-test-124")],
+        b"",
+    );
+    assert_eq!(bad.status, 401);
+    let good = s.request(
+        "GET",
+        "/v1/models",
+        &[("authorization", "Bearer sk-test-123")],
+        b"",
+    );
+    assert_eq!(good.status, 200);
+    assert_eq!(good.json()["data"][0]["id"], "smollm2");
+}

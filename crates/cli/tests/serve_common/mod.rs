@@ -1,0 +1,370 @@
+//! Starting `ferrite serve` on a free port and talking raw HTTP/1.1 to it
+//! over std's TcpStream (no client library), for the server tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running server; killed when dropped.
+pub struct Server {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().unwrap().port()
+}
+
+impl Server {
+    /// Starts `ferrite serve ARGS` (2 threads) and waits for `/ready`.
+    pub fn start(args: &[&str]) -> Server {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+            .arg("serve")
+            .args(args)
+            .args(["--port", &port.to_string(), "--threads", "2"])
+            .env("FERRITE_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start ferrite serve");
+        let mut s = Server {
+            port,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(r) = s.try_request("GET", "/ready", &[], b"") {
+                if r.status == 200 {
+                    return s;
+                }
+            }
+            if let Some(status) = s.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ferrite serve exited early: {status}");
+            }
+            assert!(Instant::now() < deadline, "server not ready after 120 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let st = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// Waits for the process to exit (at most `timeout`).
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                self.child = None;
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not exit in {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn connect(&self) -> std::io::Result<TcpStream> {
+        let s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(300)))?;
+        Ok(s)
+    }
+
+    pub fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<Response> {
+        let mut s = self.connect()?;
+        s.write_all(&request_bytes(method, path, headers, body))?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)?;
+        Ok(parse_response(&raw))
+    }
+
+    /// One request; the whole response.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
+        self.try_request(method, path, headers, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        self.request("GET", path, &[], b"")
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Response {
+        self.request(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+    }
+
+    /// A metric's value (first sample whose line starts with `name`).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").text();
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
+    }
+
+    /// Polls until `metric(name) == value` or `timeout` passes; returns
+    /// whether it got there.
+    pub fn wait_metric(&self, name: &str, value: f64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.metric(name) == value {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("UTF-8 body")
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The `data:` payloads of an SSE body, in order.
+    pub fn sse(&self) -> Vec<String> {
+        sse_data(&self.text())
+    }
+
+    /// An OpenAI error body's message, checking its shape.
+    pub fn error_message(&self) -> String {
+        let v = self.json();
+        let e = &v["error"];
+        assert!(e["type"].is_string(), "not an OpenAI error: {v}");
+        e["message"].as_str().expect("error.message").to_string()
+    }
+}
+
+pub fn sse_data(text: &str) -> Vec<String> {
+    text.split("\n\n")
+        .filter_map(|frame| {
+            let data: Vec<&str> = frame
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+                .collect();
+            (!data.is_empty()).then(|| data.join("\n"))
+        })
+        .collect()
+}
+
+fn parse_response(raw: &[u8]) -> Response {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("response has a header");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let rest = &raw[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_vec()
+    };
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size_text = String::from_utf8_lossy(&data[..eol]);
+        let size =
+            usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        let start = eol + 2;
+        let end = (start + size).min(data.len());
+        out.extend_from_slice(&data[start..end]);
+        data = &data[(end + 2).min(data.len())..];
+    }
+}
+
+/// A streaming request read incrementally: SSE `data:` payloads one by
+/// one, so a test can stop reading (and disconnect) midway.
+pub struct Stream {
+    reader: BufReader<TcpStream>,
+    pub status: u16,
+}
+
+impl Stream {
+    pub fn open(server: &Server, path: &str, body: &Value) -> Stream {
+        let mut s = server.connect().expect("connect");
+        s.write_all(&request_bytes(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        ))
+        .unwrap();
+        let mut reader = BufReader::new(s);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let status = line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        loop {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+        }
+        Stream { reader, status }
+    }
+
+    /// The next `data:` payload (chunk framing skipped), or `None` at the end.
+    pub fn next_data(&mut self) -> Option<String> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.reader.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if let Some(d) = line.trim_end().strip_prefix("data: ") {
+                return Some(d.to_string());
+            }
+        }
+    }
+}
+
+/// The text a stream of chat or text-completion chunks adds up to, per
+/// choice index.
+pub fn stream_texts(frames: &[String]) -> Vec<String> {
+    let mut texts: Vec<String> = Vec::new();
+    for f in frames {
+        if f == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(f).unwrap_or_else(|e| panic!("{e}: {f}"));
+        for c in v["choices"].as_array().into_iter().flatten() {
+            let i = c["index"].as_u64().unwrap() as usize;
+            if texts.len() <= i {
+                texts.resize(i + 1, String::new());
+            }
+            let piece = c["delta"]["content"]
+                .as_str()
+                .or(c["text"].as_str())
+                .unwrap_or("");
+            texts[i].push_str(piece);
+        }
+    }
+    texts
+}
+
+/// The texts of a non-streamed response, per choice.
+pub fn full_texts(v: &Value) -> Vec<String> {
+    v["choices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no choices: {v}"))
+        .iter()
+        .map(|c| {
+            c["message"]["content"]
+                .as_str()
+                .or(c["text"].as_str())
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}

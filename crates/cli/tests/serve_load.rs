@@ -1,0 +1,86 @@
+//! `ferrite serve` under pressure, with the real SmolLM2: a full queue
+//! answers 429 with Retry-After, a client that disconnects mid-stream (or
+//! while queued) frees its sequence and KV memory within a step (seen on
+//! `/metrics`), and SIGTERM drains: `/ready` and new requests get 503,
+//! the in-flight stream finishes, the process exits 0.
+
+mod serve_common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use serve_common::{Server, Stream};
+
+/// A streamed completion that would run for a long time.
+fn long_stream(max_tokens: usize) -> Value {
+    json!({"prompt": "Write a very long story about a dragon.", "max_tokens": max_tokens,
+           "temperature": 0.8, "seed": 1, "stream": true})
+}
+
+#[test]
+fn full_queue_429_and_disconnect_frees_the_slot() {
+    let s = Server::start(&["smollm2", "--max-seqs", "1", "--max-queue", "1"]);
+    // A takes the only sequence slot.
+    let mut a = Stream::open(&s, "/v1/completions", &long_stream(3000));
+    assert_eq!(a.status, 200);
+    assert!(a.next_data().is_some());
+    assert_eq!(s.metric("ferrite_running_sequences"), 1.0);
+    assert!(s.metric("ferrite_kv_cache_usage") > 0.0);
+    // B waits in the queue; C finds it full.
+    let b = Stream::open(&s, "/v1/completions", &long_stream(3000));
+    assert!(s.wait_metric("ferrite_queue_length", 1.0, Duration::from_secs(10)));
+    let c = s.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 2}));
+    assert_eq!(c.status, 429);
+    assert_eq!(c.header("retry-after"), Some("1"));
+    assert_eq!(c.json()["error"]["type"], "rate_limit_error");
+    // B disconnects while queued: it leaves the queue.
+    drop(b);
+    assert!(s.wait_metric("ferrite_queue_length", 0.0, Duration::from_secs(10)));
+    // A disconnects mid-stream: its slot and memory are freed long before
+    // its 3000 tokens could have run.
+    let t = Instant::now();
+    drop(a);
+    assert!(s.wait_metric("ferrite_running_sequences", 0.0, Duration::from_secs(10)));
+    assert_eq!(s.metric("ferrite_kv_cache_usage"), 0.0);
+    assert!(t.elapsed() < Duration::from_secs(10));
+    let generated = s.metric("ferrite_generated_tokens_total");
+    assert!(generated < 3000.0, "{generated}");
+    // The slot serves the next request.
+    let d = s.post(
+        "/v1/completions",
+        &json!({"prompt": "hi", "max_tokens": 2, "temperature": 0}),
+    );
+    assert_eq!(d.status, 200);
+    assert_eq!(d.json()["usage"]["completion_tokens"], 2);
+}
+
+#[test]
+fn sigterm_drains_then_exits_zero() {
+    let mut s = Server::start(&["smollm2", "--grace", "60"]);
+    let mut a = Stream::open(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "stream": true}),
+    );
+    assert!(a.next_data().is_some());
+    s.terminate();
+    // Ready goes 503 at once; new work is refused with 503.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.get("/ready").status != 503 {
+        assert!(Instant::now() < deadline, "/ready still 200 after SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let refused = s.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 2}));
+    assert_eq!(refused.status, 503);
+    refused.error_message();
+    // The in-flight stream runs to its end.
+    let mut frames = Vec::new();
+    while let Some(d) = a.next_data() {
+        frames.push(d);
+    }
+    assert_eq!(frames.last().map(String::as_str), Some("[DONE]"));
+    let last: Value = serde_json::from_str(&frames[frames.len() - 2]).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    let status = s.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+}
