@@ -29,6 +29,9 @@ enum Command {
     /// Embed texts (one per line) with a sentence-embedding model; one JSON
     /// array per line out, same order.
     Embed(commands::embed::Args),
+    /// Translate sentences (one per line) with an encoder-decoder model
+    /// (Marian / opus-mt); one translation per line out, same order.
+    Translate(commands::translate::Args),
     /// Measure prompt processing and generation speed (as llama-bench does).
     Bench(commands::bench::Args),
     /// Serve models over an OpenAI-compatible HTTP API (chat, completions,
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Chat(args) => commands::chat::run(args),
         Command::Embed(args) => commands::embed::run(args),
+        Command::Translate(args) => commands::translate::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Serve(args) => commands::serve::run(args),
     };

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod run;
 pub mod serve;
 pub mod tokenize;
+pub mod translate;
 
 use std::io;
 
