@@ -1,0 +1,153 @@
+"""`ferrite serve` driven by the official `openai` Python package.
+
+Starts the server (FERRITE_BIN, default target/debug/ferrite) on a free
+port with smollm2 + minilm and an API key, and checks what a real client
+sees: models, chat and text completions (streamed == whole, usage), logprobs,
+embeddings (the client's default base64 == float), and the client's typed
+errors. Run by scripts/test-serve-openai.sh, which makes the venv.
+"""
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import urllib.request
+
+import openai
+
+KEY = "sk-ferrite-test"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(binary):
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "serve", "smollm2", "minilm", "--port", str(port), "--threads", "2",
+         "--api-key", KEY],
+        env={**os.environ, "FERRITE_LOG": "error"},
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ferrite serve exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as r:
+                if r.status == 200:
+                    return proc, port
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server not ready after 120 s")
+
+
+def test_models(c):
+    ids = [m.id for m in c.models.list()]
+    assert ids == ["smollm2", "minilm"], ids
+
+
+def test_chat_stream_equals_whole(c):
+    for extra in ({"temperature": 0}, {"temperature": 0.9, "seed": 11, "top_p": 0.9}):
+        args = dict(model="smollm2", max_tokens=24,
+                    messages=[{"role": "user", "content": "Name three colours."}], **extra)
+        whole = c.chat.completions.create(**args)
+        text = whole.choices[0].message.content
+        assert whole.choices[0].finish_reason in ("stop", "length")
+        assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+        pieces, usage = [], None
+        for chunk in c.chat.completions.create(stream=True, stream_options={"include_usage": True}, **args):
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for ch in chunk.choices:
+                if ch.delta.content:
+                    pieces.append(ch.delta.content)
+        assert "".join(pieces) == text, ("".join(pieces), text)
+        assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_completions_and_logprobs(c):
+    r = c.completions.create(model="smollm2", prompt="The sky is", max_tokens=8, temperature=0, logprobs=2)
+    ch = r.choices[0]
+    assert ch.finish_reason == "length" and r.usage.completion_tokens == 8
+    assert "".join(ch.logprobs.tokens) == ch.text
+    assert all(lp <= 0 for lp in ch.logprobs.token_logprobs)
+    r = c.chat.completions.create(model="smollm2", max_tokens=6, temperature=0, logprobs=True, top_logprobs=2,
+                                  messages=[{"role": "user", "content": "Hi"}])
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert all(t.token == t.top_logprobs[0].token for t in content)
+
+
+def test_embeddings_base64_equals_float(c):
+    texts = ["a red apple", "the stock market fell"]
+    default = c.embeddings.create(model="minilm", input=texts)  # the client asks for base64
+    floats = c.embeddings.create(model="minilm", input=texts, encoding_format="float")
+    for a, b in zip(default.data, floats.data):
+        assert len(a.embedding) == 384
+        assert a.embedding == b.embedding
+    cut = c.embeddings.create(model="minilm", input="hello", dimensions=32)
+    v = cut.data[0].embedding
+    assert len(v) == 32 and abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-5
+    assert default.usage.prompt_tokens > 0
+
+
+def test_typed_errors(c, port):
+    def raises(kind, fn):
+        try:
+            fn()
+        except kind as e:
+            return e
+        raise AssertionError(f"expected {kind.__name__}")
+
+    raises(openai.NotFoundError, lambda: c.chat.completions.create(
+        model="gpt-9", messages=[{"role": "user", "content": "x"}]))
+    raises(openai.BadRequestError, lambda: c.chat.completions.create(
+        model="smollm2", max_tokens=0, messages=[{"role": "user", "content": "x"}]))
+    raises(openai.BadRequestError, lambda: c.embeddings.create(model="minilm", input="x", dimensions=4096))
+    wrong = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-wrong", max_retries=0)
+    raises(openai.AuthenticationError, lambda: wrong.models.list())
+
+
+def main():
+    binary = os.environ.get("FERRITE_BIN", "target/debug/ferrite")
+    proc, port = start_server(binary)
+    passed = failed = 0
+    try:
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=300)
+        tests = [
+            ("models", lambda: test_models(c)),
+            ("chat_stream_equals_whole", lambda: test_chat_stream_equals_whole(c)),
+            ("completions_and_logprobs", lambda: test_completions_and_logprobs(c)),
+            ("embeddings_base64_equals_float", lambda: test_embeddings_base64_equals_float(c)),
+            ("typed_errors", lambda: test_typed_errors(c, port)),
+        ]
+        for name, fn in tests:
+            try:
+                fn()
+                print(f"openai client: {name} ok")
+                passed += 1
+            except Exception:
+                print(f"openai client: {name} FAILED")
+                traceback.print_exc()
+                failed += 1
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+    if code != 0:
+        print(f"ferrite serve exited {code} after SIGTERM")
+        failed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Drives `ferrite serve` with the official `openai` Python package
+# (crates/cli/tests/openai/test_openai_client.py). Makes its own venv with
+# `openai` from PyPI (FERRITE_OPENAI_VENV, default ~/.cache/ferrite-openai-venv)
+# and uses the binary `cargo test` builds (test profile, target/debug/ferrite).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${FERRITE_OPENAI_VENV:-$HOME/.cache/ferrite-openai-venv}
+if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'openai>=1.40,<4'
+fi
+cargo build --quiet --profile test -p ferrite-cli
+scripts/fetch-models.sh smollm2 minilm
+FERRITE_BIN=target/debug/ferrite exec "$venv/bin/python" crates/cli/tests/openai/test_openai_client.py
