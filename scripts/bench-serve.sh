@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Load benchmark of `ferrite serve` against llama-server (same GGUF, same
+# threads, -np N): scripts/bench-serve.py says what is measured.
+#
+#   scripts/bench-serve.sh [--streams 1,8,32,64] [--max-tokens 64] [--threads 2] [--json OUT]
+#
+# Builds ferrite (release) unless FERRITE_BIN is set, fetches smollm2 and
+# minilm; llama-server comes from ~/.cache/ferrite-reference (built by the
+# shared tools/build-llamacpp.sh), or --llama-server PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/fetch-models.sh smollm2 minilm
+if [ -z "${FERRITE_BIN:-}" ]; then
+  cargo build --release --quiet -p ferrite-cli
+  FERRITE_BIN=target/release/ferrite
+fi
+exec python3 scripts/bench-serve.py --ferrite "$FERRITE_BIN" "$@"
