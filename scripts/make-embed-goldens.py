@@ -393,11 +393,37 @@ def write_corpus(corpus):
 # all-MiniLM-L6-v2
 # ---------------------------------------------------------------------------
 
+def st_token_ids(model, model_dir, corpus, end_token):
+    """Token ids of `corpus`: full (the directory's tokenizer.json, special
+    tokens added) and truncated (as sentence-transformers `model` feeds
+    them to the network), checked to agree: the truncated ids are the first
+    max_seq_length - 1 full ids then `end_token` when longer."""
+    from tokenizers import Tokenizer
+
+    # tokenizer.json may carry its own truncation and padding settings,
+    # which Tokenizer.from_file applies unless switched off.
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    full = [e.ids for e in tok.encode_batch(corpus, add_special_tokens=True)]
+    feats = model.preprocess(corpus)
+    truncated = []
+    for ids, mask in zip(feats["input_ids"].tolist(), feats["attention_mask"].tolist()):
+        n = sum(mask)
+        assert all(m == 1 for m in mask[:n]) and all(m == 0 for m in mask[n:])
+        truncated.append(ids[:n])
+    max_seq = model.max_seq_length
+    end = tok.token_to_id(end_token)
+    for f, t in zip(full, truncated):
+        expect = f if len(f) <= max_seq else f[: max_seq - 1] + [end]
+        assert t == expect, (f[:10], t[:10])
+    return full, truncated
+
+
 def minilm_goldens(corpus):
     import numpy as np
     import torch
     from sentence_transformers import SentenceTransformer
-    from tokenizers import Tokenizer
 
     out = OUT / "minilm"
     out.mkdir(parents=True, exist_ok=True)
@@ -406,26 +432,8 @@ def minilm_goldens(corpus):
     max_seq = model.max_seq_length
     assert max_seq == 256, max_seq
 
-    # Token ids straight from tokenizer.json. That file carries its own
-    # truncation (128) and padding (fixed 128) settings, which
-    # Tokenizer.from_file applies unless switched off.
-    tok = Tokenizer.from_file(str(MINILM_DIR / "tokenizer.json"))
+    full, truncated = st_token_ids(model, MINILM_DIR, corpus, "[SEP]")
     tj = json.loads((MINILM_DIR / "tokenizer.json").read_text(encoding="utf-8"))
-    tok.no_truncation()
-    tok.no_padding()
-    full = [e.ids for e in tok.encode_batch(corpus, add_special_tokens=True)]
-
-    # Token ids as sentence-transformers feeds them to the model.
-    feats = model.preprocess(corpus)
-    truncated = []
-    for ids, mask in zip(feats["input_ids"].tolist(), feats["attention_mask"].tolist()):
-        n = sum(mask)
-        assert all(m == 1 for m in mask[:n]) and all(m == 0 for m in mask[n:])
-        truncated.append(ids[:n])
-    sep = tok.token_to_id("[SEP]")
-    for f, t in zip(full, truncated):
-        expect = f if len(f) <= max_seq else f[: max_seq - 1] + [sep]
-        assert t == expect, (f[:10], t[:10])
     write_json(out / "ids.json", {
         "max_seq_length": max_seq,
         "note": "full: tokenizer.json via tokenizers.Tokenizer.from_file with truncation and padding switched off, "

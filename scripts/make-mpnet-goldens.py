@@ -21,11 +21,10 @@ Deterministic: one torch thread, no randomness; rerunning leaves the files
 byte-identical on the same machine.
 """
 
-import hashlib
+import importlib.util
 import json
 import os
 import pathlib
-import platform
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata" / "embed" / "mpnet"
@@ -36,29 +35,22 @@ COMMAND = "HF_HUB_OFFLINE=1 ~/.cache/ferrite-refenv/bin/python scripts/make-mpne
 REL_RANGE = 600
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def write_json(path, value):
-    path.write_text(json.dumps(value, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+def embed_goldens_module():
+    """scripts/make-embed-goldens.py, for its helpers (not run)."""
+    spec = importlib.util.spec_from_file_location("embed_goldens", ROOT / "scripts" / "make-embed-goldens.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main():
     import numpy as np
-    import sentence_transformers
-    import tokenizers
     import torch
-    import transformers
     from sentence_transformers import SentenceTransformer
-    from tokenizers import Tokenizer
     from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
     torch.set_num_threads(1)
+    eg = embed_goldens_module()
     OUT.mkdir(parents=True, exist_ok=True)
     corpus = json.loads(CORPUS.read_text(encoding="utf-8"))
 
@@ -66,22 +58,8 @@ def main():
     model.eval()
     max_seq = model.max_seq_length
     assert max_seq == 384, max_seq
-
-    tok = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
-    tok.no_truncation()
-    tok.no_padding()
-    full = [e.ids for e in tok.encode_batch(corpus, add_special_tokens=True)]
-    feats = model.preprocess(corpus)
-    truncated = []
-    for ids, mask in zip(feats["input_ids"].tolist(), feats["attention_mask"].tolist()):
-        n = sum(mask)
-        assert all(m == 1 for m in mask[:n]) and all(m == 0 for m in mask[n:])
-        truncated.append(ids[:n])
-    eos = tok.token_to_id("</s>")
-    for f, t in zip(full, truncated):
-        expect = f if len(f) <= max_seq else f[: max_seq - 1] + [eos]
-        assert t == expect, (f[:10], t[:10])
-    write_json(OUT / "ids.json", {
+    full, truncated = eg.st_token_ids(model, MODEL_DIR, corpus, "</s>")
+    eg.write_json(OUT / "ids.json", {
         "max_seq_length": max_seq,
         "note": "full: tokenizer.json with truncation and padding off, special tokens added; "
                 "truncated: what sentence-transformers feeds the model",
@@ -96,11 +74,11 @@ def main():
         # batching noise in the goldens.
         alone = np.stack([model.encode([t], convert_to_numpy=True)[0] for t in corpus])
     cos = (alone * emb).sum(axis=1) / (np.linalg.norm(alone, axis=1) * np.linalg.norm(emb, axis=1))
-    emb.astype("<f4").tofile(OUT / "embeddings.f32")
+    eg.write_f32(OUT / "embeddings.f32", emb)
 
     rel = torch.arange(-REL_RANGE, REL_RANGE + 1)
     buckets = MPNetEncoder.relative_position_bucket(rel, num_buckets=32).tolist()
-    write_json(OUT / "buckets.json", {
+    eg.write_json(OUT / "buckets.json", {
         "note": "MPNetEncoder.relative_position_bucket(arange(-R, R + 1), num_buckets=32): "
                 "entry i is the bucket of relative position (key - query) i - R",
         "range": REL_RANGE,
@@ -108,24 +86,17 @@ def main():
         "buckets": buckets,
     })
 
-    write_json(OUT / "meta.json", {
+    eg.write_json(OUT / "meta.json", {
         "model": "sentence-transformers/all-mpnet-base-v2",
-        "model_files_sha256": {name: sha256_file(MODEL_DIR / name)
+        "model_files_sha256": {name: eg.sha256_file(MODEL_DIR / name)
                                for name in ("model.safetensors", "tokenizer.json", "config.json")},
         "n": len(corpus),
         "dim": 768,
         "max_seq_length": max_seq,
-        "corpus_sha256": sha256_file(CORPUS),
+        "corpus_sha256": eg.sha256_file(CORPUS),
         "batched_vs_one_at_a_time_min_cosine": float(cos.min()),
         "torch_threads": torch.get_num_threads(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "sentence_transformers": sentence_transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-            "numpy": np.__version__,
-        },
+        "versions": eg.versions(),
         "command": COMMAND,
     })
     print(f"mpnet goldens: {len(corpus)} strings, batched vs alone min cosine {cos.min():.9f}")

@@ -9,10 +9,11 @@
 use std::io::{self, Write};
 use std::time::Instant;
 
+use ferrite::embed::EmbedOptions;
 use ferrite::parallel::Threads;
 use ferrite_kernels::dispatch::kernel_set_name;
 
-use super::embed::{load, options, read_lines};
+use super::embed::{batch_size, load, read_lines};
 
 /// Sentences timed one at a time for the latency figure.
 const LATENCY_SENTENCES: usize = 64;
@@ -42,7 +43,10 @@ pub fn run(b: EmbedBench) -> Result<(), String> {
         return Err(format!("{}: no texts", b.texts));
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let opts = options(None, None, true, true, b.batch_size)?;
+    let opts = EmbedOptions {
+        batch_size: batch_size(b.batch_size)?,
+        ..EmbedOptions::default()
+    };
     let threads = b.threads.map_or_else(Threads::all_cores, Threads::new);
     let embed = |t: &[&str]| {
         embedder

@@ -5,7 +5,7 @@
 use std::io::{self, BufWriter, IsTerminal, Read, Write};
 use std::path::PathBuf;
 
-use ferrite::embed::{EmbedOptions, Embedder, Embedding, Pooling};
+use ferrite::embed::{EmbedOptions, Embedder, Embedding, Pooling, Task};
 use ferrite::model_path;
 use ferrite::parallel::Threads;
 
@@ -22,21 +22,8 @@ pub struct Args {
     model: Option<String>,
     /// Texts, one per line; `-` or nothing reads stdin.
     input: Option<String>,
-    /// Keep only the first D dimensions (Matryoshka), re-normalized.
-    #[arg(long)]
-    dim: Option<usize>,
-    /// Pooling: mean, cls or last (default: the model's own).
-    #[arg(long)]
-    pooling: Option<String>,
-    /// Do not L2-normalize the embeddings.
-    #[arg(long)]
-    no_normalize: bool,
-    /// Reject inputs longer than the model's maximum instead of cutting them.
-    #[arg(long)]
-    no_truncate: bool,
-    /// Inputs per encoder call.
-    #[arg(long, default_value_t = 32)]
-    batch_size: usize,
+    #[command(flatten)]
+    flags: Flags,
     /// Threads (default: one per core).
     #[arg(short = 't', long)]
     threads: Option<usize>,
@@ -48,31 +35,75 @@ pub struct Args {
     output: Option<PathBuf>,
 }
 
-/// Options shared with `ferrite bench --texts`.
-pub fn options(
+/// The embedding options of `ferrite embed`.
+#[derive(clap::Args)]
+pub struct Flags {
+    /// Keep only the first D dimensions (Matryoshka), re-normalized.
+    /// nomic-embed-text: 64..768, layer-normalized before the cut as nomic
+    /// does.
+    #[arg(long)]
     dim: Option<usize>,
-    pooling: Option<&str>,
-    normalize: bool,
-    truncate: bool,
+    /// Pooling: mean, cls or last (default: the model's own).
+    #[arg(long)]
+    pooling: Option<String>,
+    /// Do not L2-normalize the embeddings.
+    #[arg(long)]
+    no_normalize: bool,
+    /// Reject inputs longer than the maximum instead of cutting them (a
+    /// cut input keeps its first tokens and its closing [SEP]).
+    #[arg(long)]
+    no_truncate: bool,
+    /// Inputs per encoder call.
+    #[arg(long, default_value_t = 32)]
     batch_size: usize,
-) -> Result<EmbedOptions, String> {
-    let pooling = match pooling {
-        None => None,
-        Some(p) => Some(
-            Pooling::from_name(p)
-                .ok_or_else(|| format!("--pooling '{p}': expected mean, cls or last"))?,
-        ),
-    };
-    if batch_size == 0 {
+    /// nomic-embed-text's task prefix, put before every input: query
+    /// ("search_query: "), document ("search_document: "), classification
+    /// ("classification: ") or clustering ("clustering: "). Writing the
+    /// prefix into the text yourself gives the same vector.
+    #[arg(long)]
+    task: Option<String>,
+    /// Longest input in tokens, specials included (default: the model's
+    /// sentence-transformers max_seq_length, else its trained length;
+    /// nomic-embed-text GGUF: 2048, and up to 8192 with dynamic NTK RoPE
+    /// scaling past 2048).
+    #[arg(long)]
+    max_tokens: Option<usize>,
+}
+
+impl Flags {
+    pub fn options(&self) -> Result<EmbedOptions, String> {
+        let pooling = match &self.pooling {
+            None => None,
+            Some(p) => Some(
+                Pooling::from_name(p)
+                    .ok_or_else(|| format!("--pooling '{p}': expected mean, cls or last"))?,
+            ),
+        };
+        let task = match &self.task {
+            None => None,
+            Some(t) => Some(Task::from_name(t).ok_or_else(|| {
+                let names: Vec<&str> = Task::ALL.iter().map(|t| t.name()).collect();
+                format!("--task '{t}': expected {}", names.join(", "))
+            })?),
+        };
+        Ok(EmbedOptions {
+            pooling,
+            normalize: !self.no_normalize,
+            dim: self.dim,
+            truncate: !self.no_truncate,
+            batch_size: batch_size(self.batch_size)?,
+            task,
+            max_tokens: self.max_tokens,
+        })
+    }
+}
+
+/// `--batch-size`, checked.
+pub fn batch_size(n: usize) -> Result<usize, String> {
+    if n == 0 {
         return Err("--batch-size must be at least 1".into());
     }
-    Ok(EmbedOptions {
-        pooling,
-        normalize,
-        dim,
-        truncate,
-        batch_size,
-    })
+    Ok(n)
 }
 
 /// Loads an embedding model by path or short name.
@@ -118,13 +149,7 @@ pub fn run(args: Args) -> Result<(), String> {
     if npy && args.output.is_none() {
         return Err("--format npy needs --output FILE".into());
     }
-    let opts = options(
-        args.dim,
-        args.pooling.as_deref(),
-        !args.no_normalize,
-        !args.no_truncate,
-        args.batch_size,
-    )?;
+    let opts = args.flags.options()?;
     let embedder = load(args.model.as_deref())?;
     let texts = read_lines(args.input.as_deref())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -149,7 +174,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let embeddings = embedder
         .embed_with_progress(&refs, &opts, &threads, &mut progress)
         .map_err(|e| e.to_string())?;
-    warn_truncated(&embeddings, embedder.tokenizer.max_tokens);
+    warn_truncated(
+        &embeddings,
+        opts.max_tokens.unwrap_or(embedder.tokenizer.max_tokens),
+    );
 
     let result = match &args.output {
         Some(path) => {

@@ -60,6 +60,58 @@ impl Pooling {
     }
 }
 
+/// What an input is for, for models trained with task prefixes
+/// (nomic-embed-text: "search_query: ", ...). The prefix is put before the
+/// text; the same text with the prefix typed in gives the same vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    /// A search query (`search_query: `).
+    Query,
+    /// A document to be searched (`search_document: `).
+    Document,
+    /// Input to a classifier (`classification: `).
+    Classification,
+    /// Input to clustering (`clustering: `).
+    Clustering,
+}
+
+impl Task {
+    pub const ALL: [Task; 4] = [
+        Task::Query,
+        Task::Document,
+        Task::Classification,
+        Task::Clustering,
+    ];
+
+    /// `query`, `document`, `classification` or `clustering`.
+    pub fn from_name(name: &str) -> Option<Task> {
+        Task::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::Query => "query",
+            Task::Document => "document",
+            Task::Classification => "classification",
+            Task::Clustering => "clustering",
+        }
+    }
+
+    /// The text nomic-embed-text was trained to see before such inputs.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Task::Query => "search_query: ",
+            Task::Document => "search_document: ",
+            Task::Classification => "classification: ",
+            Task::Clustering => "clustering: ",
+        }
+    }
+}
+
+/// The smallest Matryoshka size nomic-embed-text v1.5 was trained for
+/// (64, 128, 256, 512, 768).
+pub const NOMIC_MIN_DIM: usize = 64;
+
 /// Per-request choices.
 #[derive(Clone, Copy, Debug)]
 pub struct EmbedOptions {
@@ -68,10 +120,17 @@ pub struct EmbedOptions {
     pub normalize: bool,
     /// Matryoshka: keep the first `dim` values (re-normalized).
     pub dim: Option<usize>,
-    /// Cut inputs longer than the model's maximum (else reject them).
+    /// Cut inputs longer than the maximum (else reject them).
     pub truncate: bool,
     /// Most inputs per encoder call.
     pub batch_size: usize,
+    /// Put the task's prefix before every input (models with task
+    /// prefixes only).
+    pub task: Option<Task>,
+    /// Longest input in tokens, specials included (`None`: the model's
+    /// default, [`EmbedTokenizer::max_tokens`]); at most the model's
+    /// positions ([`Embedder::max_positions`]).
+    pub max_tokens: Option<usize>,
 }
 
 impl Default for EmbedOptions {
@@ -82,6 +141,8 @@ impl Default for EmbedOptions {
             dim: None,
             truncate: true,
             batch_size: 32,
+            task: None,
+            max_tokens: None,
         }
     }
 }
@@ -103,6 +164,8 @@ pub struct Embedder {
     /// nomic-bert's Matryoshka recipe: layer-normalize (no weights) before
     /// cutting dimensions.
     matryoshka_layer_norm: bool,
+    /// Whether the model was trained with [`Task`] prefixes.
+    pub task_prefixes: bool,
     pub source: PathBuf,
 }
 
@@ -137,12 +200,13 @@ impl Embedder {
         } else {
             None
         }
-        .unwrap_or(encoder.config.max_positions)
+        .unwrap_or(encoder.config.trained_positions)
         .clamp(2, encoder.config.max_positions);
         let pooling = pooling_from_dir(dir)?.unwrap_or(Pooling::Mean);
         let tokenizer = EmbedTokenizer::from_file(&dir.join("tokenizer.json"), max_tokens)?;
         Ok(Embedder {
             matryoshka_layer_norm: arch.matryoshka_layer_norm,
+            task_prefixes: arch.task_prefixes,
             encoder,
             tokenizer,
             pooling,
@@ -173,9 +237,11 @@ impl Embedder {
             Some(3) => Pooling::Last,
             _ => Pooling::Mean,
         };
-        let tokenizer = EmbedTokenizer::from_gguf(meta, encoder.config.max_positions, &source)?;
+        // Inputs are cut to the trained length unless a call asks for more.
+        let tokenizer = EmbedTokenizer::from_gguf(meta, encoder.config.trained_positions, &source)?;
         Ok(Embedder {
             matryoshka_layer_norm: entry.matryoshka_layer_norm,
+            task_prefixes: entry.task_prefixes,
             encoder,
             tokenizer,
             pooling,
@@ -186,6 +252,51 @@ impl Embedder {
     /// Width of the embeddings before any Matryoshka cut.
     pub fn dim(&self) -> usize {
         self.encoder.config.dim
+    }
+
+    /// The longest input the model takes ([`EmbedOptions::max_tokens`]).
+    pub fn max_positions(&self) -> usize {
+        self.encoder.config.max_positions
+    }
+
+    /// The Matryoshka sizes `--dim` accepts.
+    pub fn dims(&self) -> std::ops::RangeInclusive<usize> {
+        let min = if self.matryoshka_layer_norm {
+            NOMIC_MIN_DIM.min(self.dim())
+        } else {
+            1
+        };
+        min..=self.dim()
+    }
+
+    /// Checks a request's options against the model.
+    fn check(&self, opts: &EmbedOptions) -> Result<(), Error> {
+        if let Some(d) = opts.dim {
+            let dims = self.dims();
+            if !dims.contains(&d) {
+                return Err(Error::Input(format!(
+                    "--dim {d} is not in {}..={} for this model",
+                    dims.start(),
+                    dims.end()
+                )));
+            }
+        }
+        if let Some(m) = opts.max_tokens {
+            if m < 3 || m > self.max_positions() {
+                return Err(Error::Input(format!(
+                    "--max-tokens {m} is not in 3..={} for this model",
+                    self.max_positions()
+                )));
+            }
+        }
+        if opts.task.is_some() && !self.task_prefixes {
+            return Err(Error::Input(
+                "--task: this model was not trained with task prefixes \
+                 (nomic-embed-text is); write any prefix into the text instead"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Embeds `texts`, results in input order.
@@ -207,19 +318,23 @@ impl Embedder {
         threads: &Threads,
         progress: &mut dyn FnMut(usize),
     ) -> Result<Vec<Embedding>, Error> {
-        if let Some(d) = opts.dim {
-            if d == 0 || d > self.dim() {
-                return Err(Error::Input(format!(
-                    "--dim {d} is not in 1..={} for this model",
-                    self.dim()
-                )));
-            }
-        }
+        self.check(opts)?;
+        let max = opts.max_tokens.unwrap_or(self.tokenizer.max_tokens);
         let mut tokens = Vec::with_capacity(texts.len());
+        let mut prefixed = String::new();
         for (i, t) in texts.iter().enumerate() {
+            let text = match opts.task {
+                Some(task) => {
+                    prefixed.clear();
+                    prefixed.push_str(task.prefix());
+                    prefixed.push_str(t);
+                    &prefixed
+                }
+                None => *t,
+            };
             let tok = self
                 .tokenizer
-                .encode(t, opts.truncate)
+                .encode_to(text, max, opts.truncate)
                 .map_err(|e| Error::Input(format!("input {}: {e}", i + 1)))?;
             tokens.push(tok);
         }

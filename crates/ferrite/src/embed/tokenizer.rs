@@ -16,7 +16,6 @@ use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::bert::BertProcessing;
-use tokenizers::utils::truncation::{TruncationDirection, TruncationParams, TruncationStrategy};
 
 use crate::formats::gguf::{Array, Metadata};
 use crate::Error;
@@ -29,13 +28,15 @@ pub struct Tokens {
 }
 
 /// A tokenizer that adds the model's special tokens and truncates to a
-/// maximum length as sentence-transformers does.
+/// maximum length as sentence-transformers does: a text too long keeps its
+/// first tokens and the special tokens that close it (`[SEP]`), exactly
+/// what HF `tokenizers` produces with `TruncationStrategy::LongestFirst`.
 pub struct EmbedTokenizer {
-    /// Without truncation, to tell whether an input is too long.
-    full: tokenizers::Tokenizer,
-    /// The same, truncating to the maximum length (specials included).
-    truncating: tokenizers::Tokenizer,
+    tok: tokenizers::Tokenizer,
+    /// The length inputs are cut to unless a call asks for another.
     pub max_tokens: usize,
+    /// How many special tokens the template puts after the text.
+    tail: usize,
 }
 
 fn tok_err(source: &str, e: impl std::fmt::Display) -> Error {
@@ -120,26 +121,31 @@ impl EmbedTokenizer {
     ) -> Result<EmbedTokenizer, Error> {
         tok.with_padding(None);
         tok.with_truncation(None).map_err(|e| tok_err(source, e))?;
-        let mut truncating = tok.clone();
-        truncating
-            .with_truncation(Some(TruncationParams {
-                direction: TruncationDirection::Right,
-                max_length: max_tokens,
-                strategy: TruncationStrategy::LongestFirst,
-                stride: 0,
-            }))
-            .map_err(|e| tok_err(source, e))?;
+        // The specials after a one-word text.
+        let probe = tok.encode_fast("a", true).map_err(|e| tok_err(source, e))?;
+        let tail = probe
+            .get_special_tokens_mask()
+            .iter()
+            .rev()
+            .take_while(|&&m| m == 1)
+            .count();
+        if tail + 2 > max_tokens {
+            return Err(tok_err(
+                source,
+                format!("a maximum of {max_tokens} tokens leaves no room for text"),
+            ));
+        }
         Ok(EmbedTokenizer {
-            full: tok,
-            truncating,
+            tok,
             max_tokens,
+            tail,
         })
     }
 
     /// The ids of `text` with the model's special tokens, however long.
     pub fn encode_untruncated(&self, text: &str) -> Result<Vec<u32>, Error> {
         let enc = self
-            .full
+            .tok
             .encode_fast(text, true)
             .map_err(|e| Error::Input(format!("cannot tokenize input: {e}")))?;
         Ok(enc.get_ids().to_vec())
@@ -148,23 +154,36 @@ impl EmbedTokenizer {
     /// The ids of `text` with the model's special tokens; cut to
     /// `max_tokens` if `truncate`, else an error if longer.
     pub fn encode(&self, text: &str, truncate: bool) -> Result<Tokens, Error> {
-        let tok = if truncate {
-            &self.truncating
-        } else {
-            &self.full
-        };
-        let enc = tok
-            .encode_fast(text, true)
-            .map_err(|e| Error::Input(format!("cannot tokenize input: {e}")))?;
-        let truncated = !enc.get_overflowing().is_empty();
-        let ids = enc.get_ids().to_vec();
-        if !truncate && ids.len() > self.max_tokens {
+        self.encode_to(text, self.max_tokens, truncate)
+    }
+
+    /// As [`Self::encode`] with a maximum of `max` tokens (at least the
+    /// special tokens plus one).
+    pub fn encode_to(&self, text: &str, max: usize, truncate: bool) -> Result<Tokens, Error> {
+        if max < self.tail + 2 {
             return Err(Error::Input(format!(
-                "input of {} tokens is longer than the model's maximum of {}",
-                ids.len(),
-                self.max_tokens
+                "a maximum of {max} tokens leaves no room for text"
             )));
         }
-        Ok(Tokens { ids, truncated })
+        let mut ids = self.encode_untruncated(text)?;
+        let n = ids.len();
+        if n <= max {
+            return Ok(Tokens {
+                ids,
+                truncated: false,
+            });
+        }
+        if !truncate {
+            return Err(Error::Input(format!(
+                "input of {n} tokens is longer than the maximum of {max}"
+            )));
+        }
+        // Keep the first max - tail tokens and the closing specials
+        // (n > max >= tail + 2, so the range is not empty).
+        ids.drain(max - self.tail..n - self.tail);
+        Ok(Tokens {
+            ids,
+            truncated: true,
+        })
     }
 }

@@ -91,54 +91,73 @@ type EncoderFromHf = fn(&WeightSource, &serde_json::Value) -> Result<Encoder, Er
 
 /// An embedding (encoder) architecture ferrite runs.
 pub struct EncoderArch {
-    /// Its `general.architecture` in GGUF files.
-    pub gguf_name: &'static str,
+    /// Its `general.architecture` in GGUF files and the loader, if
+    /// llama.cpp has a GGUF layout for it.
+    pub gguf: Option<(&'static str, EncoderFromGguf)>,
     /// Its `model_type` in a Hugging Face `config.json`.
     pub hf_name: &'static str,
-    pub from_gguf: EncoderFromGguf,
     pub from_hf: EncoderFromHf,
     /// Whether a Matryoshka cut (`--dim`) layer-normalizes the pooled
     /// vector first (nomic's recipe).
     pub matryoshka_layer_norm: bool,
+    /// Whether its models were trained with task prefixes
+    /// (`embed::Task`; nomic-embed-text).
+    pub task_prefixes: bool,
 }
 
 /// The encoder architectures, the one place their names are matched.
-pub const ENCODERS: [EncoderArch; 2] = [
+pub const ENCODERS: [EncoderArch; 3] = [
     EncoderArch {
-        gguf_name: "bert",
+        gguf: Some(("bert", encoder::bert::from_gguf)),
         hf_name: "bert",
-        from_gguf: encoder::bert::from_gguf,
         from_hf: encoder::bert::from_hf,
         matryoshka_layer_norm: false,
+        task_prefixes: false,
     },
     EncoderArch {
-        gguf_name: "nomic-bert",
+        gguf: Some(("nomic-bert", encoder::nomic_bert::from_gguf)),
         hf_name: "nomic_bert",
-        from_gguf: encoder::nomic_bert::from_gguf,
         from_hf: encoder::nomic_bert::from_hf,
         matryoshka_layer_norm: true,
+        task_prefixes: true,
+    },
+    EncoderArch {
+        gguf: None,
+        hf_name: "mpnet",
+        from_hf: encoder::mpnet::from_hf,
+        matryoshka_layer_norm: false,
+        task_prefixes: false,
     },
 ];
 
 /// The encoder architecture named `name` in a GGUF file (`hf: false`) or
 /// a `config.json` (`hf: true`), or an error listing the supported ones.
 pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static EncoderArch, Error> {
-    let key = |a: &EncoderArch| if hf { a.hf_name } else { a.gguf_name };
-    ENCODERS.iter().find(|a| key(a) == name).ok_or_else(|| {
-        let known: Vec<&str> = ENCODERS.iter().map(key).collect();
-        let what = if hf {
-            "config.json model_type"
+    let key = |a: &EncoderArch| {
+        if hf {
+            Some(a.hf_name)
         } else {
-            "architecture"
-        };
-        Error::model(
-            source,
-            format!(
-                "{what} '{name}' is not a supported embedding model ({})",
-                known.join(", ")
-            ),
-        )
-    })
+            a.gguf.map(|g| g.0)
+        }
+    };
+    ENCODERS
+        .iter()
+        .find(|a| key(a) == Some(name))
+        .ok_or_else(|| {
+            let known: Vec<&str> = ENCODERS.iter().filter_map(key).collect();
+            let what = if hf {
+                "config.json model_type"
+            } else {
+                "architecture"
+            };
+            Error::model(
+                source,
+                format!(
+                    "{what} '{name}' is not a supported embedding model ({})",
+                    known.join(", ")
+                ),
+            )
+        })
 }
 
 /// Opens a GGUF file, or a Hugging Face decoder directory (read into an

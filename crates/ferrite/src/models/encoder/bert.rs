@@ -164,6 +164,7 @@ pub(crate) fn load(
         ));
     }
     config.max_positions = s.n_positions - g.first_position;
+    config.trained_positions = config.max_positions;
     let table = src.matrix(&g.position, s.n_positions, dim)?;
     let dense = |name: &str, rows: usize, cols: usize| -> Result<Dense, Error> {
         let w = src.matrix(&format!("{name}.weight"), rows, cols)?;

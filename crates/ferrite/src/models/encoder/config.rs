@@ -68,6 +68,7 @@ impl Sizes {
             ffn: self.ffn,
             n_vocab,
             max_positions: self.n_positions,
+            trained_positions: self.n_positions,
         })
     }
 

@@ -100,6 +100,9 @@ pub struct EncoderConfig {
     pub n_vocab: usize,
     /// Longest input (tokens, with specials) the model takes.
     pub max_positions: usize,
+    /// The length it was trained on: inputs are cut to this by default
+    /// (equal to `max_positions` but for long-context RoPE models).
+    pub trained_positions: usize,
 }
 
 /// A learned bias added to the attention scores by the distance between

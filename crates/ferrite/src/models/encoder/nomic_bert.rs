@@ -27,6 +27,15 @@ struct Rope {
     ntk: Option<(f64, usize)>,
 }
 
+/// nomic-embed-text's long-context limit (`n_positions` in nomic's
+/// config): trained on 2048 positions, used up to 8192 with dynamic NTK
+/// RoPE scaling by a factor of 2 (nomic's model card:
+/// `rotary_scaling_factor=2`). llama.cpp's GGUF records only the trained
+/// length (`context_length`), so a GGUF model takes up to this many
+/// positions and scales its RoPE past the trained length.
+const LONG_POSITIONS: usize = 8192;
+const LONG_NTK_FACTOR: f64 = 2.0;
+
 /// Where each weight of layer `i` lives.
 enum Layout {
     Nomic,
@@ -154,6 +163,10 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
         },
     };
     let sizes = Sizes::from_json(&cfg, &["n_positions", "max_position_embeddings"])?;
+    let trained = cfg
+        .opt_size(&["max_trained_positions"])?
+        .unwrap_or(sizes.n_positions)
+        .min(sizes.n_positions);
     let rope = Rope {
         base: rope_base,
         ntk,
@@ -163,16 +176,25 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
     } else {
         Layout::Transformers
     };
-    load(src, &sizes, &rope, &layout)
+    let mut encoder = load(src, &sizes, &rope, &layout)?;
+    encoder.config.trained_positions = trained;
+    Ok(encoder)
 }
 
-/// Loads nomic-bert from a GGUF file of architecture `nomic-bert`.
+/// Loads nomic-bert from a GGUF file of architecture `nomic-bert`: inputs
+/// up to the file's `context_length` as llama.cpp runs them, longer ones
+/// (up to [`LONG_POSITIONS`]) with dynamic NTK scaling.
 pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
+    let mut sizes = Sizes::from_gguf(hp)?;
+    let trained = sizes.n_positions;
+    sizes.n_positions = trained.max(LONG_POSITIONS);
     let rope = Rope {
         base: hp.opt_f32("rope.freq_base")?.unwrap_or(1000.0) as f64,
-        ntk: None,
+        ntk: Some((LONG_NTK_FACTOR, trained)),
     };
-    load(src, &Sizes::from_gguf(hp)?, &rope, &Layout::Gguf)
+    let mut encoder = load(src, &sizes, &rope, &Layout::Gguf)?;
+    encoder.config.trained_positions = trained;
+    Ok(encoder)
 }
 
 fn load(src: &WeightSource, s: &Sizes, rope: &Rope, layout: &Layout) -> Result<Encoder, Error> {
