@@ -3,10 +3,11 @@
 Starts the server (FERRITE_BIN, default target/debug/ferrite) on a free
 port with smollm2 + minilm and an API key, and checks what a real client
 sees: models, chat and text completions (streamed == whole, usage), logprobs,
-embeddings (the client's default base64 == float), and the client's typed
-errors. Run by scripts/test-serve-openai.sh, which makes the venv.
+embeddings (the client's default base64 == float), json_schema output,
+and the client's typed errors. Run by scripts/test-serve-openai.sh, which makes the venv.
 """
 
+import json
 import math
 import os
 import socket
@@ -100,6 +101,21 @@ def test_embeddings_base64_equals_float(c):
     assert default.usage.prompt_tokens > 0
 
 
+def test_json_schema_output_validates(c):
+    schema = {"type": "object", "properties": {
+        "city": {"type": "string"}, "population": {"type": "integer"},
+        "coastal": {"type": "boolean"}}, "required": ["city", "population", "coastal"]}
+    r = c.chat.completions.create(
+        model="smollm2", max_tokens=200, temperature=0,
+        messages=[{"role": "user", "content": "Describe a city as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+    assert r.choices[0].finish_reason == "stop", r
+    v = json.loads(r.choices[0].message.content)
+    assert list(v) == ["city", "coastal", "population"], v
+    assert isinstance(v["city"], str) and isinstance(v["coastal"], bool)
+    assert isinstance(v["population"], int) and not isinstance(v["population"], bool)
+
+
 def test_typed_errors(c, port):
     def raises(kind, fn):
         try:
@@ -128,6 +144,7 @@ def main():
             ("chat_stream_equals_whole", lambda: test_chat_stream_equals_whole(c)),
             ("completions_and_logprobs", lambda: test_completions_and_logprobs(c)),
             ("embeddings_base64_equals_float", lambda: test_embeddings_base64_equals_float(c)),
+            ("json_schema_output_validates", lambda: test_json_schema_output_validates(c)),
             ("typed_errors", lambda: test_typed_errors(c, port)),
         ]
         for name, fn in tests:

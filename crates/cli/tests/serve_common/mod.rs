@@ -98,9 +98,16 @@ impl Server {
         body: &[u8],
     ) -> std::io::Result<Response> {
         let mut s = self.connect()?;
-        s.write_all(&request_bytes(method, path, headers, body))?;
+        // A server that answers before reading the whole body (413) may
+        // close while we write: the answer can still be read.
+        let written = s.write_all(&request_bytes(method, path, headers, body));
         let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
+        let read = s.read_to_end(&mut raw);
+        if raw.windows(4).any(|w| w == b"\r\n\r\n") {
+            return Ok(parse_response(&raw));
+        }
+        written?;
+        read?;
         Ok(parse_response(&raw))
     }
 

@@ -76,12 +76,14 @@ fn messages(req: &ChatRequest) -> Result<Vec<Message>, ApiError> {
                 for p in parts {
                     match (p.kind.as_str(), &p.text) {
                         ("text", Some(t)) => text.push_str(t),
-                        (kind, _) => return Err(ApiError::bad_param(
-                            "messages",
-                            format!(
+                        (kind, _) => {
+                            return Err(ApiError::bad_param(
+                                "messages",
+                                format!(
                                 "messages[{i}]: content part '{kind}' is not supported (text only)"
                             ),
-                        )),
+                            ))
+                        }
                     }
                 }
                 text

@@ -3,12 +3,14 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
 
 use ferrite::generate::sampler::SamplerOptions;
 use serde::Deserialize;
 
 use crate::config::Limits;
 use crate::error::ApiError;
+use crate::generate::json::Grammar;
 use crate::generate::request::GenParams;
 use crate::generate::GenModel;
 
@@ -45,6 +47,28 @@ pub struct Common {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub response_format: Option<serde_json::Value>,
+}
+
+/// The grammar `response_format` asks for (`None`: free text).
+fn grammar(rf: &serde_json::Value) -> Result<Option<Arc<Grammar>>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("response_format", m);
+    let kind = rf.get("type").and_then(|t| t.as_str()).unwrap_or("");
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(Arc::new(Grammar::any_object()))),
+        "json_schema" => {
+            let schema = rf
+                .get("json_schema")
+                .and_then(|j| j.get("schema"))
+                .ok_or_else(|| bad("json_schema needs a 'schema'".into()))?;
+            Grammar::from_schema(schema)
+                .map(|g| Some(Arc::new(g)))
+                .map_err(|e| bad(format!("json_schema: {e}")))
+        }
+        other => Err(bad(format!(
+            "response_format type '{other}' is not one of text, json_object, json_schema"
+        ))),
+    }
 }
 
 /// Most stop strings, as OpenAI allows.
@@ -93,15 +117,12 @@ impl Common {
         default_max: Option<usize>,
         logprobs: Option<usize>,
     ) -> Result<GenParams, ApiError> {
-        if let Some(rf) = &self.response_format {
-            let kind = rf.get("type").and_then(|t| t.as_str()).unwrap_or("");
-            if kind != "text" {
-                return Err(ApiError::bad_param(
-                    "response_format",
-                    format!("response_format type '{kind}' is not supported (only 'text')"),
-                ));
-            }
-        }
+        let json = self
+            .response_format
+            .as_ref()
+            .map(grammar)
+            .transpose()?
+            .flatten();
         if self.stream_options.is_some() && !self.stream() {
             return Err(ApiError::bad_param(
                 "stream_options",
@@ -238,6 +259,7 @@ impl Common {
             seed: self.seed.map_or_else(random_seed, |s| s as u64),
         };
         Ok(GenParams {
+            json,
             sampler,
             max_tokens,
             stop,

@@ -10,6 +10,7 @@ use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{find_stop, held_back};
 use ferrite::tokenize::{StreamDecoder, Tokenizer};
 
+use super::json::{mask_logits, JsonState};
 use super::request::{Event, FinishReason, GenParams, TokenLogprob};
 
 /// A choice being decoded.
@@ -25,6 +26,10 @@ pub struct Choice<'t> {
     pub next: Option<u32>,
     pub generated: usize,
     pub last_token_at: Option<Instant>,
+    /// Where the reply is in its JSON value (`response_format` JSON only).
+    json: Option<JsonState>,
+    /// The logits after the JSON mask (reused).
+    masked: Vec<f32>,
 }
 
 /// What the model and request say about ending a choice.
@@ -48,6 +53,8 @@ impl<'t> Choice<'t> {
             next: None,
             generated: 0,
             last_token_at: None,
+            json: params.json.as_deref().map(JsonState::new),
+            masked: Vec::new(),
         }
     }
 
@@ -63,8 +70,26 @@ impl<'t> Choice<'t> {
         ends: &Ends,
         emit: &mut dyn FnMut(Event),
     ) -> Option<FinishReason> {
-        let token = self.sampler.sample(logits);
-        if ends.tokenizer.is_end_of_generation(token) || ends.end_tokens.contains(&token) {
+        let is_end =
+            |t: u32| ends.tokenizer.is_end_of_generation(t) || ends.end_tokens.contains(&t);
+        let token = match (&mut self.json, &ends.params.json) {
+            (Some(state), Some(g)) => {
+                self.masked.clear();
+                self.masked.extend_from_slice(logits);
+                if !mask_logits(g, state, ends.tokenizer, &is_end, &mut self.masked) {
+                    // No token may follow (cannot happen with a real
+                    // vocabulary): end rather than break the JSON.
+                    return Some(self.finish(FinishReason::Stop, emit));
+                }
+                let token = self.sampler.sample(&self.masked);
+                if !is_end(token) {
+                    state.feed_all(g, ends.tokenizer.token_bytes(token));
+                }
+                token
+            }
+            _ => self.sampler.sample(logits),
+        };
+        if is_end(token) {
             return Some(self.finish(FinishReason::Stop, emit));
         }
         let logprob = ends

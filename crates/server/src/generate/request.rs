@@ -1,10 +1,13 @@
 //! What the HTTP side hands the scheduler (a tokenized prompt and its
 //! options) and what the scheduler sends back, token by token.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use ferrite::generate::sampler::SamplerOptions;
 use tokio::sync::mpsc::UnboundedSender;
+
+use super::json::Grammar;
 
 /// Options of one generation request, checked by the HTTP side.
 #[derive(Clone, Debug)]
@@ -20,6 +23,8 @@ pub struct GenParams {
     /// `Some(k)`: report each token's log-probability and the `k` most
     /// likely alternatives.
     pub logprobs: Option<usize>,
+    /// `response_format` JSON: the grammar every token must follow.
+    pub json: Option<Arc<Grammar>>,
 }
 
 /// A request waiting for, or admitted to, the scheduler.

@@ -347,22 +347,23 @@ impl<'t> Scheduler<'t> {
         }
     }
 
-    /// Reports and removes requests whose every choice has ended.
+    /// Removes requests whose every choice has ended, updates the gauges,
+    /// then reports them (so a client that has its answer sees the
+    /// metrics without it).
     fn retire_finished(&mut self) {
-        let m = self.m;
-        self.active.retain(|a| {
-            let done = matches!(&a.stage, Stage::Decode(cs) if cs.iter().all(Choice::is_finished));
-            if done {
-                let _ = a.req.events.send(Event::Done(Usage {
-                    prompt_tokens: a.req.prompt.len(),
-                    completion_tokens: a.completion_tokens,
-                }));
-                m.metrics.requests.inc();
-                m.metrics
-                    .latency
-                    .observe(a.req.arrived.elapsed().as_secs_f64());
-            }
-            !done
-        });
+        let (done, running): (Vec<Active>, Vec<Active>) = self.active.drain(..).partition(
+            |a| matches!(&a.stage, Stage::Decode(cs) if cs.iter().all(Choice::is_finished)),
+        );
+        self.active = running;
+        self.update_gauges();
+        let m = &self.m.metrics;
+        for a in done {
+            m.requests.inc();
+            m.latency.observe(a.req.arrived.elapsed().as_secs_f64());
+            let _ = a.req.events.send(Event::Done(Usage {
+                prompt_tokens: a.req.prompt.len(),
+                completion_tokens: a.completion_tokens,
+            }));
+        }
     }
 }

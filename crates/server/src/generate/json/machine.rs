@@ -1,0 +1,460 @@
+//! A byte-at-a-time recognizer of the JSON texts a [`Grammar`] allows: a
+//! stack of frames (object, array, string, number, literal choice). It
+//! answers "may this byte come next?" by feeding a clone, which is how the
+//! token mask is built: a token is allowed when all its bytes feed.
+//! Whitespace between tokens is allowed in short runs only, and free
+//! strings and arrays have length caps, so a constrained reply always
+//! reaches the end of its value.
+
+use super::schema::{Grammar, Node, NodeId};
+
+/// Most whitespace bytes in a row.
+const MAX_WS: u8 = 8;
+/// Most digits in each part of a number.
+const MAX_DIGITS: u8 = 15;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ObjPhase {
+    /// After `{`.
+    Open,
+    /// Before a key (after `,`).
+    Key,
+    Colon,
+    /// After a value: `,` or `}`.
+    Next,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ArrPhase {
+    Open,
+    Item,
+    Next,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NumPhase {
+    Start,
+    Minus,
+    Zero,
+    Int,
+    Dot,
+    Frac,
+    E,
+    ESign,
+    Exp,
+}
+
+#[derive(Clone, Debug)]
+enum Frame {
+    /// A value of this node comes next.
+    Value { node: NodeId, depth: usize },
+    /// Inside an object; `prop` is the next fixed property's index.
+    Object {
+        node: NodeId,
+        phase: ObjPhase,
+        prop: usize,
+        depth: usize,
+    },
+    Array {
+        item: NodeId,
+        phase: ArrPhase,
+        count: usize,
+        min: usize,
+        max: usize,
+        depth: usize,
+    },
+    /// Inside a string (after the opening quote).
+    Str { len: usize, escape: Escape },
+    Num {
+        int_only: bool,
+        phase: NumPhase,
+        digits: u8,
+    },
+    /// One of these texts, matched so far up to `pos`.
+    Choice { texts: Vec<Box<str>>, pos: usize },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Escape {
+    None,
+    /// After a backslash.
+    Start,
+    /// `n` hex digits of `\uXXXX` still to come.
+    Hex(u8),
+}
+
+/// Where a reply is in its JSON value.
+#[derive(Clone, Debug)]
+pub struct JsonState {
+    stack: Vec<Frame>,
+    ws: u8,
+}
+
+impl JsonState {
+    pub fn new(g: &Grammar) -> JsonState {
+        JsonState {
+            stack: vec![Frame::Value {
+                node: g.root,
+                depth: 0,
+            }],
+            ws: 0,
+        }
+    }
+
+    /// The value is complete: only the end of generation may follow.
+    pub fn is_done(&self) -> bool {
+        self.stack.is_empty()
+    }
+
+    /// Inside a string, not after a backslash: how many more bytes it may
+    /// take. (Plain bytes there need no feeding to be judged.)
+    pub fn string_room(&self, g: &Grammar) -> Option<usize> {
+        match self.stack.last() {
+            Some(Frame::Str {
+                len,
+                escape: Escape::None,
+            }) => Some(g.max_string.saturating_sub(*len)),
+            _ => None,
+        }
+    }
+
+    /// Feeds every byte of `bytes`; false (state then undefined) if one
+    /// may not come next.
+    pub fn feed_all(&mut self, g: &Grammar, bytes: &[u8]) -> bool {
+        bytes.iter().all(|&b| self.feed(g, b))
+    }
+
+    fn ws_ok(&mut self, c: u8) -> Option<bool> {
+        if matches!(c, b' ' | b'\n' | b'\t' | b'\r') {
+            if self.ws < MAX_WS {
+                self.ws += 1;
+                return Some(true);
+            }
+            return Some(false);
+        }
+        None
+    }
+
+    /// Feeds one byte; false if it may not come next.
+    pub fn feed(&mut self, g: &Grammar, c: u8) -> bool {
+        loop {
+            let Some(top) = self.stack.last_mut() else {
+                return false;
+            };
+            let ws_allowed = matches!(
+                top,
+                Frame::Value { .. } | Frame::Object { .. } | Frame::Array { .. }
+            );
+            if ws_allowed {
+                if let Some(ok) = self.ws_ok(c) {
+                    return ok;
+                }
+                self.ws = 0;
+            }
+            let top = self.stack.last_mut().expect("checked above");
+            match top {
+                Frame::Value { node, depth } => {
+                    let (node, depth) = (*node, *depth);
+                    return self.start_value(g, node, depth, c);
+                }
+                Frame::Object {
+                    node,
+                    phase,
+                    prop,
+                    depth,
+                } => {
+                    let fixed = match g.nodes.get(*node) {
+                        Some(Node::Object(props)) => Some(props),
+                        _ => None,
+                    };
+                    let depth = *depth;
+                    match (*phase, fixed) {
+                        (ObjPhase::Open, Some(props)) if props.is_empty() => {
+                            return self.close(c == b'}');
+                        }
+                        (ObjPhase::Open | ObjPhase::Key, Some(props)) => {
+                            let key = serde_json::to_string(&props[*prop].0)
+                                .unwrap_or_default()
+                                .into_boxed_str();
+                            *phase = ObjPhase::Colon;
+                            self.stack.push(Frame::Choice {
+                                texts: vec![key],
+                                pos: 0,
+                            });
+                        }
+                        (ObjPhase::Open, None) if c == b'}' => return self.close(true),
+                        (ObjPhase::Open | ObjPhase::Key, None) => {
+                            if c != b'"' {
+                                return false;
+                            }
+                            *phase = ObjPhase::Colon;
+                            self.stack.push(Frame::Str {
+                                len: 0,
+                                escape: Escape::None,
+                            });
+                            return true;
+                        }
+                        (ObjPhase::Colon, _) => {
+                            if c != b':' {
+                                return false;
+                            }
+                            *phase = ObjPhase::Next;
+                            let value = match fixed {
+                                Some(props) => props[*prop].1,
+                                None => NodeId::MAX,
+                            };
+                            self.stack.push(Frame::Value {
+                                node: value,
+                                depth: depth + 1,
+                            });
+                            return true;
+                        }
+                        (ObjPhase::Next, Some(props)) => {
+                            let last = *prop + 1 >= props.len();
+                            return match c {
+                                b',' if !last => {
+                                    *prop += 1;
+                                    *phase = ObjPhase::Key;
+                                    true
+                                }
+                                b'}' if last => self.close(true),
+                                _ => false,
+                            };
+                        }
+                        (ObjPhase::Next, None) => {
+                            return match c {
+                                b',' => {
+                                    *phase = ObjPhase::Key;
+                                    true
+                                }
+                                b'}' => self.close(true),
+                                _ => false,
+                            };
+                        }
+                    }
+                }
+                Frame::Array {
+                    item,
+                    phase,
+                    count,
+                    min,
+                    max,
+                    depth,
+                } => {
+                    let (item, depth) = (*item, *depth);
+                    match *phase {
+                        ArrPhase::Open if c == b']' => {
+                            let ok = *min == 0;
+                            return self.close(ok);
+                        }
+                        ArrPhase::Open | ArrPhase::Item => {
+                            if *count >= *max {
+                                return false;
+                            }
+                            *count += 1;
+                            *phase = ArrPhase::Next;
+                            self.stack.push(Frame::Value {
+                                node: item,
+                                depth: depth + 1,
+                            });
+                        }
+                        ArrPhase::Next => {
+                            return match c {
+                                b',' if *count < *max => {
+                                    *phase = ArrPhase::Item;
+                                    true
+                                }
+                                b']' => {
+                                    let ok = *count >= *min;
+                                    self.close(ok)
+                                }
+                                _ => false,
+                            };
+                        }
+                    }
+                }
+                Frame::Str { len, escape } => {
+                    return match *escape {
+                        Escape::Start => {
+                            *escape = match c {
+                                b'u' => Escape::Hex(4),
+                                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                                    Escape::None
+                                }
+                                _ => return false,
+                            };
+                            true
+                        }
+                        Escape::Hex(n) => {
+                            if !c.is_ascii_hexdigit() {
+                                return false;
+                            }
+                            *escape = if n == 1 {
+                                Escape::None
+                            } else {
+                                Escape::Hex(n - 1)
+                            };
+                            true
+                        }
+                        Escape::None => match c {
+                            b'"' => self.close(true),
+                            _ if *len >= g.max_string || c < 0x20 => false,
+                            b'\\' => {
+                                *escape = Escape::Start;
+                                *len += 1;
+                                true
+                            }
+                            _ => {
+                                *len += 1;
+                                true
+                            }
+                        },
+                    };
+                }
+                Frame::Num {
+                    int_only,
+                    phase,
+                    digits,
+                } => {
+                    use NumPhase as P;
+                    let digit = c.is_ascii_digit();
+                    let more = *digits < MAX_DIGITS;
+                    let next = match (*phase, c) {
+                        (P::Start, b'-') => Some(P::Minus),
+                        (P::Start | P::Minus, b'0') => Some(P::Zero),
+                        (P::Start | P::Minus, _) if digit => Some(P::Int),
+                        (P::Int, _) if digit && more => Some(P::Int),
+                        (P::Zero | P::Int, b'.') if !*int_only => Some(P::Dot),
+                        (P::Dot | P::Frac, _) if digit && more => Some(P::Frac),
+                        (P::Zero | P::Int | P::Frac, b'e' | b'E') if !*int_only => Some(P::E),
+                        (P::E, b'+' | b'-') => Some(P::ESign),
+                        (P::E | P::ESign, _) if digit => Some(P::Exp),
+                        (P::Exp, _) if digit && *digits < 3 => Some(P::Exp),
+                        _ => None,
+                    };
+                    match next {
+                        Some(p) => {
+                            *digits = if p == *phase {
+                                *digits + 1
+                            } else {
+                                u8::from(digit)
+                            };
+                            *phase = p;
+                            return true;
+                        }
+                        None if matches!(*phase, P::Zero | P::Int | P::Frac | P::Exp) => {
+                            // The number ended; the byte belongs to what follows.
+                            self.stack.pop();
+                        }
+                        None => return false,
+                    }
+                }
+                Frame::Choice { texts, pos } => {
+                    let p = *pos;
+                    let before = texts.iter().any(|t| t.len() == p);
+                    texts.retain(|t| t.as_bytes().get(p) == Some(&c));
+                    if texts.is_empty() {
+                        if before {
+                            // A complete text ended; the byte follows it.
+                            self.stack.pop();
+                            continue;
+                        }
+                        return false;
+                    }
+                    *pos += 1;
+                    if texts.iter().all(|t| t.len() == p + 1) {
+                        self.stack.pop();
+                    }
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Pops a finished container or string if `ok`.
+    fn close(&mut self, ok: bool) -> bool {
+        if ok {
+            self.stack.pop();
+        }
+        ok
+    }
+
+    /// The first byte of a value of `node` (`NodeId::MAX`: any value).
+    fn start_value(&mut self, g: &Grammar, node: NodeId, depth: usize, c: u8) -> bool {
+        let any = node == NodeId::MAX || g.nodes[node] == Node::Any;
+        let kind = if any {
+            match c {
+                b'{' if depth < g.max_depth => &Node::AnyObject,
+                b'[' if depth < g.max_depth => &Node::Any,
+                b'"' => &Node::String,
+                b'-' | b'0'..=b'9' => &Node::Number,
+                b't' | b'f' => &Node::Boolean,
+                b'n' => &Node::Null,
+                _ => return false,
+            }
+        } else {
+            &g.nodes[node]
+        };
+        self.stack.pop();
+        let frame = match kind {
+            Node::Any => Frame::Array {
+                item: NodeId::MAX,
+                phase: ArrPhase::Open,
+                count: 0,
+                min: 0,
+                max: g.max_items,
+                depth,
+            },
+            Node::Object(_) | Node::AnyObject => Frame::Object {
+                node: if any { usize::MAX } else { node },
+                phase: ObjPhase::Open,
+                prop: 0,
+                depth,
+            },
+            Node::Array { item, min, max } => Frame::Array {
+                item: *item,
+                phase: ArrPhase::Open,
+                count: 0,
+                min: *min,
+                max: *max,
+                depth,
+            },
+            Node::String => Frame::Str {
+                len: 0,
+                escape: Escape::None,
+            },
+            Node::Number | Node::Integer => {
+                self.stack.push(Frame::Num {
+                    int_only: *kind == Node::Integer,
+                    phase: NumPhase::Start,
+                    digits: 0,
+                });
+                return self.feed(g, c);
+            }
+            Node::Boolean | Node::Null | Node::Literal(_) => {
+                let texts: Vec<Box<str>> = match kind {
+                    Node::Boolean => vec!["true".into(), "false".into()],
+                    Node::Null => vec!["null".into()],
+                    Node::Literal(t) => t.iter().map(|s| s.as_str().into()).collect(),
+                    _ => unreachable!("matched above"),
+                };
+                self.stack.push(Frame::Choice { texts, pos: 0 });
+                return self.feed(g, c);
+            }
+            Node::Union(members) => {
+                let Some(&m) = members.iter().find(|&&m| g.starts(m, c)) else {
+                    return false;
+                };
+                self.stack.push(Frame::Value { node: m, depth });
+                return self.feed(g, c);
+            }
+        };
+        let opener = match frame {
+            Frame::Object { .. } => b'{',
+            Frame::Array { .. } => b'[',
+            _ => b'"',
+        };
+        self.stack.push(frame);
+        c == opener
+    }
+}
