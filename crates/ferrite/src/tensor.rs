@@ -582,12 +582,10 @@ impl Linear {
                         let part = &mut buf[..t1 - t0];
                         dot8n(group, acts.rows(t0..t1), acts.row_bytes, part);
                         for (t, eight) in (t0..t1).zip(part.iter()) {
-                            for (i, &v) in eight.iter().enumerate() {
-                                // SAFETY: rows g..g+8 belong to this
-                                // thread's range only, so these output
-                                // indices are written by this thread only.
-                                unsafe { out.write(t * self.rows + g + i, v) };
-                            }
+                            // SAFETY: rows g..g+8 belong to this thread's
+                            // range only, so these output indices are
+                            // written by this thread only.
+                            unsafe { out.segment(t * self.rows + g, GROUP) }.copy_from_slice(eight);
                         }
                     }
                 }

@@ -1,23 +1,39 @@
-//! Whole models give the same logits, bit for bit, with the scalar
-//! reference kernels as with the fastest set this CPU runs: the SIMD
+//! Whole models give the same logits, bit for bit, with every kernel set
+//! this CPU runs (scalar reference, AVX2, AVX-512): the SIMD
 //! kernels, the eight-row interleaved weights they read (the scalar set
 //! keeps the file's layout), the attention loops and the activation
 //! quantization all reproduce the reference's arithmetic.
 //!
 //! The kernel set is chosen once per process (`FERRITE_KERNELS`), so the
-//! scalar run happens in a child process: this test binary, re-run on the
-//! ignored `child_logits_hash` test with `FERRITE_KERNELS=scalar`.
+//! other sets run in child processes: this test binary, re-run on the
+//! ignored `child_logits_hash` test with `FERRITE_KERNELS=<set>`.
 
 mod common;
 
+use ferrite::embed::{EmbedOptions, Embedder};
 use ferrite::models::decoder::Logits;
 use ferrite::models::open_causal_lm;
 use ferrite::parallel::Threads;
-use ferrite_kernels::dispatch::kernel_set_name;
+use ferrite_kernels::dispatch::{kernel_set_name, KernelSet};
 
-/// Tokens well inside both vocabularies; prefill in chunks of 7, then
-/// three single-token steps (the decode path).
-fn logits_hash(model_name: &str) -> (u64, usize) {
+/// A model's outputs: for a decoder, the logits of 24 tokens well inside
+/// both vocabularies (prefill in chunks of 7, then three single-token
+/// steps, the decode path); for the MiniLM encoder, the embeddings of the
+/// embedding benchmark's first 24 sentences (batches of 8: the GEMM with
+/// its bias and GELU, attention's softmax, layer norm).
+fn outputs(model_name: &str) -> Vec<f32> {
+    if model_name == "minilm" {
+        let model = Embedder::open(&common::real_model(model_name)).unwrap();
+        let bench = std::fs::read_to_string(common::testdata().join("embed/bench-sentences.txt"))
+            .expect("testdata/embed/bench-sentences.txt");
+        let texts: Vec<&str> = bench.lines().take(24).collect();
+        let opts = EmbedOptions {
+            batch_size: 8,
+            ..EmbedOptions::default()
+        };
+        let vectors = model.embed(&texts, &opts, &Threads::new(2)).unwrap();
+        return vectors.into_iter().flat_map(|e| e.vector).collect();
+    }
     let (_file, model) = open_causal_lm(&common::real_model(model_name)).unwrap();
     let tokens: Vec<u32> = (0..24u32).map(|i| 100 + (i * 7919) % 40000).collect();
     let mut st = model.new_state(64, Threads::new(2)).unwrap();
@@ -33,11 +49,16 @@ fn logits_hash(model_name: &str) -> (u64, usize) {
             .unwrap();
         all.extend_from_slice(&logits);
     }
+    all
+}
+
+/// FNV-1a over the bits of [`outputs`], and their count.
+fn logits_hash(model_name: &str) -> (u64, usize) {
+    let all = outputs(model_name);
     assert!(
         all.iter().all(|v| v.is_finite()),
-        "{model_name}: non-finite logits"
+        "{model_name}: non-finite outputs"
     );
-    // FNV-1a over the bits.
     let hash = all.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
         v.to_bits()
             .to_le_bytes()
@@ -48,7 +69,7 @@ fn logits_hash(model_name: &str) -> (u64, usize) {
 }
 
 #[test]
-#[ignore = "run by scalar_and_fast_kernels_give_the_same_logits in a child process"]
+#[ignore = "run by every_kernel_set_gives_the_same_logits in a child process"]
 fn child_logits_hash() {
     let model = std::env::var("FERRITE_TEST_MODEL").expect("FERRITE_TEST_MODEL");
     let (hash, n) = logits_hash(&model);
@@ -76,32 +97,43 @@ fn logits_are_bit_identical_to_before_the_decoder_refactor() {
 }
 
 #[test]
-fn scalar_and_fast_kernels_give_the_same_logits() {
+fn every_kernel_set_gives_the_same_logits() {
     let exe = std::env::current_exe().expect("test binary path");
-    for model in ["smollm2", "gemma3-270m"] {
+    for model in ["smollm2", "gemma3-270m", "minilm"] {
         let (hash, n) = logits_hash(model);
-        let out = std::process::Command::new(&exe)
-            .args(["--exact", "child_logits_hash", "--ignored", "--nocapture"])
-            .env("FERRITE_KERNELS", "scalar")
-            .env("FERRITE_TEST_MODEL", model)
-            .output()
-            .expect("run the test binary");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{model}: child failed: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let want = format!("kernels scalar logits {n} hash {hash:016x}");
         eprintln!(
             "{model}: {} kernels: {n} logits, hash {hash:016x}",
             kernel_set_name()
         );
-        assert!(
-            stdout.contains(&want),
-            "{model}: the scalar kernels' logits differ from the {} kernels' \
-             (want \"{want}\"): {stdout}",
-            kernel_set_name()
-        );
+        for set in KernelSet::ALL {
+            if set.name() == kernel_set_name() {
+                continue;
+            }
+            if !set.is_supported() {
+                eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                continue;
+            }
+            let out = std::process::Command::new(&exe)
+                .args(["--exact", "child_logits_hash", "--ignored", "--nocapture"])
+                .env("FERRITE_KERNELS", set.name())
+                .env("FERRITE_TEST_MODEL", model)
+                .output()
+                .expect("run the test binary");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{model}: child failed: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let want = format!("kernels {} logits {n} hash {hash:016x}", set.name());
+            assert!(
+                stdout.contains(&want),
+                "{model}: the {} kernels' logits differ from the {} kernels' \
+                 (want \"{want}\"): {stdout}",
+                set.name(),
+                kernel_set_name()
+            );
+            eprintln!("{model}: {} kernels: the same bits", set.name());
+        }
     }
 }

@@ -247,4 +247,60 @@ fn main() {
         }
     }
     println!("* no kernel of its own in this set: the scalar fallback");
+    prefill(&sets, rows, cols, &only, &mut rng);
+}
+
+/// Activation rows of the prefill figures.
+const PREFILL_TOKENS: usize = 64;
+
+/// The many-row kernels (`dot8n`, prefill): every group of the repacked
+/// matrix against [`PREFILL_TOKENS`] activation rows, per set that has
+/// one, as GMAC/s (multiply-adds of weights by activations).
+fn prefill(sets: &[KernelSet], rows: usize, cols: usize, only: &[GgmlType], rng: &mut Rng) {
+    println!("\nprefill: dot8n, {PREFILL_TOKENS} activation rows, GMAC/s");
+    for t in ALL_TYPES {
+        if !rows.is_multiple_of(8)
+            || !cols.is_multiple_of(t.block_size())
+            || !(only.is_empty() || only.contains(&t))
+        {
+            continue;
+        }
+        let kernels: Vec<_> = sets
+            .iter()
+            .filter_map(|s| Some((s, s.vec_dot_kernel(t)?)))
+            .filter_map(|(s, k)| Some((s, k.act_type, k.dot8n?)))
+            .collect();
+        let Some(&(_, act_type, _)) = kernels.first() else {
+            continue;
+        };
+        let w = weights(t, rows, cols, rng);
+        let row_bytes = w.len() / rows;
+        let mut packed = vec![0u8; w.len()];
+        let ok = w
+            .chunks_exact(8 * row_bytes)
+            .zip(packed.chunks_exact_mut(8 * row_bytes))
+            .all(|(src, dst)| interleave::interleave(t, src, dst));
+        if !ok {
+            continue;
+        }
+        let act_row = act_type.bytes_for(cols as u64).unwrap_or(0) as usize;
+        let mut acts = vec![0u8; act_row * PREFILL_TOKENS];
+        for a in acts.chunks_exact_mut(act_row) {
+            quantize(act_type, &rng.values(cols), a).expect("quantize activations");
+        }
+        print!("{:>5}", t.name());
+        for (s, _, dot8n) in kernels {
+            let secs = best_time(|| {
+                let mut out = [[0f32; 8]; PREFILL_TOKENS];
+                for group in packed.chunks_exact(8 * row_bytes) {
+                    dot8n(black_box(group), black_box(&acts), act_row, &mut out);
+                }
+                black_box(out);
+            })
+            .as_secs_f64();
+            let macs = (rows * cols * PREFILL_TOKENS) as f64;
+            print!(" {:>8} {:>7.1}", s.name(), macs / secs / 1e9);
+        }
+        println!();
+    }
 }

@@ -4,10 +4,11 @@
 //! override runs the AVX2 code, never the scalar fallback.
 //!
 //! Overridden so far: the many-row eight-row kernels (`dot8n`, prefill) of
-//! Q4_0, Q4_1 and Q5_0, and the eight-row kernels (`dot8`) of Q4_K and
-//! Q6_K, whose integer sums take one `vpdpbusd` per 32 bytes instead of
-//! `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`): the same exact integers, so the
-//! same bits as the scalar reference.
+//! Q4_0, Q4_1, Q5_0, Q4_K and Q6_K, and the eight-row kernels (`dot8`) of
+//! Q4_K and Q6_K, whose integer sums take one `vpdpbusd` per 32 bytes
+//! instead of `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`); and the f32 GEMM
+//! panels of the encoders (`gemm`). The same exact integers and the same
+//! f32 operation chains, so the same bits as the scalar reference.
 
 mod gemm;
 
