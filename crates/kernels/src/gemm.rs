@@ -100,6 +100,19 @@ impl PackedWeights {
         }
     }
 
+    /// Sizes the buffer for `n x k` and fills all its lines, in order,
+    /// from `fill(values)` (`n_panels * k * NR` values; see
+    /// `crate::gemm_f16`, whose f16 panels have this layout).
+    pub(crate) fn refill(&mut self, n: usize, k: usize, fill: impl FnOnce(&mut [f32])) {
+        self.reset(n, k);
+        let len = self.lines.len() * NR;
+        // SAFETY: `Line` is `repr(C)` over `[f32; NR]` (size NR * 4, no
+        // padding), so `lines` is `len` contiguous, initialized f32s,
+        // borrowed mutably for the call.
+        let values = unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), len) };
+        fill(values);
+    }
+
     /// Sizes the buffer for `n x k`, every value zero.
     fn reset(&mut self, n: usize, k: usize) {
         let n_panels = n.div_ceil(NR);

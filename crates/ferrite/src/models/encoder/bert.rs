@@ -166,10 +166,12 @@ pub(crate) fn load(
     config.max_positions = s.n_positions - g.first_position;
     config.trained_positions = config.max_positions;
     let table = src.matrix(&g.position, s.n_positions, dim)?;
+    // F16 weights stay in f16 (same bits, half the memory).
     let dense = |name: &str, rows: usize, cols: usize| -> Result<Dense, Error> {
-        let w = src.matrix(&format!("{name}.weight"), rows, cols)?;
-        let b = src.vector(&format!("{name}.bias"), rows)?;
-        Ok(Dense::new(&w, Some(b), rows, cols))
+        Ok(Dense {
+            w: src.packed(&format!("{name}.weight"), rows, cols)?,
+            bias: Some(src.vector(&format!("{name}.bias"), rows)?),
+        })
     };
     let mut layers = Vec::with_capacity(s.n_layers);
     for i in 0..s.n_layers {

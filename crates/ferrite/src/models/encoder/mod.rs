@@ -475,7 +475,7 @@ fn dense(
         };
         // SAFETY: the panels of this range are this thread's alone, so are
         // their output columns in every row; `out` is m x n.
-        unsafe { gemm_panels(Acts { a: x, lda: k, m }, &d.w, panels, out) };
+        unsafe { d.gemm_panels(Acts { a: x, lda: k, m }, panels, out) };
     });
 }
 
@@ -508,8 +508,8 @@ fn swiglu(
                 bias: up_w.bias.as_deref(),
                 ..OutPtr::plain(up_ptr, n)
             };
-            gemm_panels(acts, &gate_w.w, panels.clone(), gate_out);
-            gemm_panels(acts, &up_w.w, panels, up_out);
+            gate_w.gemm_panels(acts, panels.clone(), gate_out);
+            up_w.gemm_panels(acts, panels, up_out);
             for i in 0..m {
                 let gr = std::slice::from_raw_parts(gp.add(i * n + j0), j1 - j0);
                 let ur = std::slice::from_raw_parts_mut(up_ptr.add(i * n + j0), j1 - j0);

@@ -202,20 +202,25 @@ fn load(src: &WeightSource, s: &Sizes, rope: &Rope, layout: &Layout) -> Result<E
     let tables = token_tables(src, layout.token(), layout.token_type(), dim)?;
     let config = s.config("nomic-bert", tables.n_vocab, true, &src.source())?;
     // A weight with an optional bias.
+    let bias = |name: &str, rows: usize| -> Result<Option<Vec<f32>>, Error> {
+        let bias_name = format!("{name}.bias");
+        if src.has(&bias_name) {
+            Ok(Some(src.vector(&bias_name, rows)?))
+        } else {
+            Ok(None)
+        }
+    };
     let part =
         |name: &str, rows: usize, cols: usize| -> Result<(Vec<f32>, Option<Vec<f32>>), Error> {
             let w = src.matrix(&format!("{name}.weight"), rows, cols)?;
-            let bias_name = format!("{name}.bias");
-            let b = if src.has(&bias_name) {
-                Some(src.vector(&bias_name, rows)?)
-            } else {
-                None
-            };
-            Ok((w, b))
+            Ok((w, bias(name, rows)?))
         };
+    // F16 weights stay in f16 (same bits, half the memory).
     let dense = |name: &str, rows: usize, cols: usize| -> Result<Dense, Error> {
-        let (w, b) = part(name, rows, cols)?;
-        Ok(Dense::new(&w, b, rows, cols))
+        Ok(Dense {
+            w: src.packed(&format!("{name}.weight"), rows, cols)?,
+            bias: bias(name, rows)?,
+        })
     };
     let mut layers = Vec::with_capacity(s.n_layers);
     for i in 0..s.n_layers {

@@ -1,10 +1,15 @@
 //! Where an encoder's weights come from: a GGUF file (any block type,
-//! dequantized) or a safetensors directory (F32, F16 or BF16), read into f32
-//! by name with the shape checked, then packed for the f32 GEMM.
+//! dequantized) or a safetensors directory (F32, F16 or BF16), read by name
+//! with the shape checked, then packed for the f32 GEMM: F16 matrices stay
+//! in f16 (`ferrite_kernels::gemm_f16`, same bits as converting them to
+//! f32, half the memory), others are read into f32.
 
 use std::sync::Arc;
 
-use ferrite_kernels::gemm::PackedWeights;
+use std::ops::Range;
+
+use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr, PackedWeights};
+use ferrite_kernels::gemm_f16::{gemm_f16_panels, PackedF16};
 use ferrite_kernels::quant::dequantize;
 use ferrite_kernels::GgmlType;
 
@@ -44,8 +49,9 @@ impl WeightSource {
         }
     }
 
-    /// Tensor `name`, which must have `shape` (row-major), as f32 values.
-    pub fn read(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, Error> {
+    /// Tensor `name`, which must have `shape` (row-major): its type and
+    /// bytes.
+    fn raw(&self, name: &str, shape: &[usize]) -> Result<(GgmlType, &[u8]), Error> {
         let found = self
             .shape(name)
             .ok_or_else(|| Error::model(self.source(), format!("missing tensor '{name}'")))?;
@@ -60,9 +66,7 @@ impl WeightSource {
                 format!("tensor '{name}' has shape {found:?}, expected {shape:?}"),
             ));
         }
-        let n: usize = shape.iter().product();
-        let mut out = vec![0f32; n];
-        let (ty, bytes) = match self {
+        Ok(match self {
             WeightSource::Gguf(f) => {
                 // Present: its shape was found above.
                 let t = f.tensor(name).expect("tensor present");
@@ -84,10 +88,37 @@ impl WeightSource {
                 })?;
                 (ty, d.tensor_data(info))
             }
-        };
+        })
+    }
+
+    /// Tensor `name`, which must have `shape` (row-major), as f32 values.
+    pub fn read(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, Error> {
+        let (ty, bytes) = self.raw(name, shape)?;
+        let n: usize = shape.iter().product();
+        let mut out = vec![0f32; n];
         dequantize(ty, bytes, &mut out)
             .map_err(|e| Error::model(self.source(), format!("tensor '{name}': {e}")))?;
         Ok(out)
+    }
+
+    /// Matrix `name` (`rows x cols`) packed for the GEMM: kept in f16 if
+    /// stored so, else read into f32.
+    pub fn packed(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, Error> {
+        let (ty, bytes) = self.raw(name, &[rows, cols])?;
+        if ty == GgmlType::F16 {
+            if bytes.len() != 2 * rows * cols {
+                return Err(Error::model(
+                    self.source(),
+                    format!(
+                        "tensor '{name}': {} bytes for {rows} x {cols} f16",
+                        bytes.len()
+                    ),
+                ));
+            }
+            return Ok(Matrix::F16(PackedF16::pack(bytes, rows, cols)));
+        }
+        let w = self.matrix(name, rows, cols)?;
+        Ok(Matrix::F32(PackedWeights::pack(&w, rows, cols)))
     }
 
     /// A vector of `n` values.
@@ -147,9 +178,62 @@ pub fn token_tables(
     })
 }
 
-/// A fully connected layer `y = x · Wᵀ + b` on packed f32 weights.
+/// A weight matrix packed for the GEMM, in f32 or kept in f16.
+pub enum Matrix {
+    F32(PackedWeights),
+    F16(PackedF16),
+}
+
+impl Matrix {
+    /// Output features.
+    pub fn n(&self) -> usize {
+        match self {
+            Matrix::F32(w) => w.n(),
+            Matrix::F16(w) => w.n(),
+        }
+    }
+
+    /// Input features.
+    pub fn k(&self) -> usize {
+        match self {
+            Matrix::F32(w) => w.k(),
+            Matrix::F16(w) => w.k(),
+        }
+    }
+
+    pub fn n_panels(&self) -> usize {
+        match self {
+            Matrix::F32(w) => w.n_panels(),
+            Matrix::F16(w) => w.n_panels(),
+        }
+    }
+
+    /// Bytes held.
+    pub fn size_bytes(&self) -> usize {
+        match self {
+            Matrix::F32(w) => w.size_bytes(),
+            Matrix::F16(w) => w.size_bytes(),
+        }
+    }
+
+    /// `C = A · Wᵀ` for the output features of `panels`.
+    ///
+    /// # Safety
+    /// As `ferrite_kernels::gemm::gemm_panels`.
+    pub unsafe fn gemm_panels(&self, a: Acts, panels: Range<usize>, out: OutPtr) {
+        // SAFETY: the contract is the caller's.
+        unsafe {
+            match self {
+                Matrix::F32(w) => gemm_panels(a, w, panels, out),
+                Matrix::F16(w) => gemm_f16_panels(a, w, panels, out),
+            }
+        }
+    }
+}
+
+/// A fully connected layer `y = x · Wᵀ + b` on packed weights.
 pub struct Dense {
-    pub w: PackedWeights,
+    pub w: Matrix,
     /// `(n,)`, if the layer has one.
     pub bias: Option<Vec<f32>>,
 }
@@ -179,13 +263,26 @@ impl Dense {
                 .flat_map(|((_, b), &r)| b.clone().unwrap_or_else(|| vec![0.0; r]))
                 .collect()
         });
-        Dense { w, bias }
+        Dense {
+            w: Matrix::F32(w),
+            bias,
+        }
     }
 
     pub fn new(w: &[f32], bias: Option<Vec<f32>>, rows: usize, cols: usize) -> Dense {
         Dense {
-            w: PackedWeights::pack(w, rows, cols),
+            w: Matrix::F32(PackedWeights::pack(w, rows, cols)),
             bias,
         }
+    }
+
+    /// `C = A · Wᵀ` for the output features of `panels` (bias and
+    /// activation as `out` says).
+    ///
+    /// # Safety
+    /// As `ferrite_kernels::gemm::gemm_panels`.
+    pub unsafe fn gemm_panels(&self, a: Acts, panels: Range<usize>, out: OutPtr) {
+        // SAFETY: the contract is the caller's.
+        unsafe { self.w.gemm_panels(a, panels, out) }
     }
 }

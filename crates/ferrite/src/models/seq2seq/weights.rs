@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr};
+use ferrite_kernels::gemm::{Acts, OutPtr};
 use ferrite_kernels::math::{activate, Activation};
 use ferrite_kernels::quant::quantize;
 use ferrite_kernels::GgmlType;
@@ -119,7 +119,7 @@ pub fn apply(
                 };
                 // SAFETY: this thread alone computes the output columns of
                 // its panels, in every row; `out` is m x n.
-                unsafe { gemm_panels(Acts { a: x, lda: k, m }, &d.w, panels, o) };
+                unsafe { d.gemm_panels(Acts { a: x, lda: k, m }, panels, o) };
             });
         }
         Proj::Quant(l) => {
