@@ -19,7 +19,7 @@ use crate::attend::F16Rows;
 use crate::dispatch::{active_kernel_set, KernelSet};
 use crate::gemm::{Acts, OutPtr, PackedWeights};
 use crate::math::Activation;
-use crate::quant::QK;
+use crate::quant::{BlockQ8K, QK, QK_K};
 
 /// A kernel and the set whose code it is.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +44,8 @@ pub type LayerNormFn = fn(&mut [f32], &[f32], &[f32], f32);
 pub type ExpSumFn = fn(&mut [f32], f32) -> f32;
 /// 8-bit quantization of one 32-value activation block (Q8_0 / Q8_1).
 pub type QuantizeQ8Fn = fn(&[f32; QK]) -> (f32, [i8; QK]);
+/// Q8_K quantization of one 256-value activation block.
+pub type QuantizeQ8KFn = fn(&[f32; QK_K]) -> BlockQ8K;
 /// f16 -> f32 row conversion (`dst.len()` values, `src` long enough).
 pub type F16ToF32Fn = fn(&[u8], &mut [f32]);
 
@@ -59,6 +61,7 @@ pub struct KernelTable {
     pub layer_norm: Entry<LayerNormFn>,
     pub exp_shifted_sum: Entry<ExpSumFn>,
     pub quantize_q8: Entry<QuantizeQ8Fn>,
+    pub quantize_q8k: Entry<QuantizeQ8KFn>,
     pub f16_to_f32: Entry<F16ToF32Fn>,
 }
 
@@ -73,11 +76,12 @@ pub enum Kernel {
     LayerNorm,
     ExpShiftedSum,
     QuantizeQ8,
+    QuantizeQ8K,
     F16ToF32,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 9] = [
+    pub const ALL: [Kernel; 10] = [
         Kernel::GemmPanels,
         Kernel::ScoresF16,
         Kernel::WeightedSumF16,
@@ -86,6 +90,7 @@ impl Kernel {
         Kernel::LayerNorm,
         Kernel::ExpShiftedSum,
         Kernel::QuantizeQ8,
+        Kernel::QuantizeQ8K,
         Kernel::F16ToF32,
     ];
 }
@@ -102,6 +107,7 @@ impl KernelTable {
             Kernel::LayerNorm => self.layer_norm.by,
             Kernel::ExpShiftedSum => self.exp_shifted_sum.by,
             Kernel::QuantizeQ8 => self.quantize_q8.by,
+            Kernel::QuantizeQ8K => self.quantize_q8k.by,
             Kernel::F16ToF32 => self.f16_to_f32.by,
         }
     }
@@ -141,6 +147,10 @@ impl KernelTable {
             },
             quantize_q8: Entry {
                 f: crate::quant::q8_0::quantize_q8_scalar,
+                by,
+            },
+            quantize_q8k: Entry {
+                f: BlockQ8K::from_f32_scalar,
                 by,
             },
             f16_to_f32: Entry {

@@ -49,7 +49,15 @@ impl BlockQ8K {
     ///
     /// For an all-zero block ggml writes `d = 0` and zero values but leaves
     /// `bsums` untouched; here they are zero too (the sums of those values).
+    ///
+    /// Runs the active kernel set's version (`crate::table`), which gives
+    /// [`BlockQ8K::from_f32_scalar`]'s bits.
     pub fn from_f32(x: &[f32; QK_K]) -> Self {
+        (crate::table::active().quantize_q8k.f)(x)
+    }
+
+    /// The scalar reference of [`BlockQ8K::from_f32`].
+    pub fn from_f32_scalar(x: &[f32; QK_K]) -> Self {
         let mut out = BlockQ8K {
             d: [0; 4],
             qs: [0; QK_K],
@@ -81,5 +89,79 @@ impl BlockQ8K {
         }
         out.d = (1.0 / iscale).to_le_bytes();
         out
+    }
+}
+
+#[cfg(test)]
+mod set_tests {
+    use super::*;
+    use crate::dispatch::KernelSet;
+
+    /// Every supported set's Q8_K quantization against the scalar
+    /// reference: random magnitudes, exact ties of +max and -max (the first
+    /// wins), values that round to +-127.5, zeros, tiny values and
+    /// non-finite ones.
+    #[test]
+    fn every_set_quantizes_q8k_blocks_like_the_scalar_reference() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut blocks: Vec<[f32; QK_K]> = Vec::new();
+        for k in 0..300 {
+            let scale = f32::from_bits(((next() % 60) as u32 + 100) << 23);
+            let mut x = [0f32; QK_K];
+            for v in &mut x {
+                *v = ((next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale;
+            }
+            match k % 5 {
+                0 => {
+                    // Ties of magnitude, negative first or positive first.
+                    let i = (next() % 128) as usize;
+                    x[i] = -4.0 * scale;
+                    x[i + 100] = 4.0 * scale;
+                }
+                1 => {
+                    x[7] = 4.0 * scale;
+                    x[200] = -4.0 * scale;
+                }
+                2 => {
+                    // Products landing on halves: x = h * max / 127.
+                    x[0] = 127.0;
+                    for (i, v) in x.iter_mut().enumerate().skip(1) {
+                        *v = ((i % 255) as f32 - 127.0) + 0.5;
+                    }
+                }
+                _ => {}
+            }
+            blocks.push(x);
+        }
+        blocks.push([0.0; QK_K]);
+        blocks.push([-0.0; QK_K]);
+        let mut odd = [1.0f32; QK_K];
+        odd[9] = f32::MIN_POSITIVE / 4.0;
+        blocks.push(odd);
+        odd[9] = f32::NAN;
+        blocks.push(odd);
+        odd[9] = f32::NEG_INFINITY;
+        blocks.push(odd);
+        for set in KernelSet::ALL {
+            let Some(t) = set.table() else {
+                eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                continue;
+            };
+            for x in &blocks {
+                let (want, got) = (BlockQ8K::from_f32_scalar(x), (t.quantize_q8k.f)(x));
+                assert!(
+                    got.d == want.d || (got.d().is_nan() && want.d().is_nan()),
+                    "{} d",
+                    set.name()
+                );
+                assert_eq!((got.qs, got.bsums), (want.qs, want.bsums), "{}", set.name());
+            }
+        }
     }
 }

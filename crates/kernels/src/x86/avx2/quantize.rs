@@ -1,12 +1,13 @@
-//! AVX2 quantization of one 32-value block to 8 bits (Q8_0 / Q8_1
-//! activations), with the scalar reference's results bit for bit
-//! (`crate::quant::q8_0::quantize_q8`): the same `amax`, the same scalar
+//! AVX2 quantization of activation blocks to 8 bits, with the scalar
+//! reference's results bit for bit: 32-value blocks for Q8_0 / Q8_1
+//! (`crate::quant::q8_0::quantize_q8`: the same `amax`, the same scalar
 //! `d = amax / 127` and `id = 1 / d`, the same rounded products `x * id`,
-//! rounded half away from zero like `roundf`.
+//! rounded half away from zero like `roundf`), and Q8_K's 256-value
+//! blocks ([`q8k_block`]).
 
 use std::arch::x86_64::*;
 
-use crate::quant::QK;
+use crate::quant::{BlockQ8K, QK, QK_K};
 
 /// `(d, q)` of a block of finite values, or `None` if a value is NaN or
 /// infinite (the caller then runs the scalar reference, whose `fold` gives
@@ -63,4 +64,87 @@ pub(crate) unsafe fn q8_block(x: &[f32; QK]) -> Option<(f32, [i8; QK])> {
     // requirement.
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), b) };
     Some((d, out))
+}
+
+/// A Q8_K block of 256 finite values, as `BlockQ8K::from_f32_scalar`
+/// makes it (bit for bit), or `None` if a value is NaN or infinite (the
+/// caller then runs the scalar reference). The maximum magnitude and the
+/// first value that has it are found with vector compares (for finite
+/// values neither depends on the order); `iscale` and `d` are the same
+/// scalar divisions; the products `iscale * x` are rounded to nearest even
+/// (`vroundps`, as ggml's `nearest_int` and our `round_ties_even`) and
+/// capped at 127; the sums of 16 are exact.
+///
+/// # Safety
+///
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q8k_block(x: &[f32; QK_K]) -> Option<BlockQ8K> {
+    let sign = _mm256_set1_ps(-0.0);
+    let inf = _mm256_set1_ps(f32::INFINITY);
+    let mut m = _mm256_setzero_ps();
+    let mut finite = -1i32;
+    for c in x.chunks_exact(8) {
+        // SAFETY: `c` is 8 readable f32; `loadu` has no alignment requirement.
+        let a = _mm256_andnot_ps(sign, unsafe { _mm256_loadu_ps(c.as_ptr()) });
+        finite &= _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(a, inf));
+        m = _mm256_max_ps(m, a);
+    }
+    if finite & 0xff != 0xff {
+        return None;
+    }
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m)));
+    let mut out = BlockQ8K {
+        d: [0; 4],
+        qs: [0; QK_K],
+        bsums: [[0; 2]; QK_K / 16],
+    };
+    if amax == 0.0 {
+        return Some(out);
+    }
+    // The first value of largest magnitude (the scalar loop keeps the
+    // first on ties, of either sign).
+    let am = _mm256_set1_ps(amax);
+    let first = x.chunks_exact(8).enumerate().find_map(|(i, c)| {
+        // SAFETY: `c` is 8 readable f32; `loadu` has no alignment
+        // requirement.
+        let a = _mm256_andnot_ps(sign, unsafe { _mm256_loadu_ps(c.as_ptr()) });
+        let hit = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(a, am));
+        (hit != 0).then(|| 8 * i + hit.trailing_zeros() as usize)
+    })?;
+    let max = x[first];
+    let iscale = -127.0 / max;
+    let is = _mm256_set1_ps(iscale);
+    let cap = _mm256_set1_epi32(127);
+    for (c, (q, s)) in x
+        .chunks_exact(16)
+        .zip(out.qs.chunks_exact_mut(16).zip(out.bsums.iter_mut()))
+    {
+        // SAFETY: `c` is 16 readable f32; `loadu` has no alignment requirement.
+        let (v0, v1) = unsafe {
+            (
+                _mm256_loadu_ps(c.as_ptr()),
+                _mm256_loadu_ps(c.as_ptr().add(8)),
+            )
+        };
+        let r = |v: __m256| {
+            let p = _mm256_mul_ps(is, v);
+            let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(p);
+            _mm256_min_epi32(_mm256_cvtps_epi32(n), cap)
+        };
+        let (n0, n1) = (r(v0), r(v1));
+        // i32 -> i16 -> i8 (no saturation: -128 <= n <= 127); packs works
+        // per 128-bit half, the permute restores the order.
+        let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(n0, n1));
+        let b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+        // SAFETY: `q` is 16 writable bytes; `storeu` has no alignment
+        // requirement.
+        unsafe { _mm_storeu_si128(q.as_mut_ptr().cast(), b) };
+        let sum = super::hsum_i32(_mm256_add_epi32(n0, n1));
+        *s = (sum as i16).to_le_bytes();
+    }
+    out.d = (1.0 / iscale).to_le_bytes();
+    Some(out)
 }

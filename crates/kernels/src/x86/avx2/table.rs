@@ -9,7 +9,7 @@ use crate::attend::F16Rows;
 use crate::dispatch::KernelSet;
 use crate::gemm::{Acts, OutPtr, PackedWeights};
 use crate::math::Activation;
-use crate::quant::QK;
+use crate::quant::{BlockQ8K, QK, QK_K};
 use crate::table::{Entry, KernelTable};
 
 /// Replaces every entry of `t` with this set's own.
@@ -33,6 +33,10 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         by,
     };
     t.quantize_q8 = Entry { f: quantize_q8, by };
+    t.quantize_q8k = Entry {
+        f: quantize_q8k,
+        by,
+    };
     t.f16_to_f32 = Entry { f: f16_to_f32, by };
 }
 
@@ -85,6 +89,12 @@ fn quantize_q8(x: &[f32; QK]) -> (f32, [i8; QK]) {
     // SAFETY: see above.
     unsafe { super::quantize::q8_block(x) }
         .unwrap_or_else(|| crate::quant::q8_0::quantize_q8_scalar(x))
+}
+
+/// As `quantize_q8`: non-finite blocks go to the scalar reference.
+fn quantize_q8k(x: &[f32; QK_K]) -> BlockQ8K {
+    // SAFETY: see above.
+    unsafe { super::quantize::q8k_block(x) }.unwrap_or_else(|| BlockQ8K::from_f32_scalar(x))
 }
 
 fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
