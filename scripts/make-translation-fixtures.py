@@ -3,7 +3,7 @@
 SentencePiece tokenizers, and goldens from HF transformers, so that ferrite's
 `translate` path is tested without Python at test time.
 
-Run from anywhere (under a minute on 2 cores):
+Run from anywhere (a few minutes on 2 cores: each tiny model is trained):
 
     ~/.cache/ferrite-refenv/bin/pip install sentencepiece   # if missing
     ~/.cache/ferrite-refenv/bin/python scripts/make-translation-fixtures.py
@@ -27,6 +27,21 @@ What it writes:
         (vocab 400); vocab.json is `</s>`, `<unk>`, then every piece of both,
         then `<pad>` last, as opus-mt's are laid out.
   testdata/translation/marian-goldens.json   (layout below)
+  testdata/translation/tiny-t5/, tiny-flan/, t5-goldens.json  (also made
+        alone by --only-t5): T5ForConditionalGeneration
+        as saved (config.json, generation_config.json, model.safetensors,
+        tokenizer.json, tokenizer_config.json). tiny-t5: ReLU feed-forward,
+        tied embeddings, 4 heads of 16 = d_model 64 (t5-small's layout);
+        tiny-flan: gated-GELU, untied lm_head, 3 heads of 16 in a
+        64-wide model (heads * d_kv != d_model, as flan-t5-small). Both: 2+2
+        layers, FFN 128, 32 relative buckets up to 128, trained 300 steps on
+        "translate English to Hindi: " + corpus.en -> corpus.hi. The
+        tokenizer is a SentencePiece unigram model (vocab 600) trained on
+        both corpora with T5's ids (<pad> 0, </s> 1, <unk> 2) plus 8
+        <extra_id_N>, saved as tokenizer.json by transformers' T5Tokenizer.
+        t5-goldens.json: {"t5": {...}, "flan": {...}} with the same layout as
+        marian-goldens.json (tokenizer.source/decode for "t5" only: 301
+        strings, task-prefixed ones included).
   ~/.cache/ferrite-translation/opus-mt-en-hi-random/  (NOT committed; for
         benchmarks) the same class at opus-mt-en-hi's published shape:
         d_model 512, 6+6 layers, 8 heads, FFN 2048, 512 positions, vocab
@@ -375,7 +390,7 @@ def build_t5(dest, tok, en, hi, variant, seed):
 
 
 def t5_fixtures(en, hi):
-    """tiny-t5 (ReLU, tied, T5 style) and tiny-flan-t5 (gated-GELU,
+    """tiny-t5 (ReLU, tied, T5 style) and tiny-flan (gated-GELU,
     untied, 3 heads of 16 in a 64-wide model) with t5-goldens.json."""
     goldens = {}
     for variant, seed in (("t5", 3), ("flan", 4)):
@@ -509,6 +524,7 @@ def main():
             build_marian(big, vocab_big, shape_big, seed=2)
             print("wrote", big)
     print("wrote", tiny, OUT / "marian-goldens.json")
+    t5_fixtures(en, hi)
 
 
 if __name__ == "__main__":

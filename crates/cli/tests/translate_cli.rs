@@ -23,12 +23,8 @@ fn translate(args: &[&str], input: &[u8]) -> (bool, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("ferrite runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input)
-        .expect("input written");
+    // A run that fails before reading its input closes the pipe early.
+    let _ = child.stdin.take().expect("stdin").write_all(input);
     let out = child.wait_with_output().expect("ferrite ends");
     (
         out.status.success(),
@@ -75,4 +71,66 @@ fn bad_models_and_options_are_errors() {
     let model = testdata().join("translation/tiny-marian");
     let (ok, _, err) = translate(&[model.to_str().expect("path"), "--weights", "q4"], b"Hi\n");
     assert!(!ok && err.contains("expected f32 or q8_0"), "{err}");
+}
+
+/// One HTTP/1.1 POST of a JSON body; returns the response (head and body).
+fn post(port: u16, path: &str, body: &str) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("request sent");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response read");
+    out
+}
+
+#[test]
+fn serve_answers_v1_translations() {
+    use std::io::{BufRead, BufReader};
+    let model = testdata().join("translation/tiny-marian");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(["serve", model.to_str().expect("path"), "--port", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ferrite serve runs");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut port = None;
+    for line in lines.by_ref() {
+        let line = line.expect("a line");
+        if let Some(addr) = line.strip_prefix("ferrite: listening on http://") {
+            port = addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+        }
+        if line.starts_with("ferrite: ready") {
+            break;
+        }
+    }
+    let port = port.expect("a port");
+    let ok = post(
+        port,
+        "/v1/translations",
+        r#"{"input": ["My sister reads a book every evening.", ""], "beams": 4}"#,
+    );
+    let bad = post(port, "/v1/translations", r#"{"input": 5}"#);
+    child.kill().expect("stops");
+    let _ = child.wait();
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(
+        ok.contains(r#""translation":"मेरी बहन हर शाम एक किताब पढ़ती है।""#),
+        "{ok}"
+    );
+    assert!(
+        ok.contains(r#""index":1,"object":"translation","translation":"""#),
+        "{ok}"
+    );
+    assert!(
+        bad.starts_with("HTTP/1.1 400") && bad.contains("input must be"),
+        "{bad}"
+    );
 }

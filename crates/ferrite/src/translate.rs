@@ -181,6 +181,20 @@ pub fn search_defaults(gen: &Json, max_positions: usize) -> SearchOptions {
 impl Translator {
     /// Loads the model directory `dir`.
     pub fn open(dir: &Path, opts: &LoadOptions) -> Result<Translator, Error> {
+        let threads = if opts.threads == 0 {
+            Threads::all_cores()
+        } else {
+            Threads::new(opts.threads)
+        };
+        Translator::open_with_threads(dir, opts.format, threads)
+    }
+
+    /// Loads the model directory `dir`, to run on an existing thread pool.
+    pub fn open_with_threads(
+        dir: &Path,
+        format: WeightFormat,
+        threads: Threads,
+    ) -> Result<Translator, Error> {
         let shown = dir.display().to_string();
         if !dir.is_dir() {
             return Err(Error::model(
@@ -191,10 +205,10 @@ impl Translator {
         let (model, tokenizer) =
             match kind(dir) {
                 Some("marian") => (
-                    marian::load(dir, opts.format)?,
+                    marian::load(dir, format)?,
                     TextCodec::Marian(Box::new(MarianTokenizer::open(dir)?)),
                 ),
-                Some(_) => (t5::load(dir, opts.format)?, TextCodec::open_hf(dir)?),
+                Some(_) => (t5::load(dir, format)?, TextCodec::open_hf(dir)?),
                 None => return Err(Error::model(
                     shown,
                     "not a translation model: expected a Marian / opus-mt directory (config.json, \
@@ -219,11 +233,6 @@ impl Translator {
             read_json(&dir.join("config.json"))?
         };
         let max_pos = model.config.max_positions.unwrap_or(usize::MAX - 1);
-        let threads = if opts.threads == 0 {
-            Threads::all_cores()
-        } else {
-            Threads::new(opts.threads)
-        };
         Ok(Translator {
             defaults: search_defaults(&gen, max_pos),
             model,

@@ -5,17 +5,16 @@
 //! search outputs token for token, batched = alone bit for bit, Q8_0 at
 //! load, and bad inputs.
 
-mod common;
+#[path = "common/seq2seq.rs"]
+mod seq2seq;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use ferrite::generate::beam::{generate, EarlyStopping, SearchOptions};
-use ferrite::models::seq2seq::forward::{StepRow, Workspace};
 use ferrite::models::seq2seq::weights::WeightFormat;
-use ferrite::parallel::Threads;
 use ferrite::tokenize::marian::MarianTokenizer;
 use ferrite::translate::{LoadOptions, TranslateOptions, Translator};
+use seq2seq::ids;
 use serde_json::Value;
 
 fn dir() -> PathBuf {
@@ -41,22 +40,6 @@ fn translator() -> &'static Translator {
     })
 }
 
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .expect("floats")
-        .iter()
-        .map(|x| x.as_f64().expect("a number") as f32)
-        .collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 #[test]
 fn tokenizer_ids_match_marian_tokenizer() {
     let t = MarianTokenizer::open(&dir().join("tiny-marian")).expect("tokenizer");
@@ -72,7 +55,7 @@ fn tokenizer_ids_match_marian_tokenizer() {
         let mut bad = Vec::new();
         for e in g[side].as_array().expect("entries") {
             let text = e["text"].as_str().expect("text");
-            let want = common::ids(&e["ids"]);
+            let want = ids(&e["ids"]);
             let got = encode(text).expect("encodes");
             if got != want {
                 bad.push(format!("{text:?}: got {got:?}, want {want:?}"));
@@ -97,7 +80,7 @@ fn decode_matches_marian_tokenizer() {
         .as_array()
         .expect("entries")
     {
-        let ids = common::ids(&e["ids"]);
+        let ids = ids(&e["ids"]);
         let want = e["text"].as_str().expect("text");
         let got = t.decode(&ids);
         if got != want {
@@ -109,175 +92,39 @@ fn decode_matches_marian_tokenizer() {
 
 #[test]
 fn encoder_outputs_match_transformers() {
-    let tr = translator();
-    let threads = Threads::new(2);
-    let mut ws = Workspace::default();
-    let mut worst = 0f32;
-    for e in goldens()["encoder"].as_array().expect("entries") {
-        let ids = common::ids(&e["ids"]);
-        let out = tr
-            .model
-            .encode(&[&ids], &threads, &mut ws)
-            .expect("encodes");
-        worst = worst.max(max_diff(&out[0].hidden, &floats(&e["hidden"])));
-    }
+    let worst = seq2seq::encoder_diff(translator(), goldens());
     eprintln!("encoder: max |ferrite - HF| = {worst:.2e}");
     assert!(worst < 1e-4, "encoder differs by {worst}");
 }
 
 #[test]
 fn decoder_logits_match_transformers() {
-    let tr = translator();
-    let m = &tr.model;
-    let threads = Threads::new(2);
-    let mut ws = Workspace::default();
-    let n_vocab = m.config.n_vocab;
-    let mut worst = 0f32;
-    for e in goldens()["decoder"].as_array().expect("entries") {
-        let ids = common::ids(&e["ids"]);
-        let dec = common::ids(&e["decoder_ids"]);
-        let want = floats(&e["logits"]);
-        let src = m.encode(&[&ids], &threads, &mut ws).expect("encodes");
-        let mut cache = m.new_cache();
-        let mut logits = Vec::new();
-        for (p, &tok) in dec.iter().enumerate() {
-            let mut rows = [StepRow {
-                token: tok,
-                cache: &mut cache,
-                source: &src[0],
-            }];
-            m.step(&mut rows, &threads, &mut ws, &mut logits)
-                .expect("steps");
-            let w = &want[p * n_vocab..(p + 1) * n_vocab];
-            worst = worst.max(max_diff(&logits, w));
-        }
-    }
+    let worst = seq2seq::logits_diff(translator(), goldens());
     eprintln!("decoder logits: max |ferrite - HF| = {worst:.2e}");
     assert!(worst < 1e-4, "logits differ by {worst}");
 }
 
-/// The search options of one golden run.
-fn options(run: &Value) -> SearchOptions {
-    let tr = translator();
-    let o = &run["options"];
-    let mut s = tr.defaults.clone();
-    s.num_beams = o["num_beams"].as_u64().expect("num_beams") as usize;
-    s.max_length = o["max_length"].as_u64().expect("max_length") as usize;
-    if let Some(p) = o.get("length_penalty").and_then(Value::as_f64) {
-        s.length_penalty = p as f32;
-    }
-    if let Some(n) = o.get("no_repeat_ngram_size").and_then(Value::as_u64) {
-        s.no_repeat_ngram_size = n as usize;
-    }
-    if o.get("early_stopping").and_then(Value::as_bool) == Some(true) {
-        s.early_stopping = EarlyStopping::True;
-    }
-    s
-}
-
 #[test]
 fn generation_matches_transformers() {
-    let tr = translator();
-    let threads = Threads::new(2);
-    let mut ws = Workspace::default();
-    let mut checked = 0;
-    for run in goldens()["generate"].as_array().expect("runs") {
-        let name = run["name"].as_str().expect("name");
-        let opts = options(run);
-        let mut bad = Vec::new();
-        for o in run["outputs"].as_array().expect("outputs") {
-            let ids = common::ids(&o["ids"]);
-            let want = common::ids(&o["out"]);
-            let src = tr
-                .model
-                .encode(&[&ids], &threads, &mut ws)
-                .expect("encodes");
-            let got = generate(&tr.model, &src, &opts, &threads, &mut ws).expect("generates");
-            if got[0] != want {
-                bad.push(format!("{ids:?}:\n  got  {:?}\n  want {want:?}", got[0]));
-            }
-            checked += 1;
-        }
-        assert!(
-            bad.is_empty(),
-            "{name}: {} of 24 differ:\n{}",
-            bad.len(),
-            bad.join("\n")
-        );
-    }
-    assert!(checked >= 60);
+    let (n, bad) = seq2seq::generation_mismatches(translator(), goldens());
+    assert!(
+        bad.is_empty(),
+        "{} of {n} differ:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    assert_eq!(n, 72, "greedy, beam 4 and beam 4 with options on 24 inputs");
 }
 
 #[test]
 fn batched_is_bit_identical_to_alone() {
-    let tr = translator();
-    let threads = Threads::new(2);
-    let mut ws = Workspace::default();
     let inputs: Vec<Vec<u32>> = goldens()["generate"][0]["outputs"]
         .as_array()
         .expect("outputs")
         .iter()
-        .map(|o| common::ids(&o["ids"]))
+        .map(|o| ids(&o["ids"]))
         .collect();
-    let seqs: Vec<&[u32]> = inputs.iter().map(|v| &v[..]).collect();
-    let together = tr.model.encode(&seqs, &threads, &mut ws).expect("encodes");
-    for (s, t) in seqs.iter().zip(&together) {
-        let alone = tr
-            .model
-            .encode(&[s], &Threads::new(1), &mut ws)
-            .expect("encodes");
-        assert_eq!(
-            alone[0].hidden, t.hidden,
-            "encoder output depends on the batch"
-        );
-        assert_eq!(alone[0].cross, t.cross, "cross K/V depend on the batch");
-    }
-    // Decoder steps: rows of different inputs at once vs one by one.
-    let n_vocab = tr.model.config.n_vocab;
-    let start = tr.model.config.decoder_start;
-    let mut caches: Vec<_> = together.iter().map(|_| tr.model.new_cache()).collect();
-    let mut batched = Vec::new();
-    let mut rows: Vec<StepRow> = caches
-        .iter_mut()
-        .zip(&together)
-        .map(|(cache, source)| StepRow {
-            token: start,
-            cache,
-            source,
-        })
-        .collect();
-    tr.model
-        .step(&mut rows, &threads, &mut ws, &mut batched)
-        .expect("steps");
-    for (i, src) in together.iter().enumerate() {
-        let mut cache = tr.model.new_cache();
-        let mut one = Vec::new();
-        let mut rows = [StepRow {
-            token: start,
-            cache: &mut cache,
-            source: src,
-        }];
-        tr.model
-            .step(&mut rows, &Threads::new(1), &mut ws, &mut one)
-            .expect("steps");
-        assert_eq!(
-            one,
-            batched[i * n_vocab..(i + 1) * n_vocab],
-            "row {i} depends on the batch"
-        );
-    }
-    // Whole searches: batches of 32, 5 and 1 give the same outputs.
-    for beams in [1, 4] {
-        let opts = |batch| TranslateOptions {
-            beams: Some(beams),
-            max_length: Some(24),
-            batch: Some(batch),
-            ..Default::default()
-        };
-        let all = tr.generate_ids(&inputs, &opts(32)).expect("generates");
-        assert_eq!(all, tr.generate_ids(&inputs, &opts(5)).expect("generates"));
-        assert_eq!(all, tr.generate_ids(&inputs, &opts(1)).expect("generates"));
-    }
+    seq2seq::assert_batch_independent(translator(), &inputs);
 }
 
 #[test]
@@ -291,10 +138,10 @@ fn q8_0_at_load_stays_close() {
     let mut same = 0;
     let outs = run["outputs"].as_array().expect("outputs");
     for o in outs {
-        let ids = common::ids(&o["ids"]);
+        let input = ids(&o["ids"]);
         let got = q
             .generate_ids(
-                &[ids],
+                &[input],
                 &TranslateOptions {
                     beams: Some(1),
                     max_length: Some(24),
@@ -302,7 +149,7 @@ fn q8_0_at_load_stays_close() {
                 },
             )
             .expect("generates");
-        same += usize::from(got[0] == common::ids(&o["out"]));
+        same += usize::from(got[0] == ids(&o["out"]));
     }
     eprintln!(
         "Q8_0 greedy: {same} of {} outputs identical to HF f32",

@@ -138,6 +138,7 @@ async fn drain(state: &AppState, grace: std::time::Duration) {
             match &m.kind {
                 Kind::Generate(g) => g.queue.close(),
                 Kind::Embed(e) => e.queue.close(),
+                Kind::Translate(_) => {}
             }
         }
     }

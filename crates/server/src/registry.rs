@@ -11,8 +11,11 @@ use ferrite::formats::hf_decoder;
 use ferrite::formats::safetensors::read_json;
 use ferrite::model_path::{self, KNOWN_MODELS};
 use ferrite::models::encoder_arch;
+use ferrite::models::seq2seq::weights::WeightFormat;
 use ferrite::parallel::Threads;
+use ferrite::translate::{self, Translator};
 
+use crate::api::translations::TranslateModel;
 use crate::config::Limits;
 use crate::embed::{self, EmbedModel};
 use crate::error::ApiError;
@@ -26,6 +29,8 @@ pub enum Kind {
     Generate(Arc<GenModel>),
     /// An encoder: `/v1/embeddings`.
     Embed(Arc<EmbedModel>),
+    /// An encoder-decoder translation model: `/v1/translations`.
+    Translate(Arc<TranslateModel>),
 }
 
 impl Kind {
@@ -34,6 +39,7 @@ impl Kind {
         match self {
             Kind::Generate(_) => "a text-generation model",
             Kind::Embed(_) => "an embedding model",
+            Kind::Translate(_) => "a translation model",
         }
     }
 }
@@ -53,6 +59,7 @@ pub struct Registry {
 enum Detected {
     Decoder(Arc<GgufFile>),
     Encoder,
+    Translator,
 }
 
 /// Opens `path` far enough to tell its kind: a GGUF file or HF directory
@@ -60,6 +67,9 @@ enum Detected {
 /// else is read as a decoder (whose loader then names what is wrong).
 fn detect(path: &Path) -> Result<Detected, String> {
     let is_encoder_name = |name: &str, hf: bool| encoder_arch(name, hf, "").is_ok();
+    if translate::is_translation_dir(path) {
+        return Ok(Detected::Translator);
+    }
     if path.is_dir() {
         let config = read_json(&path.join("config.json")).map_err(|e| e.to_string())?;
         let model_type = config.get("model_type").and_then(|v| v.as_str());
@@ -122,6 +132,15 @@ impl Registry {
                         .map_err(|e| format!("starting the embedding worker: {e}"))?;
                     Kind::Embed(m)
                 }
+                Detected::Translator => {
+                    let translator =
+                        Translator::open_with_threads(&path, WeightFormat::F32, threads.clone())
+                            .map_err(|e| e.to_string())?;
+                    Kind::Translate(Arc::new(TranslateModel {
+                        name: name.clone(),
+                        translator,
+                    }))
+                }
             };
             tracing::info!(model = %name, path = %path.display(), kind = kind.describe(), "loaded");
             models.push(Served { name, kind });
@@ -168,6 +187,14 @@ impl Registry {
     pub fn generator(&self, name: Option<&str>, endpoint: &str) -> Result<Arc<GenModel>, ApiError> {
         self.find(name, endpoint, |k| match k {
             Kind::Generate(m) => Some(m.clone()),
+            _ => None,
+        })
+    }
+
+    /// A translation model by name.
+    pub fn translator(&self, name: Option<&str>) -> Result<Arc<TranslateModel>, ApiError> {
+        self.find(name, "/v1/translations", |k| match k {
+            Kind::Translate(m) => Some(m.clone()),
             _ => None,
         })
     }

@@ -20,6 +20,7 @@ fn model_json(m: &Served, created: u64) -> Value {
     let kind = match &m.kind {
         Kind::Generate(_) => "generation",
         Kind::Embed(_) => "embedding",
+        Kind::Translate(_) => "translation",
     };
     json!({"id": m.name, "object": "model", "created": created, "owned_by": "ferrite", "kind": kind})
 }

@@ -10,6 +10,7 @@ pub mod generation;
 pub mod misc;
 pub mod params;
 pub mod render;
+pub mod translations;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -40,6 +41,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::handle))
+        .route("/v1/translations", post(translations::handle))
         .route("/v1/models", get(misc::list_models))
         .route("/v1/models/{id}", get(misc::get_model))
         .route("/tokenize", post(misc::tokenize))

@@ -1,0 +1,103 @@
+//! `POST /v1/translations` (ferrite's own endpoint): `{model, input:
+//! string | [string], beams?, max_length?}` -> `{object: "list", model,
+//! data: [{object: "translation", index, translation}]}`, one translation
+//! per input in order. The translation runs on a blocking thread; a
+//! model's requests take turns (its workspace is one).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use ferrite::translate::{TranslateOptions, Translator};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::extract::ApiJson;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// A translation model being served.
+pub struct TranslateModel {
+    pub name: String,
+    pub translator: Translator,
+}
+
+/// Most inputs one request may hold.
+const MAX_INPUTS: usize = 256;
+/// Widest beam a request may ask for.
+const MAX_BEAMS: usize = 16;
+
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum Input {
+    One(String),
+    Many(Vec<String>),
+    Other(serde::de::IgnoredAny),
+}
+
+#[derive(Deserialize, Debug)]
+pub struct TranslationsRequest {
+    model: Option<String>,
+    input: Option<Input>,
+    beams: Option<i64>,
+    max_length: Option<i64>,
+}
+
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<TranslationsRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let model = state.models()?.translator(req.model.as_deref())?;
+    let texts = match req.input {
+        Some(Input::One(t)) => vec![t],
+        Some(Input::Many(v)) if !v.is_empty() && v.len() <= MAX_INPUTS => v,
+        None | Some(Input::Many(_)) | Some(Input::Other(_)) => {
+            return Err(ApiError::bad_param(
+                "input",
+                format!("input must be a string or a list of 1 to {MAX_INPUTS} strings"),
+            ))
+        }
+    };
+    let beams = match req.beams {
+        None => None,
+        Some(b) if (1..=MAX_BEAMS as i64).contains(&b) => Some(b as usize),
+        Some(b) => {
+            return Err(ApiError::bad_param(
+                "beams",
+                format!("beams must be between 1 and {MAX_BEAMS}, got {b}"),
+            ))
+        }
+    };
+    let max_length = match req.max_length {
+        None => None,
+        Some(m) if (2..=4096).contains(&m) => Some(m as usize),
+        Some(m) => {
+            return Err(ApiError::bad_param(
+                "max_length",
+                format!("max_length must be between 2 and 4096, got {m}"),
+            ))
+        }
+    };
+    let _guard = state.begin();
+    let opts = TranslateOptions {
+        beams,
+        max_length,
+        ..Default::default()
+    };
+    let m = model.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        m.translator.translate(&refs, &opts)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::bad_param("input", e.to_string()))?;
+    let data: Vec<Value> = out
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"object": "translation", "index": i, "translation": t}))
+        .collect();
+    Ok(Json(
+        json!({"object": "list", "model": model.name, "data": data}),
+    ))
+}
