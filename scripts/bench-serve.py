@@ -8,7 +8,8 @@ gets -np N (continuous batching, N slots). Servers are measured alternately
 (ferrite, llama, for each N) so machine noise hits both. Reported per server
 and N: aggregate generated tokens/s (content chunks over wall time), p50/p99
 time to first token and inter-token latency, errors, and peak RSS (VmHWM).
-Then, unless --no-embed, embeddings at a fixed rate against ferrite alone
+With --soak N, then N short requests against ferrite: errors and RSS growth
+after warm-up. Then, unless --no-embed, embeddings at a fixed rate against ferrite alone
 (llama-server has no MiniLM of ours): requests sent, failures, p50/p99 latency,
 RSS before and after.
 
@@ -203,6 +204,20 @@ def embed_rate(port, rate, seconds, pid):
             "rss_before_mib": rss0 // 1024, "rss_after_mib": rss_kib(pid, "VmRSS") // 1024}
 
 
+def soak(port, n_requests, n_streams, model, pid):
+    """`n_requests` short streamed completions, `n_streams` at a time:
+    errors and RSS after the first 10% and at the end (memory must stay
+    flat once caches and allocator pools are warm)."""
+    warm = max(1, n_requests // 10)
+    first = load(port, n_streams, warm, 4, model)
+    rss_warm = rss_kib(pid, "VmRSS")
+    rest = load(port, n_streams, n_requests - warm, 4, model)
+    rss_end = rss_kib(pid, "VmRSS")
+    return {"requests": n_requests, "errors": first["errors"] + rest["errors"],
+            "rss_after_warmup_mib": round(rss_warm / 1024, 1), "rss_end_mib": round(rss_end / 1024, 1),
+            "rss_growth_mib": round((rss_end - rss_warm) / 1024, 1)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ferrite", default="target/release/ferrite")
@@ -217,7 +232,11 @@ def main():
     ap.add_argument("--embed-rate", type=float, default=50)
     ap.add_argument("--embed-seconds", type=float, default=30)
     ap.add_argument("--no-embed", action="store_true")
+    ap.add_argument("--soak", type=int, default=0,
+                    help="then this many 4-token requests (8 at a time) against ferrite: errors, RSS growth")
     ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--llama-args", default="",
+                    help="extra llama-server arguments, e.g. '--poll 0' (no spin-waiting: fairer on a busy machine)")
     ap.add_argument("--ban-tokens", default="0,2",
                     help="token ids given logit bias -100 in every request so that every reply runs "
                          "max_tokens (default: SmolLM2's <|endoftext|> and <|im_end|>)")
@@ -245,7 +264,7 @@ def main():
             lport = free_port()
             lproc = start([a.llama_server, "-m", a.model, "--port", str(lport), "-t", str(a.threads),
                            "-tb", str(a.threads), "-np", str(n), "-c", str(n * a.ctx_per_slot),
-                           "--no-warmup"])
+                           "--no-warmup"] + a.llama_args.split())
             try:
                 wait_ready(lport, "/health", lproc)
                 r = load(lport, n, reqs, a.max_tokens, fmodel)
@@ -254,6 +273,9 @@ def main():
                 stop(lproc)
             results["llama-server"][n] = r
             print(f"llama-server N={n:3d} {fmt(r)}", flush=True)
+        if a.soak:
+            results["soak"] = soak(fport, a.soak, 8, fmodel, fproc.pid)
+            print("ferrite soak:", results["soak"], flush=True)
         if not a.no_embed:
             results["embed"] = embed_rate(fport, a.embed_rate, a.embed_seconds, fproc.pid)
             print("ferrite embeddings:", results["embed"], flush=True)

@@ -140,16 +140,17 @@ impl<'t> Scheduler<'t> {
         q.requests.retain(|r| !r.events.is_closed());
         let gone = before - q.requests.len();
         drop(q);
-        let mut freed = 0;
+        let (mut freed, mut cancelled) = (0, 0);
         self.active.retain(|a| {
             let closed = a.req.events.is_closed();
             if closed {
                 freed += a.per_choice * a.live();
+                cancelled += 1;
             }
             !closed
         });
         self.reserved -= freed;
-        let dropped = gone + usize::from(freed > 0);
+        let dropped = gone + cancelled;
         if dropped > 0 {
             self.m.metrics.requests.inc_by(dropped as u64);
         }
@@ -195,11 +196,12 @@ impl<'t> Scheduler<'t> {
 
     /// Fails every admitted request (after an error in a forward pass).
     fn fail_all(&mut self, message: &str) {
+        let n = self.active.len();
         for a in self.active.drain(..) {
             let _ = a.req.events.send(Event::Failed(message.to_string()));
         }
         self.reserved = 0;
-        self.m.metrics.requests.inc();
+        self.m.metrics.requests.inc_by(n as u64);
     }
 
     /// One forward pass and what follows from its logits.
