@@ -2,7 +2,8 @@
 """Text-embedding speed of ferrite against onnxruntime and sentence-transformers.
 
 Model: all-MiniLM-L6-v2 (models/all-MiniLM-L6-v2, from scripts/fetch-models.sh
-minilm). Corpus: testdata/embed/bench-sentences.txt, 512 English-ish sentences
+minilm) by default, or another sentence-transformers directory (--model; e.g.
+all-mpnet-base-v2, BENCH_EMBED_MODEL=mpnet scripts/bench-embed.sh). Corpus: testdata/embed/bench-sentences.txt, 512 English-ish sentences
 of 3 to ~120 words made by this script's own deterministic generator
 (`--make-corpus` rewrites it; stdlib only, byte-identical on every run).
 
@@ -21,8 +22,9 @@ sentences of the corpus, batches of B (32):
                          process; its own figures are used ("sent_per_s", the
                          mean over the passes, and "single_ms", the median time
                          to embed each of the file's first 64 sentences alone).
-  onnxruntime            BertModel exported once with torch.onnx.export to
-                         ~/.cache/ferrite-reference/onnx/all-MiniLM-L6-v2.onnx;
+  onnxruntime            the transformers model (AutoModel) exported once with
+                         torch.onnx.export to
+                         ~/.cache/ferrite-reference/onnx/<model dir name>.onnx;
                          session with ORT_ENABLE_ALL, intra_op_num_threads=T,
                          inter_op_num_threads=1, sequential execution. The timed
                          pipeline is what a user writes: sort the texts by
@@ -77,7 +79,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = pathlib.Path(os.environ.get("FERRITE_MODELS", ROOT / "models")) / "all-MiniLM-L6-v2"
 DEFAULT_CORPUS = ROOT / "testdata" / "embed" / "bench-sentences.txt"
-DEFAULT_ONNX = pathlib.Path.home() / ".cache" / "ferrite-reference" / "onnx" / "all-MiniLM-L6-v2.onnx"
+ONNX_CACHE = pathlib.Path.home() / ".cache" / "ferrite-reference" / "onnx"
 CORPUS_SIZE = 512
 N_SINGLE = 64  # as `ferrite bench`: the first 64 sentences, one at a time
 VERIFY_MIN_COS = 0.99999  # ONNX pipeline vs sentence-transformers
@@ -280,42 +282,44 @@ def sha256_file(path):
 
 
 def export_onnx(model_dir, out):
-    """BertModel from the safetensors dir -> ONNX (last_hidden_state), cached."""
+    """The transformers model (AutoModel) of the safetensors dir -> ONNX
+    (last_hidden_state), cached. BERT takes token_type_ids, MPNet does not."""
     import torch
-    from transformers import BertModel
+    from transformers import AutoModel
 
     out.parent.mkdir(parents=True, exist_ok=True)
     # Eager attention and the TorchScript exporter give the graph onnxruntime
     # runs fastest here (sdpa / the dynamo exporter: same results, slower).
-    model = BertModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+    with_types = model.config.model_type == "bert"
 
     class LastHidden(torch.nn.Module):
         def __init__(self, bert):
             super().__init__()
             self.bert = bert
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                             token_type_ids=token_type_ids).last_hidden_state
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            kw = {"token_type_ids": token_type_ids} if with_types else {}
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
 
     ids = torch.tensor([[101, 7592, 2088, 999, 102], [101, 2307, 102, 0, 0]])
     mask = (ids != 0).long()
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_types else [])
     axes = {n: {0: "batch", 1: "sequence"} for n in names + ["last_hidden_state"]}
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     common = dict(input_names=names, output_names=["last_hidden_state"], dynamic_axes=axes,
                   opset_version=17)
+    inputs = (ids, mask, torch.zeros_like(ids)) if with_types else (ids, mask)
     import warnings
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            torch.onnx.export(LastHidden(model), (ids, mask, torch.zeros_like(ids)), str(tmp),
-                              dynamo=False, **common)
+            torch.onnx.export(LastHidden(model), inputs, str(tmp), dynamo=False, **common)
             how = "torch.onnx.export (TorchScript exporter), opset 17, eager attention"
         except Exception as e:  # the TorchScript exporter may be gone in a later torch
             print(f"note: TorchScript ONNX export failed ({e}); using the dynamo exporter", file=sys.stderr)
-            torch.onnx.export(LastHidden(model), (ids, mask, torch.zeros_like(ids)), str(tmp),
-                              dynamo=True, external_data=False, **common)
+            torch.onnx.export(LastHidden(model), inputs, str(tmp), dynamo=True, external_data=False,
+                              **common)
             how = "torch.onnx.export (dynamo exporter), opset 17, eager attention"
     os.replace(tmp, out)
     return how
@@ -356,7 +360,9 @@ class OrtEngine:
             idx = order[start:start + batch_size]
             enc = self.tok([texts[i] for i in idx], padding=True, truncation=True,
                            max_length=self.max_len, return_tensors="np")
-            feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+            wanted = [i.name for i in sess.get_inputs()]
+            feeds = {k: enc[k].astype(np.int64) if k in enc else np.zeros_like(enc["input_ids"], dtype=np.int64)
+                     for k in wanted}
             (hidden,) = sess.run(["last_hidden_state"], feeds)
             mask = feeds["attention_mask"][:, :, None].astype(np.float32)
             pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
@@ -565,11 +571,14 @@ def parse_args():
     ap.add_argument("--make-corpus", action="store_true", help="(re)write the corpus file and exit")
     ap.add_argument("--corpus", type=pathlib.Path, default=DEFAULT_CORPUS)
     ap.add_argument("--model", type=pathlib.Path, default=DEFAULT_MODEL)
-    ap.add_argument("--onnx", type=pathlib.Path, default=DEFAULT_ONNX, help="cached ONNX export (made if missing)")
+    ap.add_argument("--onnx", type=pathlib.Path, default=None,
+                    help="cached ONNX export, made if missing (default ~/.cache/ferrite-reference/onnx/MODEL.onnx)")
     ap.add_argument("--ferrite", default=str(ROOT / "target" / "release" / "ferrite"),
                     help="the ferrite binary ('' to leave ferrite out)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per ferrite command")
     a = ap.parse_args()
+    if a.onnx is None:
+        a.onnx = ONNX_CACHE / f"{a.model.name}.onnx"
     try:
         a.thread_list = [int(t) for t in a.threads.split(",") if t.strip()]
     except ValueError:
@@ -599,7 +608,7 @@ def main():
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
     if not (a.model / "model.safetensors").is_file():
-        sys.exit(f"no model in {a.model} (run scripts/fetch-models.sh minilm)")
+        sys.exit(f"no model in {a.model} (run scripts/fetch-models.sh minilm or mpnet)")
     if not a.corpus.is_file():
         if a.corpus != DEFAULT_CORPUS:
             sys.exit(f"no corpus file {a.corpus}")
@@ -717,7 +726,7 @@ def main():
 
 def report(a, runs, texts, ferrite_error, ferrite_cmds):
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-    print(f"\n## all-MiniLM-L6-v2, {len(texts)} sentences, batch size {a.batch_size}; "
+    print(f"\n## {a.model.name}, {len(texts)} sentences, batch size {a.batch_size}; "
           f"medians of {a.rounds} round(s)")
     print("\nsent/s: whole pipeline, text in, normalised embeddings out (tokenization included for every engine: "
           "ORT = HF fast tokenizer + sort by length + ORT session + numpy mean pooling/normalisation, "

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Text-embedding speed of ferrite against onnxruntime and sentence-transformers
-# (torch) on all-MiniLM-L6-v2 and testdata/embed/bench-sentences.txt; see
+# (torch) on all-MiniLM-L6-v2 (or all-mpnet-base-v2 with BENCH_EMBED_MODEL=mpnet)
+# and testdata/embed/bench-sentences.txt; see
 # scripts/bench-embed.py for what is measured and how.
 #
 #   scripts/bench-embed.sh [--threads 1,2] [--rounds 3] [--n 512] [--batch-size 32] [--json OUT]
@@ -23,8 +24,14 @@ if ! "$env_dir/bin/python" -c 'import torch, transformers, sentence_transformers
 fi
 py=$env_dir/bin/python
 
-scripts/fetch-models.sh minilm # silent when the model is already there
-model=${FERRITE_MODELS:-$repo/models}/all-MiniLM-L6-v2
+# BENCH_EMBED_MODEL=minilm (default) or mpnet.
+case ${BENCH_EMBED_MODEL:-minilm} in
+  minilm) name=minilm; dir=all-MiniLM-L6-v2 ;;
+  mpnet) name=mpnet; dir=all-mpnet-base-v2 ;;
+  *) echo "bench-embed: BENCH_EMBED_MODEL must be minilm or mpnet" >&2; exit 2 ;;
+esac
+scripts/fetch-models.sh "$name" # silent when the model is already there
+model=${FERRITE_MODELS:-$repo/models}/$dir
 
 if [ -n "${FERRITE_BIN:-}" ]; then
   ferrite=$FERRITE_BIN
