@@ -12,9 +12,9 @@ scripts/bench-embed.py), each with the `search_document: ` prefix.
   ferrite       `ferrite bench GGUF --texts FILE -t T --batch-size B -r 1 --json`:
                 one warm-up pass and one timed pass in a fresh process
                 (tokenization included, model load excluded); sentences/s.
-  llama.cpp     `llama-embedding -m GGUF -f FILE -t T -c 4096 -b 4096 --pooling mean
+  llama.cpp     `llama-embedding -m GGUF -f FILE -t T -c 2048 -b 2048 --pooling mean
                 -fa off --embd-output-format array`: all texts of the file, packed into
-                batches of up to 4096 tokens as the tool does; sentences/s from
+                batches of up to 2048 tokens (its defaults for this file: n_ctx = n_batch = the trained 2048); sentences/s from
                 its own `prompt eval time` (compute only) when printed, else
                 (its logger often loses the end of its output) the run's wall
                 time minus that of a run on one short text (model load and
@@ -206,7 +206,7 @@ def llama_run(texts_file, one_file, n, threads, fa):
     set-up), both measured now."""
     def cmd(f):
         return [str(LLAMA_BIN / "llama-embedding"), "-m", str(GGUF), "-f", str(f), "-t", str(threads),
-                "-c", "4096", "-b", "4096", "--pooling", "mean", "-fa", fa, "--embd-output-format", "array",
+                "-c", "2048", "-b", "2048", "--pooling", "mean", "-fa", fa, "--embd-output-format", "array",
                 "--no-warmup"]
     wall, out = llama_wall(cmd(texts_file))
     m = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", out)
