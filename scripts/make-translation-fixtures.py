@@ -28,7 +28,8 @@ What it writes:
         then `<pad>` last, as opus-mt's are laid out.
   testdata/translation/marian-goldens.json   (layout below)
   testdata/translation/tiny-t5/, tiny-flan/, t5-goldens.json  (also made
-        alone by --only-t5): T5ForConditionalGeneration
+        alone by --only-t5; --t5-goldens remakes only the goldens from the
+        saved models present): T5ForConditionalGeneration
         as saved (config.json, generation_config.json, model.safetensors,
         tokenizer.json, tokenizer_config.json). tiny-t5: ReLU feed-forward,
         tied embeddings, 4 heads of 16 = d_model 64 (t5-small's layout);
@@ -389,18 +390,24 @@ def build_t5(dest, tok, en, hi, variant, seed):
     return T5ForConditionalGeneration.from_pretrained(dest, attn_implementation="eager").eval()
 
 
-def t5_fixtures(en, hi):
+def t5_fixtures(en, hi, build=True):
     """tiny-t5 (ReLU, tied, T5 style) and tiny-flan (gated-GELU,
-    untied, 3 heads of 16 in a 64-wide model) with t5-goldens.json."""
+    untied, 3 heads of 16 in a 64-wide model) with t5-goldens.json. With
+    build=False (--t5-goldens): only the goldens, from the saved models
+    (those whose model.safetensors exists)."""
     goldens = {}
     for variant, seed in (("t5", 3), ("flan", 4)):
         dest = OUT / f"tiny-{variant}"
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir()
-        tok = t5_tokenizer(dest, [OUT / "corpus.en", OUT / "corpus.hi"])
-        model = build_t5(dest, tok, en, hi, variant, seed)
+        if build:
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.mkdir()
+            tok = t5_tokenizer(dest, [OUT / "corpus.en", OUT / "corpus.hi"])
+            build_t5(dest, tok, en, hi, variant, seed)
+        elif not (dest / "model.safetensors").exists():
+            continue
         tok = T5Tokenizer.from_pretrained(dest)
+        model = T5ForConditionalGeneration.from_pretrained(dest, attn_implementation="eager").eval()
         g = {}
         if variant == "t5":
             texts = en + hi + TEST_STRINGS_EXTRA + [T5_PREFIX + e for e in en[:20]]
@@ -431,11 +438,11 @@ def t5_fixtures(en, hi):
 
 def main():
     torch.set_num_threads(2)
-    if "--only-t5" in sys.argv:
+    if "--only-t5" in sys.argv or "--t5-goldens" in sys.argv:
         OUT.mkdir(parents=True, exist_ok=True)
         en = (OUT / "corpus.en").read_text().splitlines()
         hi = (OUT / "corpus.hi").read_text().splitlines()
-        t5_fixtures(en, hi)
+        t5_fixtures(en, hi, build="--only-t5" in sys.argv)
         return
     OUT.mkdir(parents=True, exist_ok=True)
     en = (OUT / "corpus.en").read_text().splitlines()

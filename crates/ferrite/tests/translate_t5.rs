@@ -1,0 +1,132 @@
+//! T5 against HF transformers on the tiny fixtures `tiny-t5` (ReLU
+//! feed-forward, tied embeddings, 4 heads of 16 = d_model) and
+//! `tiny-flan` (gated-GELU, untied output, 3 heads of 16 in a 64-wide
+//! model), made with `t5-goldens.json` by
+//! `scripts/make-translation-fixtures.py --only-t5`: tokenizer.json ids and
+//! decoding, encoder outputs and decoder logits (f32, within 1e-4),
+//! greedy and beam search outputs token for token, batched = alone.
+
+#[path = "common/seq2seq.rs"]
+mod seq2seq;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use ferrite::translate::{LoadOptions, TranslateOptions, Translator};
+use seq2seq::ids;
+use serde_json::Value;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/translation")
+}
+
+fn goldens() -> &'static Value {
+    static G: OnceLock<Value> = OnceLock::new();
+    G.get_or_init(|| {
+        let text = std::fs::read_to_string(dir().join("t5-goldens.json")).expect("goldens");
+        serde_json::from_str(&text).expect("JSON")
+    })
+}
+
+/// The fixtures the goldens cover: "t5" always, "flan" when the fixture
+/// script's flan-t5 run is in them.
+fn variants() -> Vec<&'static str> {
+    let v: Vec<&str> = ["t5", "flan"]
+        .into_iter()
+        .filter(|v| goldens().get(v).is_some())
+        .collect();
+    assert!(v.contains(&"t5"), "t5-goldens.json has no tiny-t5 goldens");
+    v
+}
+
+fn translator(variant: &str) -> Translator {
+    let opts = LoadOptions {
+        threads: 2,
+        ..Default::default()
+    };
+    Translator::open(&dir().join(format!("tiny-{variant}")), &opts).expect("loads")
+}
+
+#[test]
+fn tokenizer_ids_and_decoding_match() {
+    let tr = translator("t5");
+    let g = &goldens()["t5"]["tokenizer"];
+    let mut bad = Vec::new();
+    let entries = g["source"].as_array().expect("entries");
+    for e in entries {
+        let text = e["text"].as_str().expect("text");
+        let got = tr.tokenizer.encode_source(text).expect("encodes");
+        if got != ids(&e["ids"]) {
+            bad.push(format!("{text:?}: got {got:?}, want {:?}", ids(&e["ids"])));
+        }
+    }
+    for e in g["decode"].as_array().expect("entries") {
+        let got = tr.tokenizer.decode(&ids(&e["ids"]));
+        if got != e["text"].as_str().expect("text") {
+            bad.push(format!(
+                "decode {:?}: got {got:?}, want {}",
+                e["ids"], e["text"]
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{} differ:\n{}", bad.len(), bad.join("\n"));
+    assert!(entries.len() >= 200);
+}
+
+#[test]
+fn encoder_and_logits_match_transformers() {
+    for variant in variants() {
+        let tr = translator(variant);
+        let g = &goldens()[variant];
+        let enc = seq2seq::encoder_diff(&tr, g);
+        let logits = seq2seq::logits_diff(&tr, g);
+        eprintln!("{variant}: encoder max diff {enc:.2e}, decoder logits max diff {logits:.2e}");
+        assert!(enc < 1e-4 && logits < 1e-4, "{variant}: {enc} {logits}");
+    }
+}
+
+#[test]
+fn generation_matches_transformers() {
+    for variant in variants() {
+        let (n, bad) = seq2seq::generation_mismatches(&translator(variant), &goldens()[variant]);
+        assert!(
+            bad.is_empty(),
+            "{variant}: {} of {n} differ:\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+        assert_eq!(n, 72);
+    }
+}
+
+#[test]
+fn batched_is_bit_identical_to_alone() {
+    let variant = *variants().last().expect("a variant");
+    let tr = translator(variant);
+    let inputs: Vec<Vec<u32>> = goldens()[variant]["generate"][0]["outputs"]
+        .as_array()
+        .expect("outputs")
+        .iter()
+        .map(|o| ids(&o["ids"]))
+        .collect();
+    seq2seq::assert_batch_independent(&tr, &inputs);
+}
+
+#[test]
+fn task_prefix_is_plain_text() {
+    let tr = translator("t5");
+    let prefix = goldens()["config"]["prefix"].as_str().expect("prefix");
+    let opts = TranslateOptions {
+        beams: Some(1),
+        max_length: Some(64),
+        ..Default::default()
+    };
+    // A training pair of the tiny model (the prefix is part of the input).
+    let out = tr
+        .translate(
+            &[&format!("{prefix}My sister reads a book every evening.")],
+            &opts,
+        )
+        .expect("translates");
+    assert_eq!(out[0], "मेरी बहन हर शाम एक किताब पढ़ती है।");
+}
