@@ -550,8 +550,12 @@ impl Decoder {
             .collect();
         self.forward_rows(&tokens, &mut seqs, ws, threads)?;
         drop(seqs);
-        logits.clear();
-        let mut r0 = 0;
+        // Move the rows whose logits are wanted to the front of `ws.x`, in
+        // order (each goes to an index no later than its own, so none is
+        // overwritten before it is read), and run the head once over them:
+        // one pass over the output matrix for the whole batch.
+        let dim = self.shape.dim;
+        let (mut r0, mut k) = (0, 0);
         for item in items.iter_mut() {
             let n = item.tokens.len();
             item.cache.len += n;
@@ -559,12 +563,18 @@ impl Decoder {
                 Logits::All => r0..r0 + n,
                 Logits::Last => r0 + n - 1..r0 + n,
             };
-            let start = logits.len();
-            logits.resize(start + rows.len() * nv, 0.0);
-            self.head_rows(rows, ws, threads, &mut logits[start..])?;
+            for r in rows {
+                if r != k {
+                    ws.x.copy_within(r * dim..(r + 1) * dim, k * dim);
+                }
+                k += 1;
+            }
             r0 += n;
         }
-        Ok(())
+        logits.clear();
+        logits.resize(k * nv, 0.0);
+        self.head_rows(0..k, ws, threads, logits)
+
     }
 }
 
