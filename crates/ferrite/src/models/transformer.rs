@@ -574,7 +574,6 @@ impl Decoder {
         logits.clear();
         logits.resize(k * nv, 0.0);
         self.head_rows(0..k, ws, threads, logits)
-
     }
 }
 
