@@ -454,7 +454,7 @@ fn rotate(src: &[f32], dst: &mut [f32], cos: &[f32], sin: &[f32]) {
 
 /// `out = act(x · Wᵀ + b)`, `m` rows; threads split the output features
 /// by panels, bias and activation applied as each tile is stored.
-fn dense(
+pub(crate) fn dense(
     d: &Dense,
     x: &[f32],
     m: usize,

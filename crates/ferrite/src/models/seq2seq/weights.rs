@@ -5,15 +5,15 @@
 
 use std::sync::Arc;
 
-use ferrite_kernels::gemm::{Acts, OutPtr};
 use ferrite_kernels::math::{activate, Activation};
 use ferrite_kernels::quant::quantize;
 use ferrite_kernels::GgmlType;
 
 use super::Proj;
 use crate::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite};
+use crate::models::encoder::dense;
 use crate::models::encoder::weights::{Dense, WeightSource};
-use crate::parallel::{DisjointSlice, Threads};
+use crate::parallel::Threads;
 use crate::tensor::{Loader, QuantizedActs};
 use crate::Error;
 
@@ -108,20 +108,7 @@ pub fn apply(
     let (n, k) = (p.rows(), p.cols());
     let (x, out) = (&x[..m * k], &mut out[..m * n]);
     match p {
-        Proj::F32(d) => {
-            let target = DisjointSlice::new(out);
-            threads.split(d.w.n_panels(), |panels| {
-                let o = OutPtr {
-                    ptr: target.as_mut_ptr(),
-                    ld: n,
-                    bias: d.bias.as_deref(),
-                    act,
-                };
-                // SAFETY: this thread alone computes the output columns of
-                // its panels, in every row; `out` is m x n.
-                unsafe { d.gemm_panels(Acts { a: x, lda: k, m }, panels, o) };
-            });
-        }
+        Proj::F32(d) => dense(d, x, m, out, act, threads),
         Proj::Quant(l) => {
             l.matmul(x, out, acts, threads)?;
             if let Some(act) = act {
