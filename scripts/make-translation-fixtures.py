@@ -28,18 +28,25 @@ What it writes:
         then `<pad>` last, as opus-mt's are laid out.
   testdata/translation/marian-goldens.json   (layout below)
   testdata/translation/tiny-t5/, tiny-flan/, t5-goldens.json  (also made
-        alone by --only-t5; --t5-goldens remakes only the goldens from the
-        saved models present): T5ForConditionalGeneration
+        alone by --only-t5; --only-flan makes only tiny-flan and its
+        goldens, merged into t5-goldens.json with the "t5" part kept as it
+        was; --t5-goldens remakes only the goldens from the saved models
+        present): T5ForConditionalGeneration
         as saved (config.json, generation_config.json, model.safetensors,
         tokenizer.json, tokenizer_config.json). tiny-t5: ReLU feed-forward,
         tied embeddings, 4 heads of 16 = d_model 64 (t5-small's layout);
-        tiny-flan: gated-GELU, untied lm_head, 3 heads of 16 in a
-        64-wide model (heads * d_kv != d_model, as flan-t5-small). Both: 2+2
+        tiny-flan: gated-GELU ("gelu_new", the tanh form), untied lm_head
+        (its own lm_head.weight, no d_model^-0.5 scaling, config.json
+        `"tie_word_embeddings": false` as flan-t5's published one; see
+        untie_lm_head for how transformers 5 is made to build it), 3 heads
+        of 16 in a 64-wide model (heads * d_kv != d_model, as
+        flan-t5-small). Both: 2+2
         layers, FFN 128, 32 relative buckets up to 128, trained 300 steps on
         "translate English to Hindi: " + corpus.en -> corpus.hi. The
         tokenizer is a SentencePiece unigram model (vocab 600) trained on
         both corpora with T5's ids (<pad> 0, </s> 1, <unk> 2) plus 8
-        <extra_id_N>, saved as tokenizer.json by transformers' T5Tokenizer.
+        <extra_id_N>, saved as tokenizer.json by transformers' T5Tokenizer
+        into tiny-t5 and copied from there into tiny-flan.
         t5-goldens.json: {"t5": {...}, "flan": {...}} with the same layout as
         marian-goldens.json (tokenizer.source/decode for "t5" only: 301
         strings, task-prefixed ones included).
@@ -362,6 +369,25 @@ def t5_tokenizer(dest: pathlib.Path, corpus_files):
     return T5Tokenizer.from_pretrained(dest)
 
 
+def untie_lm_head(model, seed):
+    """Gives a T5 model its own output matrix, as flan-t5 (T5 v1.1) has.
+
+    transformers 5's T5Config always sets tie_word_embeddings=True and keeps
+    the flag it was given only as scale_decoder_outputs (whether the last
+    hidden state is scaled by d_model^-0.5), so T5ForConditionalGeneration
+    built from a `tie_word_embeddings=False` config still shares `shared`
+    as its lm_head. Loading a checkpoint whose lm_head.weight differs from
+    shared.weight unties them (modeling_utils.tie_weights), which is how a
+    published flan-t5 loads; here the head is replaced by its own
+    parameter, drawn N(0, 1) as transformers 4 drew an untied T5 head, and
+    removed from the model's tied-weights map so save_pretrained writes it."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(model.lm_head.weight.shape, generator=g)
+    model.lm_head.weight = torch.nn.Parameter(w)
+    model.all_tied_weights_keys.pop("lm_head.weight", None)
+    assert model.lm_head.weight is not model.shared.weight
+
+
 def build_t5(dest, tok, en, hi, variant, seed):
     gated = variant == "flan"
     config = T5Config(
@@ -384,27 +410,81 @@ def build_t5(dest, tok, en, hi, variant, seed):
     )
     torch.manual_seed(seed)
     model = T5ForConditionalGeneration(config).eval()
+    if gated:
+        assert config.dense_act_fn == "gelu_new" and not config.scale_decoder_outputs
+        untie_lm_head(model, seed)
     train(model, tok, [T5_PREFIX + e for e in en], hi, 300, seed=seed)
     model.save_pretrained(dest, safe_serialization=True)
     tok.save_pretrained(dest)
-    return T5ForConditionalGeneration.from_pretrained(dest, attn_implementation="eager").eval()
+    if gated:
+        # config.json as flan-t5's published one: untied, no
+        # transformers-5-only scale_decoder_outputs key.
+        path = dest / "config.json"
+        cfg = json.loads(path.read_text())
+        cfg["tie_word_embeddings"] = False
+        cfg.pop("scale_decoder_outputs", None)
+        path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    loaded = T5ForConditionalGeneration.from_pretrained(dest, attn_implementation="eager").eval()
+    if gated:
+        assert loaded.lm_head.weight is not loaded.shared.weight
+        assert not loaded.config.scale_decoder_outputs
+        assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+        check_resaved_flan(dest, loaded)
+    return loaded
 
 
-def t5_fixtures(en, hi, build=True):
+def check_resaved_flan(dest, model):
+    """A flan-t5 saved again by transformers 5 has config.json
+    `"tie_word_embeddings": true, "scale_decoder_outputs": false` and its
+    own lm_head.weight; transformers loads that as the same untied,
+    unscaled model (ferrite's test loads this layout too)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        for f in dest.iterdir():
+            shutil.copy(f, tmp / f.name)
+        cfg = json.loads((tmp / "config.json").read_text())
+        cfg["tie_word_embeddings"] = True
+        cfg["scale_decoder_outputs"] = False
+        (tmp / "config.json").write_text(json.dumps(cfg))
+        again = T5ForConditionalGeneration.from_pretrained(tmp, attn_implementation="eager").eval()
+        ids = torch.tensor([[5, 9, 17, 1]])
+        dids = torch.tensor([[0, 7, 11]])
+        with torch.no_grad():
+            a = model(input_ids=ids, decoder_input_ids=dids).logits
+            b = again(input_ids=ids, decoder_input_ids=dids).logits
+        assert torch.equal(a, b), "transformers-5 re-saved flan layout loads differently"
+
+
+T5_VARIANTS = (("t5", 3), ("flan", 4))
+
+
+def t5_fixtures(en, hi, build, goldens_for):
     """tiny-t5 (ReLU, tied, T5 style) and tiny-flan (gated-GELU,
-    untied, 3 heads of 16 in a 64-wide model) with t5-goldens.json. With
-    build=False (--t5-goldens): only the goldens, from the saved models
-    (those whose model.safetensors exists)."""
+    untied, 3 heads of 16 in a 64-wide model) with t5-goldens.json.
+    `build`: the variants to make (tiny-flan takes tiny-t5's tokenizer, so
+    tiny-t5 must exist or be built too); `goldens_for`: the variants whose
+    goldens are remade from their saved directories (those whose
+    model.safetensors exists); other variants' goldens already in
+    t5-goldens.json are kept unchanged."""
+    path = OUT / "t5-goldens.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
     goldens = {}
-    for variant, seed in (("t5", 3), ("flan", 4)):
+    for variant, seed in T5_VARIANTS:
         dest = OUT / f"tiny-{variant}"
-        if build:
+        if variant in build:
             if dest.exists():
                 shutil.rmtree(dest)
             dest.mkdir()
-            tok = t5_tokenizer(dest, [OUT / "corpus.en", OUT / "corpus.hi"])
+            if variant == "t5":
+                tok = t5_tokenizer(dest, [OUT / "corpus.en", OUT / "corpus.hi"])
+            else:
+                tok = T5Tokenizer.from_pretrained(OUT / "tiny-t5")
             build_t5(dest, tok, en, hi, variant, seed)
-        elif not (dest / "model.safetensors").exists():
+        if variant not in goldens_for:
+            if variant in old:
+                goldens[variant] = old[variant]
+            continue
+        if not (dest / "model.safetensors").exists():
             continue
         tok = T5Tokenizer.from_pretrained(dest)
         model = T5ForConditionalGeneration.from_pretrained(dest, attn_implementation="eager").eval()
@@ -432,18 +512,24 @@ def t5_fixtures(en, hi, build=True):
         g.update(model_goldens(model, tok, probe, gen_inputs))
         goldens[variant] = g
     goldens["config"] = {"max_length": MAX_LENGTH, "prefix": T5_PREFIX}
-    (OUT / "t5-goldens.json").write_text(json.dumps(goldens, ensure_ascii=False))
-    print("wrote", OUT / "t5-goldens.json")
+    path.write_text(json.dumps(goldens, ensure_ascii=False))
+    print("wrote", path, "with", [v for v, _ in T5_VARIANTS if v in goldens])
 
 
 def main():
     torch.set_num_threads(2)
-    if "--only-t5" in sys.argv or "--t5-goldens" in sys.argv:
-        OUT.mkdir(parents=True, exist_ok=True)
-        en = (OUT / "corpus.en").read_text().splitlines()
-        hi = (OUT / "corpus.hi").read_text().splitlines()
-        t5_fixtures(en, hi, build="--only-t5" in sys.argv)
-        return
+    every = {v for v, _ in T5_VARIANTS}
+    t5_runs = {
+        "--only-t5": (every, every),
+        "--only-flan": ({"flan"}, {"flan"}),
+        "--t5-goldens": (set(), every),
+    }
+    for flag, (build, goldens_for) in t5_runs.items():
+        if flag in sys.argv:
+            en = (OUT / "corpus.en").read_text().splitlines()
+            hi = (OUT / "corpus.hi").read_text().splitlines()
+            t5_fixtures(en, hi, build, goldens_for)
+            return
     OUT.mkdir(parents=True, exist_ok=True)
     en = (OUT / "corpus.en").read_text().splitlines()
     hi = (OUT / "corpus.hi").read_text().splitlines()
@@ -531,7 +617,7 @@ def main():
             build_marian(big, vocab_big, shape_big, seed=2)
             print("wrote", big)
     print("wrote", tiny, OUT / "marian-goldens.json")
-    t5_fixtures(en, hi)
+    t5_fixtures(en, hi, every, every)
 
 
 if __name__ == "__main__":
