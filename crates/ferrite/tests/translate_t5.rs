@@ -2,14 +2,15 @@
 //! feed-forward, tied embeddings, 4 heads of 16 = d_model) and
 //! `tiny-flan` (gated-GELU, untied output, 3 heads of 16 in a 64-wide
 //! model), made with `t5-goldens.json` by
-//! `scripts/make-translation-fixtures.py --only-t5`: tokenizer.json ids and
+//! `scripts/make-translation-fixtures.py --only-t5` (`--only-flan` remakes
+//! tiny-flan alone): tokenizer.json ids and
 //! decoding, encoder outputs and decoder logits (f32, within 1e-4),
 //! greedy and beam search outputs token for token, batched = alone.
 
 #[path = "common/seq2seq.rs"]
 mod seq2seq;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ferrite::translate::{LoadOptions, TranslateOptions, Translator};
@@ -28,23 +29,19 @@ fn goldens() -> &'static Value {
     })
 }
 
-/// The fixtures the goldens cover: "t5" always, "flan" when the fixture
-/// script's flan-t5 run is in them.
-fn variants() -> Vec<&'static str> {
-    let v: Vec<&str> = ["t5", "flan"]
-        .into_iter()
-        .filter(|v| goldens().get(v).is_some())
-        .collect();
-    assert!(v.contains(&"t5"), "t5-goldens.json has no tiny-t5 goldens");
-    v
-}
+/// The fixtures: T5 (ReLU, tied) and flan-t5 (gated-GELU, untied).
+const VARIANTS: [&str; 2] = ["t5", "flan"];
 
-fn translator(variant: &str) -> Translator {
+fn open(model_dir: &Path) -> Translator {
     let opts = LoadOptions {
         threads: 2,
         ..Default::default()
     };
-    Translator::open(&dir().join(format!("tiny-{variant}")), &opts).expect("loads")
+    Translator::open(model_dir, &opts).expect("loads")
+}
+
+fn translator(variant: &str) -> Translator {
+    open(&dir().join(format!("tiny-{variant}")))
 }
 
 #[test]
@@ -75,7 +72,7 @@ fn tokenizer_ids_and_decoding_match() {
 
 #[test]
 fn encoder_and_logits_match_transformers() {
-    for variant in variants() {
+    for variant in VARIANTS {
         let tr = translator(variant);
         let g = &goldens()[variant];
         let enc = seq2seq::encoder_diff(&tr, g);
@@ -87,7 +84,7 @@ fn encoder_and_logits_match_transformers() {
 
 #[test]
 fn generation_matches_transformers() {
-    for variant in variants() {
+    for variant in VARIANTS {
         let (n, bad) = seq2seq::generation_mismatches(&translator(variant), &goldens()[variant]);
         assert!(
             bad.is_empty(),
@@ -101,15 +98,40 @@ fn generation_matches_transformers() {
 
 #[test]
 fn batched_is_bit_identical_to_alone() {
-    let variant = *variants().last().expect("a variant");
-    let tr = translator(variant);
-    let inputs: Vec<Vec<u32>> = goldens()[variant]["generate"][0]["outputs"]
-        .as_array()
-        .expect("outputs")
-        .iter()
-        .map(|o| ids(&o["ids"]))
-        .collect();
-    seq2seq::assert_batch_independent(&tr, &inputs);
+    for variant in VARIANTS {
+        let tr = translator(variant);
+        let inputs: Vec<Vec<u32>> = goldens()[variant]["generate"][0]["outputs"]
+            .as_array()
+            .expect("outputs")
+            .iter()
+            .map(|o| ids(&o["ids"]))
+            .collect();
+        seq2seq::assert_batch_independent(&tr, &inputs);
+    }
+}
+
+/// transformers 5 saves a loaded flan-t5 again with `"tie_word_embeddings":
+/// true, "scale_decoder_outputs": false` and its own `lm_head.weight`, and
+/// loads that as the same untied, unscaled model (checked by the fixture
+/// script); so must ferrite.
+#[test]
+fn flan_saved_by_transformers_5_loads_untied() {
+    let src = dir().join("tiny-flan");
+    let tmp = std::env::temp_dir().join(format!("ferrite-flan-v5-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("temp dir");
+    for entry in std::fs::read_dir(&src).expect("tiny-flan") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, tmp.join(path.file_name().expect("name"))).expect("copies");
+    }
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config"))
+            .expect("JSON");
+    config["tie_word_embeddings"] = Value::Bool(true);
+    config["scale_decoder_outputs"] = Value::Bool(false);
+    std::fs::write(tmp.join("config.json"), config.to_string()).expect("writes");
+    let logits = seq2seq::logits_diff(&open(&tmp), &goldens()["flan"]);
+    std::fs::remove_dir_all(&tmp).expect("removes");
+    assert!(logits < 1e-4, "re-saved flan: logits max diff {logits}");
 }
 
 #[test]

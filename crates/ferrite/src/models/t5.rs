@@ -3,8 +3,16 @@
 //! norm (no bias, no mean), no biases anywhere, unscaled attention scores
 //! with learned relative position buckets (one table per stack, from the
 //! first layer), ReLU (`"relu"`) or gated-GELU (`"gated-gelu"`) feed-forward,
-//! final norms after both stacks, and, with tied embeddings, the last
-//! hidden state scaled by `d_model^-0.5` before the output matrix.
+//! final norms after both stacks, and, with tied embeddings (T5), the last
+//! hidden state scaled by `d_model^-0.5` before the output matrix; untied
+//! (flan-t5, T5 v1.1) it is not scaled and `lm_head.weight` is the output.
+//!
+//! The output matrix and its scale follow transformers 5: `lm_head.weight`
+//! when the file holds one, else the embedding table; scaled if
+//! `scale_decoder_outputs` says so, else if `tie_word_embeddings` (default
+//! true). transformers 5 writes `"tie_word_embeddings": true,
+//! "scale_decoder_outputs": false` plus its own `lm_head.weight` when it
+//! saves a flan-t5 again, and loads that as the same untied model.
 //!
 //! Reference: HF transformers `models/t5/modeling_t5.py`,
 //! `configuration_t5.py`.
@@ -43,6 +51,9 @@ pub struct T5Json {
     pub layer_norm_epsilon: f32,
     #[serde(default = "yes")]
     pub tie_word_embeddings: bool,
+    /// Written by transformers 5 (the `tie_word_embeddings` it was given).
+    #[serde(default)]
+    pub scale_decoder_outputs: Option<bool>,
     #[serde(default)]
     pub pad_token_id: u32,
     #[serde(default = "one")]
@@ -144,10 +155,10 @@ pub fn load(dir: &Path, format: WeightFormat) -> Result<Seq2Seq, Error> {
     let src = WeightSource::Safetensors(st);
     let pl = ProjLoader { src: &src, format };
     let embed = src.matrix(names::SHARED, n_vocab, dim)?;
-    let lm_head = if c.tie_word_embeddings {
-        pl.from_values(names::LM_HEAD, &embed, None, n_vocab, dim)?
-    } else {
+    let lm_head = if src.has(names::LM_HEAD) || !c.tie_word_embeddings {
         pl.proj(names::LM_HEAD, None, n_vocab, dim)?
+    } else {
+        pl.from_values(names::LM_HEAD, &embed, None, n_vocab, dim)?
     };
     let eps = c.layer_norm_epsilon;
     let norm = |name: String| -> Result<Norm, Error> {
@@ -239,7 +250,7 @@ pub fn load(dir: &Path, format: WeightFormat) -> Result<Seq2Seq, Error> {
             n_vocab,
             attn_scale: 1.0,
             embed_scale: 1.0,
-            output_scale: if c.tie_word_embeddings {
+            output_scale: if c.scale_decoder_outputs.unwrap_or(c.tie_word_embeddings) {
                 (dim as f32).powf(-0.5)
             } else {
                 1.0
