@@ -104,8 +104,13 @@ impl PackedWeights {
     /// from `fill(values)` (`n_panels * k * NR` values; see
     /// `crate::gemm_f16`, whose f16 panels have this layout).
     pub(crate) fn refill(&mut self, n: usize, k: usize, fill: impl FnOnce(&mut [f32])) {
-        self.reset(n, k);
-        let len = self.lines.len() * NR;
+        // `fill` writes every value, so the lines are only resized, not
+        // zeroed first (a product refills its scratch many times).
+        let n_lines = n.div_ceil(NR) * k;
+        self.n = n;
+        self.k = k;
+        self.lines.resize(n_lines, Line([0.0; NR]));
+        let len = n_lines * NR;
         // SAFETY: `Line` is `repr(C)` over `[f32; NR]` (size NR * 4, no
         // padding), so `lines` is `len` contiguous, initialized f32s,
         // borrowed mutably for the call.

@@ -16,9 +16,10 @@ use std::ops::Range;
 
 use crate::gemm::{gemm_panels, Acts, OutPtr, PackedWeights, NR};
 
-/// f32 bytes of converted panels one step takes (fits a 512 KiB+ L2 with
-/// room for activation rows).
-const STEP_BYTES: usize = 192 * 1024;
+/// f32 bytes of converted panels one step takes, about (fits a 512 KiB+
+/// L2 with room for activation rows; at least two panels, even for long
+/// rows: 384 KiB at k = 3072).
+const STEP_BYTES: usize = 256 * 1024;
 
 /// An `n x k` matrix of f16 values (`nn.Linear` layout: `n` output
 /// features of `k` inputs) in panels of [`NR`] output features: panel `p`,
@@ -92,7 +93,9 @@ thread_local! {
 /// no other thread accesses those places during the call.
 pub unsafe fn gemm_f16_panels(a: Acts, w: &PackedF16, panels: Range<usize>, out: OutPtr) {
     assert!(panels.end <= w.n_panels(), "panel range out of bounds");
-    let step = (STEP_BYTES / (4 * NR * w.k.max(1))).max(1);
+    // An even number of panels: the micro-kernels run two panels at a
+    // time, and a lone panel takes nearly one load per multiply-add.
+    let step = (STEP_BYTES / (4 * NR * w.k.max(1))).max(2) / 2 * 2;
     SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         let mut p = panels.start;
