@@ -823,3 +823,55 @@ fn dot8n_matches_dot8_row_by_row() {
     }
     eprintln!("{total} dot8n results, each equal to dot8's");
 }
+
+#[test]
+fn dot8n_extreme_rows_match_scalar() {
+    // Rows of one extreme byte each (scales made of them too, 0xffff being
+    // NaN), against activation rows of one extreme byte each: the corners
+    // of every integer bound (e.g. -128 * -128 for Q8_0, whose VNNI form
+    // reads the weights as w + 128).
+    const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
+    let mut total = 0;
+    for (set, _) in simd_sets() {
+        for t in ALL_TYPES {
+            let Some(kernel) = set.vec_dot_kernel(t) else {
+                continue;
+            };
+            let Some(dot8n) = kernel.dot8n else {
+                continue;
+            };
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
+            let a_t = kernel.act_type;
+            let n = 3 * t.block_size();
+            let row_bytes = t.bytes_for(n as u64).expect("whole blocks") as usize;
+            let act_row = a_t.bytes_for(n as u64).expect("whole blocks") as usize;
+            // One activation row per extreme byte, repeated past one pass.
+            let acts: Vec<u8> = (0..20)
+                .flat_map(|i| vec![BYTES[i % BYTES.len()]; act_row])
+                .collect();
+            let mut tally = Tally::default();
+            for shift in 0..BYTES.len() {
+                let rows: Vec<u8> = (0..8)
+                    .flat_map(|i| vec![BYTES[(shift + i) % BYTES.len()]; row_bytes])
+                    .collect();
+                let mut group = vec![0u8; rows.len()];
+                assert!(interleave::interleave(t, &rows, &mut group));
+                let mut out = vec![[f32::NAN; 8]; acts.len() / act_row];
+                dot8n(&group, &acts, act_row, &mut out);
+                for (r, got) in out.iter().enumerate() {
+                    let a = &acts[r * act_row..(r + 1) * act_row];
+                    for (i, &g) in got.iter().enumerate() {
+                        let want = (scalar.dot)(&rows[i * row_bytes..(i + 1) * row_bytes], a);
+                        let what = format!(
+                            "{} {t} dot8n extreme w={shift} row {r} out[{i}]",
+                            set.name()
+                        );
+                        tally.check(&what, g, want, true);
+                    }
+                }
+            }
+            total += tally.cases;
+        }
+    }
+    eprintln!("{total} dot8n results on extreme rows, each equal to the scalar reference's");
+}

@@ -4,11 +4,13 @@
 //! override runs the AVX2 code, never the scalar fallback.
 //!
 //! Overridden so far: the many-row eight-row kernels (`dot8n`, prefill) of
-//! Q4_0, Q4_1, Q5_0, Q4_K and Q6_K, and the eight-row kernels (`dot8`) of
-//! Q4_K and Q6_K, whose integer sums take one `vpdpbusd` per 32 bytes
-//! instead of `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`); and the f32 GEMM
-//! panels of the encoders (`gemm`). The same exact integers and the same
-//! f32 operation chains, so the same bits as the scalar reference.
+//! Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, and the eight-row kernels
+//! (`dot8`) of Q8_0, Q4_K and Q6_K, whose integer sums take one `vpdpbusd`
+//! per 32 bytes instead of `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`), or for
+//! Q8_0 instead of two sign extensions and two `vpmaddwd` (its weights read
+//! as `w + 128`, `128 * sum(x)` subtracted); and the f32 GEMM panels of the
+//! encoders (`gemm`). The same exact integers and the same f32 operation
+//! chains, so the same bits as the scalar reference.
 
 mod gemm;
 

@@ -14,7 +14,7 @@
 //! of the scalar reference's `dot` of row `r`.
 //!
 //! No overflow or saturation for any bytes: the bounds are noted at each
-//! kernel.
+//! kernel. Q8_0's kernels, whose values span all of i8, are in `q8_0`.
 
 use std::arch::x86_64::*;
 
@@ -31,7 +31,7 @@ pub(super) fn kernel8_fn(w: GgmlType) -> Option<Dot8Fn> {
         Q4_0 => q4_0_q8_0_x8 as Dot8Fn,
         Q4_1 => q4_1_q8_1_x8,
         Q5_0 => q5_0_q8_0_x8,
-        Q8_0 => q8_0_q8_0_x8,
+        Q8_0 => q8_0::q8_0_q8_0_x8,
         Q2K => q2_k_q8_k_x8,
         Q3K => q3_k_q8_k_x8,
         Q4K => q4_k_q8_k_x8,
@@ -113,15 +113,17 @@ unsafe fn term_from<K: Legacy>(isum: __m256i, [d_w, m_w]: [__m256; 2], a: &K::A)
     }
 }
 
-/// A 32-value format of small unsigned values (below 32) with an optional
-/// offset: `w = d * (q - OFFSET)` (+ `m`). Its blocks decode once into
-/// eight vectors of values that any number of activation rows can then
-/// use ([`dot8n`]).
+/// A 32-value format of unsigned values with an optional offset:
+/// `w = d * (q - OFFSET)` (+ `m`). Its blocks decode once into eight
+/// vectors of values that any number of activation rows can then use
+/// ([`dot8n`]). [`small_isums`] (AVX2) takes values of at most five bits;
+/// [`small_isums_vnni`] any byte (Q8_0 as `q = w + 128`, in `q8_0`).
 trait Small: Legacy + Rows8<A: Act8> {
-    /// Subtracted from every value (8 for Q4_0, 16 for Q5_0, 0 for Q4_1).
+    /// Subtracted from every value (8 for Q4_0, 16 for Q5_0, 0 for Q4_1,
+    /// 128 for Q8_0's VNNI form); a power of two or zero.
     const OFFSET: i32;
-    /// Whether values reach 31 (five bits), not just 15.
-    const FIVE_BITS: bool;
+    /// Bits per value: 4 (below 16), 5 (below 32) or 8.
+    const BITS: u32;
 
     /// The eight rows' values of an interleaved block: vector `2c` holds
     /// values `4c..4c + 4` of each row (row `r` in bytes `4r..4r + 4`),
@@ -141,6 +143,8 @@ trait Small: Legacy + Rows8<A: Act8> {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn small_isums<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i {
+    // Wider values would saturate the i16 pair sums.
+    const { assert!(K::BITS <= 5) };
     let ones = _mm256_set1_epi16(1);
     let mut sums = _mm256_setzero_si256();
     let mut pairs = _mm256_setzero_si256();
@@ -149,7 +153,7 @@ unsafe fn small_isums<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i {
         let x_hi = _mm256_set1_epi32(x4(x, 16 + 4 * c));
         pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q[2 * c], x_lo));
         pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q[2 * c + 1], x_hi));
-        if K::FIVE_BITS && c == 1 {
+        if K::BITS == 5 && c == 1 {
             sums = _mm256_madd_epi16(pairs, ones);
             pairs = _mm256_setzero_si256();
         }
@@ -182,19 +186,20 @@ fn pass_rows<A: Block>(acts: &[u8], act_row: usize, c: usize, len: usize) -> [&[
     })
 }
 
-/// Defines `$name::<K: Small>(group, acts, act_row, out)`: `out[t]` =
+/// Defines `$name::<K: $bound>(group, acts, act_row, out)`: `out[t]` =
 /// [`dot8`] of `group` with activation row `t` (bytes
 /// `t * act_row..(t + 1) * act_row` of `acts`; a missing row counts as
 /// empty), bit for bit: each block of the group is decoded once per pass
-/// of up to [`TOKENS`] rows, and each row's sum adds its terms in block
-/// order as `dot8` does. `$isums` computes the exact integer sums, with the
-/// target features `$features` (AVX2's `maddubs`, or VNNI's `dpbusd`: the
-/// same integers, so the same bits).
+/// of up to [`TOKENS`] rows (`K::values`), and each row's sum adds its
+/// terms in block order as `dot8` does. `$isums` computes the exact integer
+/// sums from the decoded values, with the target features `$features`
+/// (AVX2's `maddubs` or `madd`, or VNNI's `dpbusd`: the same integers, so
+/// the same bits).
 macro_rules! dot8n_with {
-    ($name:ident, $isums:ident, $features:literal) => {
+    ($name:ident, $bound:ident, $isums:ident, $features:literal) => {
         #[target_feature(enable = $features)]
         #[inline]
-        unsafe fn $name<K: Small>(
+        unsafe fn $name<K: $bound>(
             group: &[u8],
             acts: &[u8],
             act_row: usize,
@@ -227,9 +232,10 @@ macro_rules! dot8n_with {
     };
 }
 
-dot8n_with!(dot8n, small_isums, "avx2,fma,f16c");
+dot8n_with!(dot8n, Small, small_isums, "avx2,fma,f16c");
 dot8n_with!(
     dot8n_vnni,
+    Small,
     small_isums_vnni,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 );
@@ -294,6 +300,9 @@ dot8_with!(
     dot8_vnni,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 );
+
+// After the macros, which it uses.
+mod q8_0;
 
 /// One f16 value in all eight lanes, as f32 (exactly).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -399,7 +408,7 @@ struct Q4_0;
 small_format!(Q4_0, 18, BlockQ8_0, false);
 impl Small for Q4_0 {
     const OFFSET: i32 = 8;
-    const FIVE_BITS: bool = false;
+    const BITS: u32 = 4;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn values(w: &[u8]) -> [__m256i; 8] {
@@ -412,7 +421,7 @@ struct Q4_1;
 small_format!(Q4_1, 20, BlockQ8_1, true);
 impl Small for Q4_1 {
     const OFFSET: i32 = 0;
-    const FIVE_BITS: bool = false;
+    const BITS: u32 = 4;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn values(w: &[u8]) -> [__m256i; 8] {
@@ -426,7 +435,7 @@ struct Q5_0;
 small_format!(Q5_0, 22, BlockQ8_0, false);
 impl Small for Q5_0 {
     const OFFSET: i32 = 16;
-    const FIVE_BITS: bool = true;
+    const BITS: u32 = 5;
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn values(w: &[u8]) -> [__m256i; 8] {
@@ -469,46 +478,6 @@ unsafe fn lanes() -> __m256i {
         0x0404_0404,
         0,
     )
-}
-
-struct Q8_0;
-impl Rows8 for Q8_0 {
-    const BLOCK: usize = 34;
-    type A = BlockQ8_0;
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn term(w: &[u8], a: &BlockQ8_0) -> __m256 {
-        legacy_term::<Self>(w, a)
-    }
-}
-impl Legacy for Q8_0 {
-    const MIN: bool = false;
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn isums(w: &[u8], a: &BlockQ8_0) -> __m256i {
-        // Both sides span all of i8: each piece is widened to i16, rows
-        // 0..4 and rows 4..8 separately, against the four activations
-        // widened and repeated; madd sums products in pairs, so row r'
-        // of a half has two i32 lanes (2r', 2r' + 1), each at most
-        // 8 * 2 * 128 * 128 in size.
-        let mut rows_lo = _mm256_setzero_si256();
-        let mut rows_hi = _mm256_setzero_si256();
-        for c in 0..8 {
-            let at = 16 + 32 * c;
-            let x = _mm256_cvtepi8_epi16(_mm_set1_epi32(x4(&a.qs, 4 * c)));
-            let w_lo = _mm256_cvtepi8_epi16(load_u8x16(&w[at..]));
-            let w_hi = _mm256_cvtepi8_epi16(load_u8x16(&w[at + 16..]));
-            rows_lo = _mm256_add_epi32(rows_lo, _mm256_madd_epi16(w_lo, x));
-            rows_hi = _mm256_add_epi32(rows_hi, _mm256_madd_epi16(w_hi, x));
-        }
-        // Per 128-bit half, hadd gives [r0, r1, r4, r5] (low) and
-        // [r2, r3, r6, r7] (high); reorder the 64-bit pairs to r0..r8.
-        let h = _mm256_hadd_epi32(rows_lo, rows_hi);
-        _mm256_permute4x64_epi64::<0b11_01_10_00>(h)
-    }
-    fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
-        a.scales()
-    }
 }
 
 /// Lane `r`: byte `k` of i32 lane `r` of `v`, as i16 in both halves of
@@ -860,6 +829,7 @@ pub(super) fn kernel8n_fn(w: GgmlType) -> Option<Dot8NFn> {
         Q4_0 => q4_0_q8_0_x8n as Dot8NFn,
         Q4_1 => q4_1_q8_1_x8n,
         Q5_0 => q5_0_q8_0_x8n,
+        Q8_0 => q8_0::q8_0_q8_0_x8n,
         _ => return None,
     })
 }
@@ -1121,7 +1091,8 @@ fn q6_k_q8_k_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32
 pub(crate) fn kernel8_vnni_fn(w: GgmlType) -> Option<Dot8Fn> {
     use GgmlType::*;
     Some(match w {
-        Q4K => q4_k_q8_k_x8_vnni as Dot8Fn,
+        Q8_0 => q8_0::q8_0_q8_0_x8_vnni as Dot8Fn,
+        Q4K => q4_k_q8_k_x8_vnni,
         Q6K => q6_k_q8_k_x8_vnni,
         _ => return None,
     })
@@ -1147,6 +1118,7 @@ pub(crate) fn kernel8n_vnni_fn(w: GgmlType) -> Option<Dot8NFn> {
         Q4_0 => q4_0_q8_0_x8n_vnni as Dot8NFn,
         Q4_1 => q4_1_q8_1_x8n_vnni,
         Q5_0 => q5_0_q8_0_x8n_vnni,
+        Q8_0 => q8_0::q8_0_q8_0_x8n_vnni,
         Q4K => q4_k_q8_k_x8n_vnni,
         Q6K => q6_k_q8_k_x8n_vnni,
         _ => return None,
@@ -1190,10 +1162,4 @@ fn q4_1_q8_1_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
 fn q5_0_q8_0_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
     // SAFETY: as in `q4_0_q8_0_x8`.
     unsafe { dot8::<Q5_0>(group, act, out) }
-}
-
-/// Q8_0 x Q8_0, eight interleaved rows.
-fn q8_0_q8_0_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
-    // SAFETY: as in `q4_0_q8_0_x8`.
-    unsafe { dot8::<Q8_0>(group, act, out) }
 }
