@@ -1,12 +1,18 @@
-//! `ferrite translate` end to end on the tiny Marian fixture: one output
-//! line per input line (blank and invalid UTF-8 lines included, the latter
-//! reported with a non-zero exit), training sentences translated as HF
-//! translates them, and clear errors for a directory that is not a
-//! translation model and for bad options.
+//! `ferrite translate` end to end on the tiny Marian and flan-t5 fixtures:
+//! one output line per input line (blank, 10,000-word, CRLF and invalid
+//! UTF-8 lines included, the last reported with a non-zero exit), training
+//! sentences translated as HF translates them, and clear errors for a
+//! directory that is not a translation model and for bad options; and
+//! `POST /v1/translations` on `ferrite serve`, good and bad requests.
+
+mod serve_common;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+use serve_common::{Response, Server};
 
 fn testdata() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
@@ -73,64 +79,114 @@ fn bad_models_and_options_are_errors() {
     assert!(!ok && err.contains("expected f32 or q8_0"), "{err}");
 }
 
-/// One HTTP/1.1 POST of a JSON body; returns the response (head and body).
-fn post(port: u16, path: &str, body: &str) -> String {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("request sent");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("response read");
-    out
+/// The same for a T5 model (tiny-flan, task prefix typed on each line):
+/// blank, 10,000-word (cut to 512 tokens), invalid UTF-8, a CRLF line and
+/// a last line without a newline each give exactly one output line.
+#[test]
+fn t5_one_line_out_per_line_in() {
+    let model = testdata().join("translation/tiny-flan");
+    let p = "translate English to Hindi: ";
+    let long = "word ".repeat(10_000);
+    let mut bytes =
+        format!("{p}My sister reads a book every evening.\r\n\n{p}{long}\n").into_bytes();
+    bytes.extend_from_slice(b"\xc3\x28\xff\n");
+    bytes.extend_from_slice(format!("{p}The river is wide and slow in the summer.").as_bytes());
+    let (ok, out, err) = translate(
+        &[
+            model.to_str().expect("path"),
+            "--beams",
+            "4",
+            "--max-length",
+            "64",
+        ],
+        &bytes,
+    );
+    assert!(!ok && err.contains("line 4 is not valid UTF-8"), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert_eq!(lines[0], "मेरी बहन हर शाम एक किताब पढ़ती है।");
+    assert_eq!(lines[1], "");
+    assert!(!lines[2].is_empty());
+    assert_eq!(lines[3], "");
+    assert_eq!(lines[4], "गर्मियों में नदी चौड़ी और धीमी होती है।");
 }
 
+/// `POST /v1/translations` on `ferrite serve` with the tiny Marian and a
+/// tiny GPT-2 (not a translation model): one translation per input in
+/// order (blank and 10,000-word inputs included), and a clear 4xx for
+/// invalid UTF-8, bad JSON, a model that does not translate, and every
+/// out-of-range field; the server keeps answering afterwards.
 #[test]
 fn serve_answers_v1_translations() {
-    use std::io::{BufRead, BufReader};
-    let model = testdata().join("translation/tiny-marian");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(["serve", model.to_str().expect("path"), "--port", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("ferrite serve runs");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let mut port = None;
-    for line in lines.by_ref() {
-        let line = line.expect("a line");
-        if let Some(addr) = line.strip_prefix("ferrite: listening on http://") {
-            port = addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
-        }
-        if line.starts_with("ferrite: ready") {
-            break;
-        }
-    }
-    let port = port.expect("a port");
-    let ok = post(
-        port,
+    let marian = testdata().join("translation/tiny-marian");
+    let gpt2 = testdata().join("gpt2/tiny.f32.gguf");
+    let s = Server::start(&[marian.to_str().expect("path"), gpt2.to_str().expect("path")]);
+    let sister = "My sister reads a book every evening.";
+    let want = "मेरी बहन हर शाम एक किताब पढ़ती है।";
+    let long = "word ".repeat(10_000);
+    let r = s.post(
         "/v1/translations",
-        r#"{"input": ["My sister reads a book every evening.", ""], "beams": 4}"#,
+        &json!({"input": [sister, "", long, " ", sister], "beams": 4}),
     );
-    let bad = post(port, "/v1/translations", r#"{"input": 5}"#);
-    child.kill().expect("stops");
-    let _ = child.wait();
-    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
-    assert!(
-        ok.contains(r#""translation":"मेरी बहन हर शाम एक किताब पढ़ती है।""#),
-        "{ok}"
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["model"], "tiny-marian");
+    let data = v["data"].as_array().expect("data");
+    assert_eq!(data.len(), 5, "{v}");
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["index"], i);
+        assert_eq!(d["object"], "translation");
+    }
+    let text = |i: usize| data[i]["translation"].as_str().expect("a string");
+    assert_eq!([text(0), text(1), text(3), text(4)], [want, "", "", want]);
+    assert!(!text(2).is_empty() && !text(2).contains('\n'));
+    // One string in, one translation out.
+    let one = s.post(
+        "/v1/translations",
+        &json!({"model": "tiny-marian", "input": sister, "beams": 1}),
     );
-    assert!(
-        ok.contains(r#""index":1,"object":"translation","translation":"""#),
-        "{ok}"
+    assert_eq!(one.json()["data"][0]["translation"], want);
+
+    let expect = |r: Response, status: u16, needle: &str| {
+        assert_eq!(r.status, status, "{}", String::from_utf8_lossy(&r.body));
+        let msg = r.error_message();
+        assert!(msg.contains(needle), "'{msg}' lacks '{needle}'");
+    };
+    let raw = |body: &[u8]| {
+        s.request(
+            "POST",
+            "/v1/translations",
+            &[("content-type", "application/json")],
+            body,
+        )
+    };
+    expect(
+        raw(b"{\"input\": [\"Hi \xff\xfe there\"]}"),
+        400,
+        "invalid JSON",
     );
-    assert!(
-        bad.starts_with("HTTP/1.1 400") && bad.contains("input must be"),
-        "{bad}"
+    expect(raw(b"{\"input\": \"\\ud800\"}"), 400, "invalid JSON");
+    expect(raw(b"{\"input\": [\"Hi\""), 400, "invalid JSON");
+    let post = |body: Value| s.post("/v1/translations", &body);
+    expect(
+        post(json!({"model": "tiny.f32", "input": "Hi"})),
+        400,
+        "does not serve /v1/translations",
     );
+    expect(post(json!({"model": "nope", "input": "Hi"})), 404, "nope");
+    expect(post(json!({"input": 5})), 400, "input must be");
+    expect(post(json!({"input": []})), 400, "input must be");
+    expect(post(json!({"input": ["a", 1]})), 400, "input must be");
+    expect(post(json!({})), 400, "input must be");
+    expect(post(json!({"input": vec!["a"; 257]})), 400, "input must be");
+    expect(post(json!({"input": "Hi", "beams": 0})), 400, "beams");
+    expect(post(json!({"input": "Hi", "beams": 17})), 400, "beams");
+    expect(
+        post(json!({"input": "Hi", "max_length": 1})),
+        400,
+        "max_length",
+    );
+    // Still serving.
+    let again = s.post("/v1/translations", &json!({"input": [sister]}));
+    assert_eq!(again.json()["data"][0]["translation"], want);
 }

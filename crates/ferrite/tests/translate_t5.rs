@@ -13,7 +13,7 @@ mod seq2seq;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use ferrite::translate::{LoadOptions, TranslateOptions, Translator};
+use ferrite::translate::{LoadOptions, TranslateOptions, Translator, T5_MAX_INPUT};
 use seq2seq::ids;
 use serde_json::Value;
 
@@ -151,4 +151,33 @@ fn task_prefix_is_plain_text() {
         )
         .expect("translates");
     assert_eq!(out[0], "मेरी बहन हर शाम एक किताब पढ़ती है।");
+}
+
+/// Blank inputs give empty strings without running the model; a
+/// 10,000-word input is cut to `T5_MAX_INPUT` tokens (T5's relative
+/// positions set no limit of their own), keeping `</s>` last, and still
+/// translates; one output per input, in order.
+#[test]
+fn bad_inputs_are_handled() {
+    let tr = translator("flan");
+    let prefix = goldens()["config"]["prefix"].as_str().expect("prefix");
+    let long = format!("{prefix}{}", "word ".repeat(10_000));
+    let ids = tr.encode(&long).expect("encodes");
+    assert_eq!(ids.len(), T5_MAX_INPUT);
+    assert_eq!(ids.last(), Some(&tr.model.config.eos));
+    assert_eq!(ids[..20], tr.encode(&long[..400]).expect("encodes")[..20]);
+    let opts = TranslateOptions {
+        beams: Some(2),
+        max_length: Some(8),
+        ..Default::default()
+    };
+    let hello = format!("{prefix}Hello!");
+    let out = tr
+        .translate(&["", " \t ", &long, &hello], &opts)
+        .expect("translates");
+    assert_eq!(out.len(), 4);
+    assert_eq!(out[..2], ["", ""]);
+    assert!(!out[2].is_empty() && !out[3].is_empty(), "{out:?}");
+    let alone = tr.translate(&[&hello], &opts).expect("translates");
+    assert_eq!(out[3], alone[0]);
 }
