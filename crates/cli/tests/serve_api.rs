@@ -1,6 +1,7 @@
-//! `ferrite serve` with the real SmolLM2 and MiniLM, over raw HTTP:
-//! every endpoint's shape, streamed == non-streamed text, usage counts,
-//! base64 == float embeddings, API keys, and every error status.
+//! `ferrite serve` with the real SmolLM2, MiniLM and nomic-embed-text, over
+//! raw HTTP: every endpoint's shape, streamed == non-streamed text, usage
+//! counts, base64 == float embeddings, `dimensions` as `ferrite embed
+//! --dim`, API keys, and every error status.
 
 mod common;
 mod serve_common;
@@ -222,21 +223,24 @@ fn embeddings_float_and_base64_agree() {
         )
         .json();
     assert_eq!(one["data"][0]["embedding"], f["data"][1]["embedding"]);
-    // Matryoshka cut: 16 values, unit length.
-    let d = s
+    // MiniLM was not trained for shortened vectors: `dimensions` may only
+    // be its full width (no change); a cut is refused as OpenAI refuses it.
+    let full = s
         .post(
             "/v1/embeddings",
-            &json!({"input": "hello", "dimensions": 16}),
+            &json!({"input": "Quantum chromodynamics", "dimensions": 384}),
         )
         .json();
-    let v: Vec<f64> = d["data"][0]["embedding"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
-    assert_eq!(v.len(), 16);
-    assert!((v.iter().map(|x| x * x).sum::<f64>() - 1.0).abs() < 1e-5);
+    assert_eq!(full["data"][0]["embedding"], f["data"][1]["embedding"]);
+    for d in [16, 383, 385] {
+        let r = s.post(
+            "/v1/embeddings",
+            &json!({"input": "hello", "dimensions": d}),
+        );
+        assert_eq!(r.status, 400, "dimensions {d}");
+        assert_eq!(r.json()["error"]["param"], "dimensions");
+        assert!(r.error_message().contains("Matryoshka"), "{}", r.text());
+    }
     // A large batch (split into token-bounded batches) matches one by one.
     let many: Vec<String> = (0..40)
         .map(|i| format!("sentence number {i} about things"))
@@ -244,6 +248,57 @@ fn embeddings_float_and_base64_agree() {
     let all = s.post("/v1/embeddings", &json!({"input": many})).json();
     let lone = s.post("/v1/embeddings", &json!({"input": many[37]})).json();
     assert_eq!(all["data"][37]["embedding"], lone["data"][0]["embedding"]);
+}
+
+/// The floats of an embedding in a JSON response.
+fn vector(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+#[test]
+fn nomic_dimensions_are_the_cli_dims() {
+    let s = Server::start(&["nomic-embed-v1.5"]);
+    let text = "search_query: what is rotary position embedding?";
+    // The sizes nomic-embed-text v1.5 was trained for, and one between:
+    // the server's vectors are the CLI's, bit for bit.
+    for d in [64, 200, 256, 768] {
+        let r = s
+            .post("/v1/embeddings", &json!({"input": [text], "dimensions": d}))
+            .json();
+        let served = vector(&r["data"][0]["embedding"]);
+        assert_eq!(served.len(), d);
+        let norm: f32 = served.iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+        let out = common::ferrite(
+            &["embed", "nomic-embed-v1.5", "-", "--dim", &d.to_string()],
+            Some(text),
+        );
+        let (stdout, _) = common::ok(&out);
+        let cli: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(served, vector(&cli), "dimensions {d}");
+    }
+    // Sizes the CLI refuses, the server refuses with 400.
+    for d in [-1i64, 0, 32, 63, 769, 4096] {
+        let r = s.post("/v1/embeddings", &json!({"input": text, "dimensions": d}));
+        assert_eq!(r.status, 400, "dimensions {d}");
+        assert_eq!(r.json()["error"]["param"], "dimensions");
+        assert!(
+            r.error_message().contains("between 64 and 768"),
+            "{}",
+            r.text()
+        );
+        if d > 0 {
+            let out = common::ferrite(
+                &["embed", "nomic-embed-v1.5", "-", "--dim", &d.to_string()],
+                Some(text),
+            );
+            assert!(!out.status.success(), "the CLI took --dim {d}");
+        }
+    }
 }
 
 #[test]

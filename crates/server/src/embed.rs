@@ -14,6 +14,7 @@ use ferrite::parallel::Threads;
 use tokio::sync::oneshot;
 
 use crate::config::Limits;
+use crate::error::ApiError;
 use crate::metrics::ModelMetrics;
 use crate::queue::Queue;
 
@@ -58,6 +59,43 @@ impl EmbedModel {
     /// Width of the vectors before any cut.
     pub fn dim(&self) -> usize {
         self.embedder.dim()
+    }
+
+    /// The cut a request's `dimensions` asks for. A Matryoshka-trained
+    /// model takes the sizes `ferrite embed --dim` takes (nomic-embed-text:
+    /// 64..768, its recipe applied even at full width); any other model
+    /// takes only its full width, which changes nothing: cutting a vector
+    /// not trained for it gives poor embeddings, and OpenAI likewise
+    /// refuses `dimensions` for models without it.
+    pub fn cut(&self, dimensions: i64) -> Result<Option<usize>, ApiError> {
+        let dim = self.dim();
+        if !self.embedder.matryoshka() {
+            return if dimensions == dim as i64 {
+                Ok(None)
+            } else {
+                Err(ApiError::bad_param(
+                    "dimensions",
+                    format!(
+                        "'{}' was not trained for shortened (Matryoshka) embeddings: \
+                         dimensions may only be its full width, {dim}; got {dimensions}",
+                        self.name
+                    ),
+                ))
+            };
+        }
+        let dims = self.embedder.dims();
+        match usize::try_from(dimensions) {
+            Ok(d) if dims.contains(&d) => Ok(Some(d)),
+            _ => Err(ApiError::bad_param(
+                "dimensions",
+                format!(
+                    "dimensions must be between {} and {} for '{}', got {dimensions}",
+                    dims.start(),
+                    dims.end(),
+                    self.name
+                ),
+            )),
+        }
     }
 
     /// Most tokens of one input.

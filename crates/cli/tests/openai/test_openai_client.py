@@ -1,9 +1,10 @@
 """`ferrite serve` driven by the official `openai` Python package.
 
 Starts the server (FERRITE_BIN, default target/debug/ferrite) on a free
-port with smollm2 + minilm and an API key, and checks what a real client
+port with smollm2 + minilm + nomic-embed-v1.5 and an API key, and checks what a real client
 sees: models, chat and text completions (streamed == whole, usage), logprobs,
-embeddings (the client's default base64 == float), json_schema output,
+embeddings (the client's default base64 == float; `dimensions` on a
+Matryoshka model, refused on another), json_schema output,
 and the client's typed errors. Run by scripts/test-serve-openai.sh, which makes the venv.
 """
 
@@ -31,7 +32,7 @@ def free_port():
 def start_server(binary):
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "serve", "smollm2", "minilm", "--port", str(port), "--threads", "2",
+        [binary, "serve", "smollm2", "minilm", "nomic-embed-v1.5", "--port", str(port), "--threads", "2",
          "--api-key", KEY],
         env={**os.environ, "FERRITE_LOG": "error"},
         stdout=subprocess.DEVNULL,
@@ -53,7 +54,7 @@ def start_server(binary):
 
 def test_models(c):
     ids = [m.id for m in c.models.list()]
-    assert ids == ["smollm2", "minilm"], ids
+    assert ids == ["smollm2", "minilm", "nomic-embed-v1.5"], ids
 
 
 def test_chat_stream_equals_whole(c):
@@ -95,9 +96,22 @@ def test_embeddings_base64_equals_float(c):
     for a, b in zip(default.data, floats.data):
         assert len(a.embedding) == 384
         assert a.embedding == b.embedding
-    cut = c.embeddings.create(model="minilm", input="hello", dimensions=32)
+    # nomic-embed-text v1.5 was trained for shortened vectors (64..768).
+    cut = c.embeddings.create(model="nomic-embed-v1.5", input="hello", dimensions=256)
+    cut_f = c.embeddings.create(model="nomic-embed-v1.5", input="hello", dimensions=256,
+                                encoding_format="float")
     v = cut.data[0].embedding
-    assert len(v) == 32 and abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-5
+    assert len(v) == 256 and abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-5
+    assert v == cut_f.data[0].embedding
+    # MiniLM was not: only its full width, as OpenAI refuses `dimensions`
+    # for models without it.
+    full = c.embeddings.create(model="minilm", input=texts, dimensions=384, encoding_format="float")
+    assert [d.embedding for d in full.data] == [d.embedding for d in floats.data]
+    try:
+        c.embeddings.create(model="minilm", input="hello", dimensions=32)
+        raise AssertionError("dimensions=32 accepted for minilm")
+    except openai.BadRequestError as e:
+        assert e.body["param"] == "dimensions", e.body
     assert default.usage.prompt_tokens > 0
 
 
@@ -129,6 +143,7 @@ def test_typed_errors(c, port):
     raises(openai.BadRequestError, lambda: c.chat.completions.create(
         model="smollm2", max_tokens=0, messages=[{"role": "user", "content": "x"}]))
     raises(openai.BadRequestError, lambda: c.embeddings.create(model="minilm", input="x", dimensions=4096))
+    raises(openai.BadRequestError, lambda: c.embeddings.create(model="nomic-embed-v1.5", input="x", dimensions=32))
     wrong = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-wrong", max_retries=0)
     raises(openai.AuthenticationError, lambda: wrong.models.list())
 

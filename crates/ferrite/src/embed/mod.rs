@@ -259,6 +259,12 @@ impl Embedder {
         self.encoder.config.max_positions
     }
 
+    /// Whether the model was trained for shortened (Matryoshka) vectors,
+    /// whose recipe [`Self::embed`] applies for [`EmbedOptions::dim`].
+    pub fn matryoshka(&self) -> bool {
+        self.matryoshka_layer_norm
+    }
+
     /// The Matryoshka sizes `--dim` accepts.
     pub fn dims(&self) -> std::ops::RangeInclusive<usize> {
         let min = if self.matryoshka_layer_norm {

@@ -1,5 +1,6 @@
 //! `POST /v1/embeddings`: one string or a list, `dimensions` (Matryoshka
-//! cut, re-normalized), `encoding_format` `float` or `base64` (the
+//! cut, re-normalized, for models trained for it:
+//! [`crate::embed::EmbedModel::cut`]), `encoding_format` `float` or `base64` (the
 //! little-endian f32 bytes, as OpenAI's Python client asks for by default).
 
 use std::sync::Arc;
@@ -90,16 +91,9 @@ pub async fn handle(
             ))
         }
     };
-    let dim = model.dim();
     let dims = match req.dimensions {
         None => None,
-        Some(d) if d >= 1 && d as usize <= dim => Some(d as usize),
-        Some(d) => {
-            return Err(ApiError::bad_param(
-                "dimensions",
-                format!("dimensions must be between 1 and {dim} for this model, got {d}"),
-            ))
-        }
+        Some(d) => model.cut(d)?,
     };
     // Count tokens (and refuse over-long inputs) off the async threads.
     let m = model.clone();
