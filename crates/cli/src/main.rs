@@ -30,7 +30,7 @@ enum Command {
     /// array per line out, same order.
     Embed(commands::embed::Args),
     /// Translate sentences (one per line) with an encoder-decoder model
-    /// (Marian / opus-mt); one translation per line out, same order.
+    /// (Marian / opus-mt, T5 / flan-t5); one translation per line out, same order.
     Translate(commands::translate::Args),
     /// Measure prompt processing and generation speed (as llama-bench does).
     Bench(commands::bench::Args),

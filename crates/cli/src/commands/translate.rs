@@ -20,8 +20,9 @@ const CHUNK: usize = 256;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A Marian / opus-mt model directory (config.json, model.safetensors,
-    /// source.spm, target.spm, vocab.json).
+    /// A translation model directory: Marian / opus-mt (config.json,
+    /// model.safetensors, source.spm, target.spm, vocab.json) or T5 /
+    /// flan-t5 (config.json, model.safetensors, tokenizer.json).
     model: PathBuf,
     /// Sentences, one per line; `-` or nothing reads stdin.
     input: Option<String>,
