@@ -24,6 +24,13 @@ fn free_port() -> u16 {
 impl Server {
     /// Starts `ferrite serve ARGS` (2 threads) and waits for `/ready`.
     pub fn start(args: &[&str]) -> Server {
+        let mut s = Server::spawn(args, Stdio::inherit());
+        s.wait_ready();
+        s
+    }
+
+    /// Starts `ferrite serve ARGS` (2 threads) without waiting for it.
+    pub fn spawn(args: &[&str], stderr: Stdio) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
             .arg("serve")
@@ -32,26 +39,50 @@ impl Server {
             .env("FERRITE_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start ferrite serve");
-        let mut s = Server {
+        Server {
             port,
             child: Some(child),
-        };
+        }
+    }
+
+    /// Waits (at most 120 s) until `/ready` answers 200.
+    pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            if let Ok(r) = s.try_request("GET", "/ready", &[], b"") {
+            if let Ok(r) = self.try_request("GET", "/ready", &[], b"") {
                 if r.status == 200 {
-                    return s;
+                    return;
                 }
             }
-            if let Some(status) = s.child.as_mut().unwrap().try_wait().unwrap() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("ferrite serve exited early: {status}");
             }
             assert!(Instant::now() < deadline, "server not ready after 120 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Waits (at most 120 s) until the port accepts connections.
+    pub fn wait_listening(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.connect().is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ferrite serve exited early: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server not listening after 120 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The server's standard error, if it was spawned with a pipe there.
+    pub fn take_stderr(&mut self) -> Option<std::process::ChildStderr> {
+        self.child.as_mut()?.stderr.take()
     }
 
     pub fn pid(&self) -> u32 {
