@@ -32,7 +32,7 @@
 
 use crate::models::seq2seq::forward::{Encoded, HypCache, StepRow, Workspace};
 use crate::models::seq2seq::Seq2Seq;
-use crate::parallel::Threads;
+use crate::parallel::{DisjointSlice, Threads};
 use crate::Error;
 
 /// HF's stand-in for "impossible" in beam scores.
@@ -218,20 +218,13 @@ pub fn generate(
             }
             model.step(&mut rows, threads, ws, &mut logits)?;
         }
-        let mut r = 0;
-        for (i, s) in searches.iter_mut().enumerate() {
-            if s.done {
-                continue;
-            }
-            let rows = &mut logits[r * n_vocab..(r + nb) * n_vocab];
-            debug_assert!(owners[r].0 == i);
-            r += nb;
-            if nb == 1 {
-                greedy_step(s, rows, opts, c.eos);
-            } else {
-                beam_step(s, rows, opts, c.eos, n_vocab);
-            }
-        }
+        let rules = Rules {
+            opts,
+            eos: c.eos,
+            n_vocab,
+        };
+        score_rows(&searches, &owners, &mut logits, rules, threads);
+        choose(&mut searches, &mut logits, rules, threads);
     }
     Ok(searches
         .into_iter()
@@ -246,9 +239,84 @@ pub fn generate(
         .collect())
 }
 
-fn greedy_step(s: &mut Search, scores: &mut [f32], opts: &SearchOptions, eos: u32) {
+/// What scoring and choosing need besides the rows: the options, `</s>`
+/// and the vocabulary size (values per row).
+#[derive(Clone, Copy)]
+struct Rules<'a> {
+    opts: &'a SearchOptions,
+    eos: u32,
+    n_vocab: usize,
+}
+
+/// Turns each row of `logits` (row `r` is the next-token logits of
+/// running hypothesis `owners[r]` = (input, beam)) into its scores, in
+/// place: the processed logits (greedy), or the beam's score plus the
+/// processed log-probabilities (beam search). Each row depends only on its
+/// own values and hypothesis, so the rows are split across threads.
+fn score_rows(
+    searches: &[Search],
+    owners: &[(usize, usize)],
+    logits: &mut [f32],
+    rules: Rules,
+    threads: &Threads,
+) {
+    let (opts, n) = (rules.opts, rules.n_vocab);
+    let rows = DisjointSlice::new(&mut logits[..owners.len() * n]);
+    threads.split(owners.len(), |range| {
+        for r in range {
+            let (i, b) = owners[r];
+            let h = &searches[i].running[b];
+            // SAFETY: row r is in this thread's range only.
+            let row = unsafe { rows.segment(r * n, n) };
+            if opts.num_beams == 1 {
+                process(opts, rules.eos, &h.seq, row);
+                continue;
+            }
+            log_softmax(row);
+            process(opts, rules.eos, &h.seq, row);
+            if opts.renormalize {
+                log_softmax(row);
+            }
+            row.iter_mut().for_each(|v| *v += h.score);
+        }
+    });
+}
+
+/// Each unfinished input's next hypotheses from its rows of scores (in
+/// the order of the inputs, `num_beams` rows each), inputs split across
+/// threads.
+fn choose(searches: &mut [Search], scores: &mut [f32], rules: Rules, threads: &Threads) {
+    let nb = rules.opts.num_beams;
+    let n = rules.n_vocab;
+    // (input, first row) of each unfinished input.
+    let mut active = Vec::new();
+    let mut r = 0;
+    for (i, s) in searches.iter().enumerate() {
+        if !s.done {
+            active.push((i, r));
+            r += nb;
+        }
+    }
+    let searches = DisjointSlice::new(searches);
+    let rows = DisjointSlice::new(scores);
+    threads.split(active.len(), |range| {
+        for &(i, r) in &active[range] {
+            // SAFETY: input i, and its rows r..r + nb, are in this
+            // thread's range only.
+            let (s, scores) =
+                unsafe { (&mut searches.segment(i, 1)[0], rows.segment(r * n, nb * n)) };
+            if nb == 1 {
+                greedy_step(s, scores, rules.opts, rules.eos);
+            } else {
+                beam_step(s, scores, rules.opts, rules.eos, n);
+            }
+        }
+    });
+}
+
+/// Greedy search's step: the arg-max of the processed logits `scores`.
+fn greedy_step(s: &mut Search, scores: &[f32], opts: &SearchOptions, eos: u32) {
     let h = &mut s.running[0];
-    process(opts, eos, &h.seq, scores);
     // The first of equal maxima, as torch.argmax.
     let mut best = 0;
     for (t, &v) in scores.iter().enumerate() {
@@ -277,19 +345,12 @@ fn top_k(scores: &[f32], k: usize) -> Vec<usize> {
     idx
 }
 
-fn beam_step(s: &mut Search, logits: &mut [f32], opts: &SearchOptions, eos: u32, n_vocab: usize) {
+/// Beam search's step, from the scores of every continuation of every
+/// running beam (`logits`, beam score + processed log-probs, from
+/// [`score_rows`]).
+fn beam_step(s: &mut Search, logits: &[f32], opts: &SearchOptions, eos: u32, n_vocab: usize) {
     let nb = opts.num_beams;
     let cur_len = s.running[0].seq.len();
-    // Scores of every continuation: beam score + processed log-probs.
-    for (b, row) in logits.chunks_exact_mut(n_vocab).enumerate() {
-        log_softmax(row);
-        process(opts, eos, &s.running[b].seq, row);
-        if opts.renormalize {
-            log_softmax(row);
-        }
-        let base = s.running[b].score;
-        row.iter_mut().for_each(|v| *v += base);
-    }
     let k = 2 * nb;
     let top = top_k(logits, k);
     let gen_len = (cur_len + 1 - 1) as f64;
