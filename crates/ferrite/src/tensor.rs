@@ -423,6 +423,9 @@ impl QuantizedActs {
 /// they stay in cache while the activations stream past them (prefill).
 const ROW_BLOCK: usize = 16;
 
+/// Tokens per call of a many-row kernel (`dot8n`, `dot16n`).
+const CHUNK: usize = 32;
+
 /// Most products [`matmul_many`] runs in one parallel step (more are run
 /// in groups of this many).
 const MAX_JOBS: usize = 4;
@@ -573,21 +576,35 @@ impl Linear {
             let grouped = (groups.len() / rb).min(rows.end) / GROUP * GROUP;
             let aligned = rows.start / GROUP * GROUP == rows.start;
             if n_tokens > 1 && aligned && rows.start < grouped {
-                const CHUNK: usize = 32;
-                let mut buf = [[0f32; GROUP]; CHUNK];
-                for g in (rows.start..grouped).step_by(GROUP) {
-                    let group = &groups[g * rb..(g + GROUP) * rb];
+                let mut g = rows.start;
+                while g < grouped {
+                    // Two groups at once where the set can (the same bits).
+                    let two = self.kernel.dot16n.filter(|_| g + 2 * GROUP <= grouped);
+                    let span = if two.is_some() { 2 * GROUP } else { GROUP };
+                    let w = &groups[g * rb..(g + span) * rb];
                     for t0 in (0..n_tokens).step_by(CHUNK) {
                         let t1 = (t0 + CHUNK).min(n_tokens);
+                        let (a, ab) = (acts.rows(t0..t1), acts.row_bytes);
+                        let mut buf = [[0f32; 2 * GROUP]; CHUNK];
                         let part = &mut buf[..t1 - t0];
-                        dot8n(group, acts.rows(t0..t1), acts.row_bytes, part);
-                        for (t, eight) in (t0..t1).zip(part.iter()) {
-                            // SAFETY: rows g..g+8 belong to this thread's
+                        if let Some(dot16n) = two {
+                            dot16n(w, a, ab, part);
+                        } else {
+                            let mut eights = [[0f32; GROUP]; CHUNK];
+                            dot8n(w, a, ab, &mut eights[..t1 - t0]);
+                            for (o, e) in part.iter_mut().zip(&eights) {
+                                o[..GROUP].copy_from_slice(e);
+                            }
+                        }
+                        for (t, res) in (t0..t1).zip(part.iter()) {
+                            // SAFETY: rows g..g+span belong to this thread's
                             // range only, so these output indices are
                             // written by this thread only.
-                            unsafe { out.segment(t * self.rows + g, GROUP) }.copy_from_slice(eight);
+                            unsafe { out.segment(t * self.rows + g, span) }
+                                .copy_from_slice(&res[..span]);
                         }
                     }
+                    g += span;
                 }
                 rows.start = grouped;
             }

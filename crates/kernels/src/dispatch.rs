@@ -254,6 +254,10 @@ mod table_tests {
                     "{name} {t}: lost dot8n"
                 );
                 assert!(
+                    s.dot16n.is_none() || f.dot16n.is_some(),
+                    "{name} {t}: lost dot16n"
+                );
+                assert!(
                     !slow.has_own_kernel(t) || fast.has_own_kernel(t),
                     "{name} {t}: falls back to scalar"
                 );

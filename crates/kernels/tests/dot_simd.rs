@@ -875,3 +875,84 @@ fn dot8n_extreme_rows_match_scalar() {
     }
     eprintln!("{total} dot8n results on extreme rows, each equal to the scalar reference's");
 }
+
+#[test]
+fn dot16n_matches_two_dot8n_calls() {
+    // Random groups, and groups of one extreme byte (scales made of it too,
+    // 0xffff being NaN) against rows of extreme bytes: each half of every
+    // result must be the bits of `dot8n` on that group alone.
+    const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
+    let mut total = 0;
+    for (set, _) in simd_sets() {
+        for t in ALL_TYPES {
+            let Some(kernel) = set.vec_dot_kernel(t) else {
+                continue;
+            };
+            let (Some(dot8n), Some(dot16n)) = (kernel.dot8n, kernel.dot16n) else {
+                continue;
+            };
+            let a_t = kernel.act_type;
+            let mut rng = Rng::new(u64::from(t.id()) * 17 + 3);
+            let mut cases: Vec<(Vec<u8>, Vec<u8>, usize)> = Vec::new();
+            for blocks in [1usize, 2, 3, 7, 20] {
+                let n = blocks * t.block_size();
+                let rows: Vec<u8> = (0..16).flat_map(|_| weight_row(t, n, &mut rng)).collect();
+                let act_row = a_t.bytes_for(n as u64).expect("whole blocks") as usize;
+                let mut acts: Vec<u8> = (0..40)
+                    .flat_map(|_| activation_row(a_t, n, &mut rng))
+                    .collect();
+                // The last row cut short.
+                acts.truncate(acts.len() - rng.below(act_row + 1));
+                cases.push((rows, acts, act_row));
+            }
+            let n = 3 * t.block_size();
+            let row_bytes = t.bytes_for(n as u64).expect("whole blocks") as usize;
+            let act_row = a_t.bytes_for(n as u64).expect("whole blocks") as usize;
+            for shift in 0..BYTES.len() {
+                let rows: Vec<u8> = (0..16)
+                    .flat_map(|i| vec![BYTES[(shift + i) % BYTES.len()]; row_bytes])
+                    .collect();
+                let acts: Vec<u8> = (0..20)
+                    .flat_map(|i| vec![BYTES[i % BYTES.len()]; act_row])
+                    .collect();
+                cases.push((rows, acts, act_row));
+            }
+            for (rows, acts, act_row) in &cases {
+                let mut groups = vec![0u8; rows.len()];
+                let half = rows.len() / 2;
+                assert!(interleave::interleave(
+                    t,
+                    &rows[..half],
+                    &mut groups[..half]
+                ));
+                assert!(interleave::interleave(
+                    t,
+                    &rows[half..],
+                    &mut groups[half..]
+                ));
+                for n_rows in [1usize, 2, 15, 16, 17, 40] {
+                    // One more entry than rows: a missing row counts as empty.
+                    let mut got = vec![[f32::NAN; 16]; n_rows + 1];
+                    dot16n(&groups, acts, *act_row, &mut got);
+                    for (g, group) in groups.chunks_exact(half).enumerate() {
+                        let mut want = vec![[f32::NAN; 8]; n_rows + 1];
+                        dot8n(group, acts, *act_row, &mut want);
+                        for (r, (got, want)) in got.iter().zip(&want).enumerate() {
+                            for i in 0..8 {
+                                let (x, y) = (got[8 * g + i], want[i]);
+                                assert!(
+                                    x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                                    "{} {t} dot16n rows={n_rows} row {r} group {g} out[{i}]: \
+                                     {x} vs {y}",
+                                    set.name()
+                                );
+                                total += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{total} dot16n results, each equal to dot8n's on its group");
+}

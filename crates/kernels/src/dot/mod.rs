@@ -91,10 +91,18 @@ pub struct VecDotKernel {
     /// `t * act_row_bytes..` of `acts`, one row per entry of `out`; a missing row counts as empty), with
     /// the same bits as `dot8` row by row; the group's blocks are decoded once for several rows (prefill).
     pub dot8n: Option<Dot8NFn>,
+    /// Optional: `dot8n` of two groups at once (`groups` holds group A then group B, equal lengths), `out[t]`
+    /// being group A's eight results for row `t` then group B's, with the same bits as two `dot8n` calls;
+    /// for sets whose registers hold sixteen rows' lanes, where the per-activation-block work is then
+    /// shared by twice the weight rows.
+    pub dot16n: Option<Dot16NFn>,
 }
 
 /// A many-row eight-row kernel, as in [`VecDotKernel::dot8n`].
 pub type Dot8NFn = fn(group: &[u8], acts: &[u8], act_row_bytes: usize, out: &mut [[f32; 8]]);
+
+/// A many-row kernel of two eight-row groups, as in [`VecDotKernel::dot16n`].
+pub type Dot16NFn = fn(groups: &[u8], acts: &[u8], act_row_bytes: usize, out: &mut [[f32; 16]]);
 
 /// An eight-row kernel, as in [`VecDotKernel::dot8`].
 pub type Dot8Fn = fn(group: &[u8], act: &[u8], out: &mut [f32; 8]);
@@ -139,6 +147,7 @@ pub fn scalar_vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
             dot4: None,
             dot8: None,
             dot8n: None,
+            dot16n: None,
         })
     }
     match w {

@@ -55,6 +55,7 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
         dot4: kernel4_fn(w),
         dot8: rows8::kernel8_fn(w),
         dot8n: rows8::kernel8n_fn(w),
+        dot16n: None,
     })
 }
 

@@ -8,8 +8,9 @@
 //! (`dot8`) of Q8_0, Q4_K and Q6_K, whose integer sums take one `vpdpbusd`
 //! per 32 bytes instead of `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`), or for
 //! Q8_0 instead of two sign extensions and two `vpmaddwd` (its weights read
-//! as `w + 128`, `128 * sum(x)` subtracted); and the f32 GEMM panels of the
-//! encoders (`gemm`). The same exact integers and the same f32 operation
+//! as `w + 128`, `128 * sum(x)` subtracted); the two-group many-row kernels
+//! (`dot16n`) of Q4_0, Q4_1, Q5_0 and Q8_0, sixteen rows' lanes in one
+//! 512-bit register; and the f32 GEMM panels of the encoders (`gemm`). The same exact integers and the same f32 operation
 //! chains, so the same bits as the scalar reference.
 
 mod gemm;
@@ -58,6 +59,7 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
     if let Some(f) = super::avx2::rows8::kernel8n_vnni_fn(w) {
         k.dot8n = Some(f);
     }
+    k.dot16n = super::avx2::rows8::kernel16n_vnni_fn(w);
     if let Some(f) = super::avx2::rows8::kernel8_vnni_fn(w) {
         k.dot8 = Some(f);
     }
@@ -68,4 +70,5 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
 pub(crate) fn overrides(w: GgmlType) -> bool {
     super::avx2::rows8::kernel8n_vnni_fn(w).is_some()
         || super::avx2::rows8::kernel8_vnni_fn(w).is_some()
+        || super::avx2::rows8::kernel16n_vnni_fn(w).is_some()
 }

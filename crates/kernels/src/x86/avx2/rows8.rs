@@ -303,6 +303,9 @@ dot8_with!(
 
 // After the macros, which it uses.
 mod q8_0;
+mod two_groups;
+
+pub(crate) use two_groups::kernel16n_vnni_fn;
 
 /// One f16 value in all eight lanes, as f32 (exactly).
 #[target_feature(enable = "avx2,fma,f16c")]

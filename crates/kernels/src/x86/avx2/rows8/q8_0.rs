@@ -107,7 +107,7 @@ dot8n_with!(wide_dot8n, Wide, wide_isums, "avx2,fma,f16c");
 
 /// Q8_0 for VNNI: the same interleaved blocks, its values read as
 /// `w + 128`.
-struct Q8_0Vnni;
+pub(super) struct Q8_0Vnni;
 
 impl Small for Q8_0Vnni {
     const OFFSET: i32 = 128;
