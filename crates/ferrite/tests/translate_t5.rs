@@ -116,22 +116,104 @@ fn batched_is_bit_identical_to_alone() {
 /// script); so must ferrite.
 #[test]
 fn flan_saved_by_transformers_5_loads_untied() {
-    let src = dir().join("tiny-flan");
-    let tmp = std::env::temp_dir().join(format!("ferrite-flan-v5-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).expect("temp dir");
-    for entry in std::fs::read_dir(&src).expect("tiny-flan") {
-        let path = entry.expect("entry").path();
-        std::fs::copy(&path, tmp.join(path.file_name().expect("name"))).expect("copies");
-    }
-    let mut config: Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config"))
-            .expect("JSON");
-    config["tie_word_embeddings"] = Value::Bool(true);
-    config["scale_decoder_outputs"] = Value::Bool(false);
-    std::fs::write(tmp.join("config.json"), config.to_string()).expect("writes");
-    let logits = seq2seq::logits_diff(&open(&tmp), &goldens()["flan"]);
-    std::fs::remove_dir_all(&tmp).expect("removes");
+    let tmp = Altered::new("flan", "v5", |config| {
+        config["tie_word_embeddings"] = Value::Bool(true);
+        config["scale_decoder_outputs"] = Value::Bool(false);
+    });
+    let logits = seq2seq::logits_diff(&open(&tmp.0), &goldens()["flan"]);
     assert!(logits < 1e-4, "re-saved flan: logits max diff {logits}");
+}
+
+/// A copy of `tiny-{variant}` in a temporary directory with its config.json
+/// changed by `edit`; removed when dropped.
+struct Altered(PathBuf);
+
+impl Altered {
+    fn new(variant: &str, tag: &str, edit: impl FnOnce(&mut Value)) -> Altered {
+        let src = dir().join(format!("tiny-{variant}"));
+        let tmp =
+            std::env::temp_dir().join(format!("ferrite-t5-{variant}-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("temp dir");
+        for entry in std::fs::read_dir(&src).expect("fixture") {
+            let path = entry.expect("entry").path();
+            std::fs::copy(&path, tmp.join(path.file_name().expect("name"))).expect("copies");
+        }
+        let text = std::fs::read_to_string(src.join("config.json")).expect("config");
+        let mut config: Value = serde_json::from_str(&text).expect("JSON");
+        edit(&mut config);
+        std::fs::write(tmp.join("config.json"), config.to_string()).expect("writes");
+        Altered(tmp)
+    }
+
+    /// The error opening it gives (it must not open).
+    fn error(&self) -> String {
+        let opts = LoadOptions::default();
+        match Translator::open(&self.0, &opts) {
+            Ok(_) => panic!("{} opened", self.0.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
+impl Drop for Altered {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Broken T5 directories are refused with an error naming the problem.
+#[test]
+fn broken_t5_directories_are_errors() {
+    let keep = |_: &mut Value| {};
+    let cases: Vec<(Altered, &str)> = vec![
+        (
+            Altered::new("t5", "heads", |c| c["num_heads"] = 5.into()),
+            "has shape",
+        ),
+        (
+            Altered::new("t5", "ffn", |c| {
+                c["feed_forward_proj"] = "gated-silu".into()
+            }),
+            "'gated-silu' is not supported",
+        ),
+        (
+            Altered::new("t5", "untied", |c| {
+                c["tie_word_embeddings"] = false.into();
+            }),
+            "lm_head.weight",
+        ),
+        (
+            Altered::new("t5", "vocab", |c| c["vocab_size"] = 100.into()),
+            "shape",
+        ),
+    ];
+    for (tmp, needle) in &cases {
+        let err = tmp.error();
+        assert!(
+            err.contains(needle),
+            "{}: '{err}' lacks '{needle}'",
+            tmp.0.display()
+        );
+    }
+    // No weights, truncated weights, not weights, config.json that is not JSON.
+    let no_weights = Altered::new("t5", "noweights", keep);
+    std::fs::remove_file(no_weights.0.join("model.safetensors")).expect("removes");
+    assert!(no_weights.error().contains("model.safetensors"));
+    let cut = Altered::new("t5", "cut", keep);
+    let weights = cut.0.join("model.safetensors");
+    let bytes = std::fs::read(&weights).expect("reads");
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).expect("writes");
+    let err = cut.error();
+    assert!(
+        err.contains("model.safetensors") && err.contains("truncated"),
+        "{err}"
+    );
+    std::fs::write(&weights, "not tensors at all").expect("writes");
+    let err = cut.error();
+    assert!(err.contains("not a safetensors file"), "{err}");
+    let not_json = Altered::new("t5", "json", keep);
+    std::fs::write(not_json.0.join("config.json"), "{\"model_type\": \"t5\",").expect("writes");
+    assert!(not_json.error().contains("not a translation model"));
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use ferrite_kernels::GgmlType;
 use memmap2::Mmap;
-use safetensors::{Dtype, SafeTensors};
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
 use super::FormatError;
 
@@ -129,7 +129,11 @@ impl SafetensorsDir {
             // on the file not being truncated while mapped.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| io_err(&shard_path, e))?;
             let (header_len, meta) = SafeTensors::read_metadata(&map).map_err(|e| {
-                FormatError::new(shard_path.display().to_string(), "header", format!("{e:?}"))
+                FormatError::new(
+                    shard_path.display().to_string(),
+                    "header",
+                    header_problem(&e),
+                )
             })?;
             // read_metadata checked 8 + header_len + data == file length.
             let data_start = 8 + header_len;
@@ -240,4 +244,24 @@ fn shards_from_index(index: &Path) -> Result<Vec<String>, FormatError> {
         }
     }
     Ok(names.into_iter().collect())
+}
+
+/// What is wrong with a safetensors header, in words.
+fn header_problem(e: &SafeTensorError) -> String {
+    match e {
+        SafeTensorError::MetadataIncompleteBuffer => {
+            "the file's size does not match the tensors its header lists (truncated, or not \
+             fully downloaded?)"
+                .into()
+        }
+        SafeTensorError::HeaderTooSmall
+        | SafeTensorError::HeaderTooLarge
+        | SafeTensorError::InvalidHeaderLength
+        | SafeTensorError::InvalidHeader
+        | SafeTensorError::InvalidHeaderStart
+        | SafeTensorError::InvalidHeaderDeserialization => {
+            format!("not a safetensors file ({e:?})")
+        }
+        other => format!("{other:?}"),
+    }
 }
