@@ -17,19 +17,28 @@ fn endpoints_answer_in_openai_shapes() {
     let s = Server::start(&MODELS);
     assert_eq!(s.get("/health").status, 200);
     assert_eq!(s.get("/ready").json()["status"], "ready");
-    let models = s.get("/v1/models").json();
-    let ids: Vec<&str> = models["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, MODELS);
+    assert_eq!(s.model_ids(), MODELS);
     assert_eq!(s.get("/v1/models/minilm").json()["id"], "minilm");
     assert_eq!(s.get("/v1/models/nope").status, 404);
     assert!(s.get("/x").error_message().contains("/x"));
     let r = s.get("/v1/models");
     assert!(r.header("x-request-id").is_some_and(|id| !id.is_empty()));
+    // CORS: a browser's preflight is allowed from any origin.
+    let pre = s.request(
+        "OPTIONS",
+        "/v1/chat/completions",
+        &[
+            ("origin", "http://example.com"),
+            ("access-control-request-method", "POST"),
+            (
+                "access-control-request-headers",
+                "content-type,authorization",
+            ),
+        ],
+        b"",
+    );
+    assert_eq!(pre.status, 200);
+    assert_eq!(pre.header("access-control-allow-origin"), Some("*"));
 
     // Tokenize / detokenize round trip.
     let text = "The capital of France is";
@@ -302,6 +311,54 @@ fn nomic_dimensions_are_the_cli_dims() {
 }
 
 #[test]
+fn metrics_count_what_usage_says() {
+    let s = Server::start(&["smollm2"]);
+    let requests = [
+        (
+            "/v1/completions",
+            json!({"prompt": "The capital of France is", "max_tokens": 5, "temperature": 0}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Name a fruit."}],
+                   "max_tokens": 6, "temperature": 0.9, "seed": 4, "n": 2}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "Once upon a time", "max_tokens": 7, "temperature": 0,
+                   "stream": true, "stream_options": {"include_usage": true}}),
+        ),
+    ];
+    let (mut prompt, mut completion, mut choices) = (0.0, 0.0, 0.0);
+    for (path, body) in &requests {
+        let r = s.post(path, body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let usage = if body["stream"] == true {
+            let frames = r.sse();
+            let last: Value = serde_json::from_str(&frames[frames.len() - 2]).unwrap();
+            last["usage"].clone()
+        } else {
+            r.json()["usage"].clone()
+        };
+        prompt += usage["prompt_tokens"].as_f64().unwrap();
+        completion += usage["completion_tokens"].as_f64().unwrap();
+        choices += body["n"].as_f64().unwrap_or(1.0);
+    }
+    assert_eq!(s.metric("ferrite_prompt_tokens_total"), prompt);
+    assert_eq!(s.metric("ferrite_generated_tokens_total"), completion);
+    assert_eq!(s.metric("ferrite_requests_total"), 3.0);
+    assert_eq!(s.metric("ferrite_time_to_first_token_seconds_count"), 3.0);
+    assert_eq!(s.metric("ferrite_request_latency_seconds_count"), 3.0);
+    // One gap between each two tokens of a choice.
+    assert_eq!(
+        s.metric("ferrite_inter_token_latency_seconds_count"),
+        completion - choices
+    );
+    assert_eq!(s.metric("ferrite_running_sequences"), 0.0);
+    assert_eq!(s.metric("ferrite_kv_cache_usage"), 0.0);
+}
+
+#[test]
 fn bad_requests_get_openai_errors() {
     let s = Server::start(&MODELS);
     let post_raw = |path: &str, body: &[u8]| {
@@ -436,7 +493,13 @@ fn bad_requests_get_openai_errors() {
 
 #[test]
 fn api_key_is_required_when_set() {
-    let s = Server::start(&["smollm2", "--api-key", "sk-test-123"]);
+    // Set by environment variable (the OpenAI client test passes the flag).
+    let mut s = Server::spawn(
+        &["smollm2"],
+        &[("FERRITE_API_KEY", "sk-test-123")],
+        std::process::Stdio::inherit(),
+    );
+    s.wait_ready();
     assert_eq!(s.get("/health").status, 200);
     assert_eq!(s.get("/ready").status, 200);
     let r = s.get("/v1/models");

@@ -62,20 +62,34 @@ fn texts(s: &Server, i: usize, stream: bool) -> Vec<String> {
 fn sixty_four_at_once_equal_one_at_a_time() {
     let s = Server::start(&["smollm2"]);
     let alone: Vec<Vec<String>> = (0..64).map(|i| texts(&s, i, false)).collect();
-    let together: Vec<Vec<String>> = std::thread::scope(|scope| {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (together, most_running) = std::thread::scope(|scope| {
+        // Samples how many sequences run at once while the 64 are in flight.
+        let sampler = scope.spawn(|| {
+            let mut most = 0.0f64;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                most = most.max(s.metric("ferrite_running_sequences"));
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            most
+        });
         let handles: Vec<_> = (0..64)
             .map(|i| {
                 let s = &s;
                 scope.spawn(move || texts(s, i, i % 4 == 1))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+        let together: Vec<Vec<String>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        (together, sampler.join().unwrap())
     });
     for i in 0..64 {
         assert_eq!(together[i], alone[i], "request {i}: {:?}", request(i));
     }
-    // They did run together: more than one sequence at once at some point
-    // is implied by the counter of requests; check nothing is left running.
+    // They did run together (a sequence of each choice), and nothing is
+    // left running.
+    eprintln!("most sequences running at once: {most_running}");
+    assert!(most_running >= 8.0, "{most_running}");
     assert_eq!(s.metric("ferrite_running_sequences"), 0.0);
     let distinct: std::collections::HashSet<&Vec<String>> = alone.iter().collect();
     assert!(distinct.len() > 32, "outputs too alike to prove anything");

@@ -1,4 +1,5 @@
-//! `ferrite serve` while its models load: it listens at once, `/health`
+//! `ferrite serve` starting: with no model it serves the default chat
+//! model and MiniLM; while its models load it listens at once, `/health`
 //! answers 200 and `/ready` 503, and every `/v1/*` request gets 503 in
 //! OpenAI's error shape until the last model is in; a model that fails to
 //! load ends the process with a non-zero status and an error naming the
@@ -20,7 +21,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use serve_common::Server;
 
 /// The real MiniLM directory (as the binary finds it).
@@ -121,7 +122,7 @@ fn assert_unavailable(r: &serve_common::Response, what: &str) {
 #[test]
 fn ready_is_503_while_a_model_loads() {
     let slow = SlowModel::new("ready");
-    let mut s = Server::spawn(&["smollm2", slow.path()], Stdio::inherit());
+    let mut s = Server::spawn(&["smollm2", slow.path()], &[], Stdio::inherit());
     s.wait_listening();
     // SmolLM2 is loaded and MiniLM is being read: the server is mid-load
     // for as long as the test holds the FIFO.
@@ -160,13 +161,7 @@ fn ready_is_503_while_a_model_loads() {
     slow.feed.send(tokenizer).unwrap();
     s.wait_ready();
     assert_eq!(s.get("/ready").json()["status"], "ready");
-    let ids: Vec<Value> = s.get("/v1/models").json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].clone())
-        .collect();
-    assert_eq!(ids, [json!("smollm2"), json!("minilm-slow")]);
+    assert_eq!(s.model_ids(), ["smollm2", "minilm-slow"]);
     let r = s.post("/v1/chat/completions", &chat);
     assert_eq!(r.status, 200, "{}", r.text());
     let e = s
@@ -181,7 +176,7 @@ fn ready_is_503_while_a_model_loads() {
 #[test]
 fn a_model_that_fails_to_load_ends_the_server() {
     let slow = SlowModel::new("fails");
-    let mut s = Server::spawn(&[slow.path()], Stdio::piped());
+    let mut s = Server::spawn(&[slow.path()], &[], Stdio::piped());
     let mut stderr = s.take_stderr().unwrap();
     s.wait_listening();
     slow.wait_reading();
@@ -199,4 +194,19 @@ fn a_model_that_fails_to_load_ends_the_server() {
         "the error does not name {}:\n{text}",
         fifo.display()
     );
+}
+
+#[test]
+fn no_model_serves_the_default_chat_model_and_minilm() {
+    let s = Server::start(&[]);
+    assert_eq!(s.model_ids(), ["qwen2.5-0.5b", "minilm"]);
+    let r = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["model"], "qwen2.5-0.5b");
+    let e = s.post("/v1/embeddings", &json!({"input": "Hi"})).json();
+    assert_eq!(e["model"], "minilm");
+    assert_eq!(e["data"][0]["embedding"].as_array().unwrap().len(), 384);
 }

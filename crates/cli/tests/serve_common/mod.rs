@@ -24,19 +24,21 @@ fn free_port() -> u16 {
 impl Server {
     /// Starts `ferrite serve ARGS` (2 threads) and waits for `/ready`.
     pub fn start(args: &[&str]) -> Server {
-        let mut s = Server::spawn(args, Stdio::inherit());
+        let mut s = Server::spawn(args, &[], Stdio::inherit());
         s.wait_ready();
         s
     }
 
-    /// Starts `ferrite serve ARGS` (2 threads) without waiting for it.
-    pub fn spawn(args: &[&str], stderr: Stdio) -> Server {
+    /// Starts `ferrite serve ARGS` (2 threads) with the environment
+    /// variables `envs` added, without waiting for it.
+    pub fn spawn(args: &[&str], envs: &[(&str, &str)], stderr: Stdio) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
             .arg("serve")
             .args(args)
             .args(["--port", &port.to_string(), "--threads", "2"])
             .env("FERRITE_LOG", "error")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -165,6 +167,17 @@ impl Server {
             &[("content-type", "application/json")],
             body.to_string().as_bytes(),
         )
+    }
+
+    /// The ids `/v1/models` lists, in order.
+    pub fn model_ids(&self) -> Vec<String> {
+        let v = self.get("/v1/models").json();
+        v["data"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no model list: {v}"))
+            .iter()
+            .map(|m| m["id"].as_str().expect("a model id").to_string())
+            .collect()
     }
 
     /// A metric's value (first sample whose line starts with `name`).
