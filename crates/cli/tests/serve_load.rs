@@ -5,7 +5,8 @@
 //! waits for admission and then runs in full (one it could never hold is
 //! 400), a client's large embedding batch is split by tokens with the
 //! same vectors, and SIGTERM drains: `/ready` and new requests get 503,
-//! the in-flight stream finishes, the process exits 0.
+//! the in-flight stream finishes (or is cut when the grace period ends),
+//! the process exits 0.
 
 mod serve_common;
 
@@ -163,4 +164,29 @@ fn large_embedding_batches_are_split_by_tokens() {
         );
         assert_eq!(all["data"][i]["index"], i);
     }
+}
+
+#[test]
+fn sigterm_grace_period_ends_what_is_left() {
+    let mut s = Server::start(&["smollm2", "--grace", "1"]);
+    let mut body = long_stream(3000);
+    body["logit_bias"] = no_end();
+    let mut a = Stream::open(&s, "/v1/completions", &body);
+    assert!(a.next_data().is_some());
+    let t = Instant::now();
+    s.terminate();
+    // The process exits 0 soon after the 1 s grace, not after 3000 tokens.
+    let status = s.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    let mut frames = 0;
+    let mut last = String::new();
+    while let Some(d) = a.next_data() {
+        frames += 1;
+        last = d;
+    }
+    assert_ne!(last, "[DONE]", "the stream ran to its end");
+    assert!(frames < 3000, "{frames}");
+    eprintln!("exited {waited:?} after SIGTERM; {frames} frames after it");
 }

@@ -7,7 +7,8 @@
 //! Lifecycle: bind, answer `/health` at once and `/ready` with 503 while
 //! the models load, then serve. SIGTERM (or Ctrl-C) turns `/ready` and new
 //! requests to 503, lets in-flight requests finish for up to the grace
-//! period, and returns `Ok` (the process exits 0).
+//! period (then closes whatever is still open), and returns `Ok` (the
+//! process exits 0).
 
 pub mod api;
 pub mod auth;
@@ -45,7 +46,10 @@ pub fn run(config: ServerConfig) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;
-    runtime.block_on(serve(config))
+    let result = runtime.block_on(serve(config));
+    // Tasks of requests cut off by the grace period are dropped, not awaited.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 async fn serve(config: ServerConfig) -> Result<(), String> {
@@ -86,22 +90,28 @@ async fn serve(config: ServerConfig) -> Result<(), String> {
     });
 
     let (error_tx, error_rx) = oneshot::channel::<String>();
+    let (expired_tx, expired_rx) = oneshot::channel::<()>();
     let drainer = state.clone();
     let grace = config.grace;
     let shutdown = async move {
         tokio::select! {
             () = terminate_signal() => {
-                drain(&drainer, grace).await;
+                if !drain(&drainer, grace).await {
+                    let _ = expired_tx.send(());
+                }
             }
             Ok(e) = failed_rx => {
                 let _ = error_tx.send(e);
             }
         }
     };
-    axum::serve(listener, api::router(state.clone()))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| format!("server error: {e}"))?;
+    // After the shutdown future, axum waits for every open connection;
+    // once the grace period is over, stop waiting for them.
+    let server = axum::serve(listener, api::router(state.clone())).with_graceful_shutdown(shutdown);
+    tokio::select! {
+        served = server => served.map_err(|e| format!("server error: {e}"))?,
+        Ok(()) = expired_rx => {}
+    }
     match error_rx.await {
         Ok(e) => Err(e),
         Err(_) => Ok(()),
@@ -130,8 +140,9 @@ async fn terminate_signal() {
     }
 }
 
-/// Refuses new work and waits (up to `grace`) for in-flight requests.
-async fn drain(state: &AppState, grace: std::time::Duration) {
+/// Refuses new work and waits (up to `grace`) for in-flight requests;
+/// returns whether they all finished.
+async fn drain(state: &AppState, grace: std::time::Duration) -> bool {
     state.draining.store(true, Ordering::SeqCst);
     if let Some(reg) = state.registry.get() {
         for m in &reg.models {
@@ -147,10 +158,12 @@ async fn drain(state: &AppState, grace: std::time::Duration) {
         state.in_flight(),
         grace
     );
-    if tokio::time::timeout(grace, state.wait_idle())
-        .await
-        .is_err()
-    {
-        eprintln!("ferrite: grace period over; exiting with requests in flight");
+    let idle = tokio::time::timeout(grace, state.wait_idle()).await.is_ok();
+    if !idle {
+        eprintln!(
+            "ferrite: grace period over; exiting with {} request(s) in flight",
+            state.in_flight()
+        );
     }
+    idle
 }
