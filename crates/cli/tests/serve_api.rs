@@ -310,6 +310,66 @@ fn nomic_dimensions_are_the_cli_dims() {
     }
 }
 
+/// `body` with the fields of `extra` set.
+fn merged(mut body: Value, extra: &Value) -> Value {
+    for (k, v) in extra.as_object().expect("an object of fields") {
+        body[k] = v.clone();
+    }
+    body
+}
+
+#[test]
+fn sampling_parameters_reach_the_sampler() {
+    let s = Server::start(&["smollm2"]);
+    let run = |extra: Value| {
+        let body = merged(
+            json!({"prompt": "The capital of France is", "max_tokens": 8,
+                   "temperature": 0, "logprobs": 1}),
+            &extra,
+        );
+        let r = s.post("/v1/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let c = r.json()["choices"][0].clone();
+        let first = c["logprobs"]["tokens"][0].as_str().unwrap().to_string();
+        (c["text"].as_str().unwrap().to_string(), first)
+    };
+    let id_of = |token: &str| {
+        let ids = s.post("/tokenize", &json!({"content": token})).json()["tokens"].clone();
+        assert_eq!(
+            ids.as_array().unwrap().len(),
+            1,
+            "'{token}' is not one token"
+        );
+        ids[0].as_u64().unwrap().to_string()
+    };
+    let (greedy, first) = run(json!({}));
+    // logit_bias: -100 bans the greedy first token, +100 forces another.
+    let (_, banned) = run(json!({"logit_bias": {id_of(&first): -100}}));
+    assert_ne!(banned, first);
+    let (_, forced) = run(json!({"logit_bias": {id_of(" London"): 100}}));
+    assert_eq!(forced, " London");
+    // Hot sampling with a seed leaves the greedy text; top_k 1, a tiny
+    // top_p or min_p 1 keep only the most likely token: greedy again.
+    let hot = json!({"temperature": 1.5, "seed": 9});
+    let with = |k: &str, v: Value| merged(hot.clone(), &json!({k: v}));
+    assert_ne!(run(hot.clone()).0, greedy);
+    assert_eq!(run(with("top_k", json!(1))).0, greedy);
+    assert_eq!(run(with("top_p", json!(1e-6))).0, greedy);
+    assert_eq!(run(with("min_p", json!(1.0))).0, greedy);
+    // Penalties on a repetitive prompt change what greedy repeats.
+    let repeat = |extra: Value| {
+        let body = merged(
+            json!({"prompt": "one one one one one one one one", "max_tokens": 8,
+                   "temperature": 0}),
+            &extra,
+        );
+        s.post("/v1/completions", &body).json()["choices"][0]["text"].clone()
+    };
+    let plain = repeat(json!({}));
+    assert_ne!(repeat(json!({"presence_penalty": 2.0})), plain);
+    assert_ne!(repeat(json!({"frequency_penalty": 2.0})), plain);
+}
+
 #[test]
 fn metrics_count_what_usage_says() {
     let s = Server::start(&["smollm2"]);
@@ -365,10 +425,10 @@ fn bad_requests_get_openai_errors() {
         s.request("POST", path, &[("content-type", "application/json")], body)
     };
     let chat = |extra: Value| {
-        let mut body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4});
-        for (k, v) in extra.as_object().unwrap() {
-            body[k] = v.clone();
-        }
+        let body = merged(
+            json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}),
+            &extra,
+        );
         s.post("/v1/chat/completions", &body)
     };
     let expect = |r: serve_common::Response, status: u16, needle: &str| {
