@@ -21,7 +21,7 @@ fi
 want=()
 for arg in "$@"; do
   case $arg in
-    smollm2 | gemma3-270m | minilm | qwen2.5-0.5b) want+=("$arg") ;;
+    smollm2 | gemma3-270m | minilm | qwen2.5-0.5b | nomic-embed-v1.5 | mpnet) want+=("$arg") ;;
   esac
 done
 if [ ${#want[@]} -eq 0 ]; then

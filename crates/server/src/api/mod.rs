@@ -36,7 +36,6 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The whole application.
 pub fn router(state: Arc<AppState>) -> Router {
-    let limit = state.limits.body_bytes;
     let protected = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
@@ -48,11 +47,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(misc::detokenize))
         .route("/metrics", get(misc::metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
-    Router::new()
+    let routes = Router::new()
         .route("/health", get(misc::health))
         .route("/ready", get(misc::ready))
         .merge(protected)
-        .fallback(no_route)
+        .fallback(no_route);
+    with_layers(routes, state)
+}
+
+/// The layers every route runs under.
+fn with_layers(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
+    let limit = state.limits.body_bytes;
+    routes
         .layer(DefaultBodyLimit::max(limit))
         .layer(RequestBodyLimitLayer::new(limit))
         .layer(middleware::map_response_with_state(
@@ -104,4 +110,40 @@ async fn openai_body_limit_error(State(limit): State<usize>, resp: Response) -> 
 
 fn panic_response(_panic: Box<dyn Any + Send + 'static>) -> Response {
     ApiError::internal("internal error: the request handler panicked").into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Limits;
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    async fn boom() -> &'static str {
+        panic!("a handler bug")
+    }
+
+    #[test]
+    fn a_panicking_handler_answers_500_in_openai_shape() {
+        let state = Arc::new(AppState::new(Limits::default(), None, 0));
+        let app = with_layers(Router::new().route("/boom", get(boom)), state);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (status, request_id, body) = rt.block_on(async {
+            let req = Request::get("/boom").body(Body::empty()).unwrap();
+            let resp = app.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let id = resp.headers().get(&REQUEST_ID).cloned();
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            (status, id, body)
+        });
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(request_id.is_some());
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["type"], "server_error", "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("panicked"));
+    }
 }
