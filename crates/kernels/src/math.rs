@@ -210,6 +210,12 @@ pub fn softmax(xs: &mut [f32]) {
     xs.iter_mut().for_each(|x| *x *= inv);
 }
 
+/// `x = e^(x - max)` for every value of `xs`, in place; returns their sum,
+/// taken as in [`softmax`] (the pieces of a log-softmax).
+pub fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
+    (crate::table::active().exp_shifted_sum.f)(xs, max)
+}
+
 /// The portable versions, for tests comparing kernel sets.
 pub mod reference {
     pub use super::portable::{activate, exp_shifted_sum, layer_norm, silu_mul};

@@ -30,6 +30,8 @@
 //! Reference: huggingface/transformers `generation/utils.py`
 //! (`_beam_search`, `_sample`), `generation/logits_process.py`.
 
+use ferrite_kernels::math::exp_shifted_sum;
+
 use crate::models::seq2seq::forward::{Encoded, HypCache, StepRow, Workspace};
 use crate::models::seq2seq::Seq2Seq;
 use crate::parallel::{DisjointSlice, Threads};
@@ -87,14 +89,17 @@ impl Default for SearchOptions {
     }
 }
 
-/// `x - max - log(sum(exp(x - max)))` in place.
-fn log_softmax(x: &mut [f32]) {
+/// `x - max - log(sum(exp(x - max)))` in place; `exps` (as long as `x`)
+/// is scratch for the exponentials, which the kernels' vectorized
+/// `exp_shifted_sum` computes and sums (the same bits in every kernel set).
+fn log_softmax(x: &mut [f32], exps: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {
         return;
     }
-    let sum: f32 = x.iter().map(|&v| (v - max).exp()).sum();
-    let log_sum = sum.ln();
+    let exps = &mut exps[..x.len()];
+    exps.copy_from_slice(x);
+    let log_sum = exp_shifted_sum(exps, max).ln();
     x.iter_mut().for_each(|v| *v = *v - max - log_sum);
 }
 
@@ -197,6 +202,8 @@ pub fn generate(
         .collect();
     let mut logits = Vec::new();
     let n_vocab = c.n_vocab;
+    // One row of scratch per thread for the log-softmax.
+    let mut scratch = vec![0f32; threads.count() * n_vocab];
     while searches.iter().any(|s| !s.done) {
         // Rows: every running hypothesis of every unfinished input (all
         // of them for beam search; greedy has one per input).
@@ -223,7 +230,14 @@ pub fn generate(
             eos: c.eos,
             n_vocab,
         };
-        score_rows(&searches, &owners, &mut logits, rules, threads);
+        score_rows(
+            &searches,
+            &owners,
+            &mut logits,
+            &mut scratch,
+            rules,
+            threads,
+        );
         choose(&mut searches, &mut logits, rules, threads);
     }
     Ok(searches
@@ -252,17 +266,22 @@ struct Rules<'a> {
 /// running hypothesis `owners[r]` = (input, beam)) into its scores, in
 /// place: the processed logits (greedy), or the beam's score plus the
 /// processed log-probabilities (beam search). Each row depends only on its
-/// own values and hypothesis, so the rows are split across threads.
+/// own values and hypothesis, so the rows are split across threads
+/// (`scratch`: `n_vocab` values per thread).
 fn score_rows(
     searches: &[Search],
     owners: &[(usize, usize)],
     logits: &mut [f32],
+    scratch: &mut [f32],
     rules: Rules,
     threads: &Threads,
 ) {
     let (opts, n) = (rules.opts, rules.n_vocab);
     let rows = DisjointSlice::new(&mut logits[..owners.len() * n]);
-    threads.split(owners.len(), |range| {
+    let scratch = DisjointSlice::new(scratch);
+    threads.split_indexed(owners.len(), |thread, range| {
+        // SAFETY: row `thread` of the scratch is this thread's only.
+        let exps = unsafe { scratch.segment(thread * n, n) };
         for r in range {
             let (i, b) = owners[r];
             let h = &searches[i].running[b];
@@ -272,10 +291,10 @@ fn score_rows(
                 process(opts, rules.eos, &h.seq, row);
                 continue;
             }
-            log_softmax(row);
+            log_softmax(row, exps);
             process(opts, rules.eos, &h.seq, row);
             if opts.renormalize {
-                log_softmax(row);
+                log_softmax(row, exps);
             }
             row.iter_mut().for_each(|v| *v += h.score);
         }

@@ -13,7 +13,7 @@
 
 use ferrite_kernels::math::{softmax, Activation};
 
-use super::weights::apply;
+use super::weights::{apply, apply_same_input};
 use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Seq2Seq};
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::QuantizedActs;
@@ -342,9 +342,12 @@ impl Seq2Seq {
             resize(buf, m * qd);
         }
         resize(&mut ws.proj, m * self.dim());
-        apply(&w.q, h, m, &mut ws.q, None, &mut ws.acts, threads)?;
-        apply(&w.k, h, m, &mut ws.k, None, &mut ws.acts, threads)?;
-        apply(&w.v, h, m, &mut ws.v, None, &mut ws.acts, threads)
+        let mut jobs = [
+            (&w.q, &mut ws.q[..]),
+            (&w.k, &mut ws.k[..]),
+            (&w.v, &mut ws.v[..]),
+        ];
+        apply_same_input(&mut jobs, h, m, &mut ws.acts, threads)
     }
 
     /// Encoder self-attention of the packed rows of `h` into `ws.proj`:

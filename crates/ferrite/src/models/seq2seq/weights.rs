@@ -14,7 +14,7 @@ use crate::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite};
 use crate::models::encoder::dense;
 use crate::models::encoder::weights::{Dense, WeightSource};
 use crate::parallel::Threads;
-use crate::tensor::{Loader, QuantizedActs};
+use crate::tensor::{matmul_many, Loader, MatmulJob, QuantizedActs};
 use crate::Error;
 
 /// How matrices are kept in memory.
@@ -115,6 +115,34 @@ pub fn apply(
                 activate(act, out);
             }
         }
+    }
+    Ok(())
+}
+
+/// [`apply`] (no activation) of several projections of the same `m` rows
+/// of `x`, each into its `out`: when all are quantized, as one
+/// [`matmul_many`] (the rows quantized once, one parallel step), else one
+/// by one. The same values either way: each is one dot product per output.
+pub fn apply_same_input(
+    jobs: &mut [(&Proj, &mut [f32])],
+    x: &[f32],
+    m: usize,
+    acts: &mut QuantizedActs,
+    threads: &Threads,
+) -> Result<(), Error> {
+    let cols = jobs.first().map_or(0, |(p, _)| p.cols());
+    let quant: Option<Vec<MatmulJob>> = jobs
+        .iter_mut()
+        .map(|(p, out)| match p {
+            Proj::Quant(l) => Some(MatmulJob::new(l, &mut out[..m * l.rows])),
+            Proj::F32(_) => None,
+        })
+        .collect();
+    if let Some(mut quant) = quant {
+        return matmul_many(&mut quant, &x[..m * cols], acts, threads);
+    }
+    for (p, out) in jobs.iter_mut() {
+        apply(p, x, m, out, None, acts, threads)?;
     }
     Ok(())
 }
