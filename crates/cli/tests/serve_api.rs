@@ -544,6 +544,13 @@ fn bad_requests_get_openai_errors() {
         })
         .expect("an answer to the oversized request");
     expect(too_large, 413, "limit");
+    let chunked = (0..5)
+        .find_map(|_| {
+            s.try_chunked_request("/v1/completions", big.as_bytes())
+                .ok()
+        })
+        .expect("an answer to the oversized chunked request");
+    expect(chunked, 413, "limit");
     // Nothing is stuck: the server still answers and runs no sequence.
     let ok = chat(json!({"temperature": 0}));
     assert_eq!(ok.status, 200);

@@ -131,17 +131,32 @@ impl Server {
         body: &[u8],
     ) -> std::io::Result<Response> {
         let mut s = self.connect()?;
-        // A server that answers before reading the whole body (413) may
-        // close while we write: the answer can still be read.
         let written = s.write_all(&request_bytes(method, path, headers, body));
-        let mut raw = Vec::new();
-        let read = s.read_to_end(&mut raw);
-        if raw.windows(4).any(|w| w == b"\r\n\r\n") {
-            return Ok(parse_response(&raw));
+        read_answer(s, written)
+    }
+
+    /// As [`Self::try_request`] with the body sent in 64 KiB chunks
+    /// (`transfer-encoding: chunked`, no declared length).
+    pub fn try_chunked_request(&self, path: &str, body: &[u8]) -> std::io::Result<Response> {
+        let mut s = self.connect()?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
+             content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        let mut written = s.write_all(head.as_bytes());
+        for chunk in body.chunks(64 << 10) {
+            if written.is_err() {
+                break;
+            }
+            let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+            frame.extend_from_slice(chunk);
+            frame.extend_from_slice(b"\r\n");
+            written = s.write_all(&frame);
         }
-        written?;
-        read?;
-        Ok(parse_response(&raw))
+        if written.is_ok() {
+            written = s.write_all(b"0\r\n\r\n");
+        }
+        read_answer(s, written)
     }
 
     /// One request; the whole response.
@@ -211,6 +226,20 @@ impl Drop for Server {
             let _ = c.wait();
         }
     }
+}
+
+/// The response on `s` after writing a request. A server that answers
+/// before reading the whole body (413) may close while we write: the
+/// answer can still be read, so a failed write only counts without one.
+fn read_answer(mut s: TcpStream, written: std::io::Result<()>) -> std::io::Result<Response> {
+    let mut raw = Vec::new();
+    let read = s.read_to_end(&mut raw);
+    if raw.windows(4).any(|w| w == b"\r\n\r\n") {
+        return Ok(parse_response(&raw));
+    }
+    written?;
+    read?;
+    Ok(parse_response(&raw))
 }
 
 pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
