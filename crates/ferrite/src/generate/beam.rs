@@ -349,17 +349,31 @@ fn greedy_step(s: &mut Search, scores: &[f32], opts: &SearchOptions, eos: u32) {
     }
 }
 
+/// Values [`top_k`] checks at once against its current k-th best.
+const TOP_K_CHUNK: usize = 16;
+
 /// Indices of `scores` sorted by descending score (ties: lower index first).
 fn top_k(scores: &[f32], k: usize) -> Vec<usize> {
     let mut idx: Vec<usize> = Vec::with_capacity(k + 1);
-    for (i, &v) in scores.iter().enumerate() {
-        if idx.len() == k && v <= scores[idx[k - 1]] {
-            continue;
+    for (c, chunk) in scores.chunks(TOP_K_CHUNK).enumerate() {
+        // Once k are held, a chunk whose every value is <= the k-th best
+        // (no NaN) would be skipped value by value below: skip it whole,
+        // in one vectorizable pass.
+        if idx.len() == k {
+            let floor = scores[idx[k - 1]];
+            if chunk.iter().fold(true, |all, &v| all & (v <= floor)) {
+                continue;
+            }
         }
-        // Insert after every element >= v (stable for ties).
-        let at = idx.partition_point(|&j| scores[j] >= v);
-        idx.insert(at, i);
-        idx.truncate(k);
+        for (j, &v) in chunk.iter().enumerate() {
+            if idx.len() == k && v <= scores[idx[k - 1]] {
+                continue;
+            }
+            // Insert after every element >= v (stable for ties).
+            let at = idx.partition_point(|&j| scores[j] >= v);
+            idx.insert(at, c * TOP_K_CHUNK + j);
+            idx.truncate(k);
+        }
     }
     idx
 }
@@ -491,6 +505,22 @@ mod tests {
         let v = [1.0, 3.0, 3.0, -1.0, 2.0];
         assert_eq!(top_k(&v, 3), vec![1, 2, 4]);
         assert_eq!(top_k(&v, 10), vec![1, 2, 4, 0, 3]);
+    }
+
+    #[test]
+    fn top_k_skipping_chunks_keeps_every_rule() {
+        // Past one chunk, with ties, -inf and a NaN in later chunks: the
+        // same answer as sorting (the NaN, never below the k-th best, is
+        // taken as the insertion rule takes it: first).
+        let mut v: Vec<f32> = (0..100).map(|i| ((i * 37) % 23) as f32).collect();
+        v[40] = f32::NEG_INFINITY;
+        let mut want: Vec<usize> = (0..v.len()).collect();
+        want.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+        for k in [1, 3, 8, 17] {
+            assert_eq!(top_k(&v, k), want[..k], "k = {k}");
+        }
+        v[70] = f32::NAN;
+        assert_eq!(top_k(&v, 3)[0], 70);
     }
 
     #[test]

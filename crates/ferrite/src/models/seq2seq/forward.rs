@@ -31,11 +31,34 @@ pub struct Encoded {
 
 /// A hypothesis's decoder self-attention cache: per layer, the keys and
 /// values of every token fed so far, `(len, dim)` each.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct HypCache {
     pub len: usize,
     pub keys: Vec<Vec<f32>>,
     pub values: Vec<Vec<f32>>,
+}
+
+impl Clone for HypCache {
+    /// A copy with the original's spare capacity: a forked beam appends a
+    /// token at once, which would otherwise reallocate (copy again) every
+    /// layer's keys and values.
+    fn clone(&self) -> Self {
+        let copy = |layers: &Vec<Vec<f32>>| -> Vec<Vec<f32>> {
+            layers
+                .iter()
+                .map(|l| {
+                    let mut v = Vec::with_capacity(l.capacity());
+                    v.extend_from_slice(l);
+                    v
+                })
+                .collect()
+        };
+        HypCache {
+            len: self.len,
+            keys: copy(&self.keys),
+            values: copy(&self.values),
+        }
+    }
 }
 
 /// One row of a decoder step: the token fed, the hypothesis's cache and
