@@ -600,8 +600,14 @@ impl Linear {
                             // SAFETY: rows g..g+span belong to this thread's
                             // range only, so these output indices are
                             // written by this thread only.
-                            unsafe { out.segment(t * self.rows + g, span) }
-                                .copy_from_slice(&res[..span]);
+                            let dst = unsafe { out.segment(t * self.rows + g, span) };
+                            // Copies of constant length, inlined (a `span`
+                            // long one was a memmove call per token).
+                            if span == 2 * GROUP {
+                                dst.copy_from_slice(&res[..2 * GROUP]);
+                            } else {
+                                dst.copy_from_slice(&res[..GROUP]);
+                            }
                         }
                     }
                     g += span;
