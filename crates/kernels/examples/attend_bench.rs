@@ -31,8 +31,8 @@ fn main() {
             };
             let mut s = vec![0f32; n];
             let mut o = vec![0f32; head_dim];
-            let scores = best(|| (t.scores_f16.f)(&q, &runs, head_dim, 0.1, black_box(&mut s)));
-            let sums = best(|| (t.weighted_sum_f16.f)(&p, &runs, black_box(&mut o)));
+            let scores = best(|| (t.scores_f16.f)(&q, 1, &runs, head_dim, 0.1, black_box(&mut s)));
+            let sums = best(|| (t.weighted_sum_f16.f)(&p, 1, &runs, black_box(&mut o)));
             println!(
                 "head_dim {head_dim:>3}, {n} rows, {:>6}: scores {:>7.2} us, weighted sum {:>7.2} us",
                 set.name(),

@@ -38,47 +38,79 @@ impl<'a> F16Rows<'a> {
     }
 }
 
-/// `out[j] = (k_j . q) * scale` for every row `k_j` of `runs`, in order
-/// (`out` holds at least as many values as the runs have rows; `q` is
-/// `head_dim` values).
-pub fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out: &mut [f32]) {
-    (crate::table::active().scores_f16.f)(q, runs, head_dim, scale, out);
+/// For each of `heads` query heads `q_h` (`q` holds them one after the
+/// other, `head_dim` values each): `out[h * n + j] = (k_j . q_h) * scale`
+/// for every row `k_j` of `runs`, in order, `n` being the rows of the runs
+/// (`out` holds at least `heads * n` values). The heads of a group that
+/// share these keys: a kernel may convert each key once for all of them.
+pub fn scores_f16(
+    q: &[f32],
+    heads: usize,
+    runs: &[F16Rows],
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    (crate::table::active().scores_f16.f)(q, heads, runs, head_dim, scale, out);
 }
 
-/// `out[d] = sum_j p[j] * v_j[d]` over the rows `v_j` of `runs` in order,
-/// for `d` in `0..head_dim` (`out.len()`), starting from 0.
-pub fn weighted_sum_f16(p: &[f32], runs: &[F16Rows], out: &mut [f32]) {
-    (crate::table::active().weighted_sum_f16.f)(p, runs, out);
+/// For each of `heads` heads `h` (weights `p[h * n..(h + 1) * n]`, `n` the
+/// rows of `runs`; results `out[h * head_dim..]`, `head_dim = out.len() /
+/// heads`): `out[d] = sum_j p[j] * v_j[d]` over the rows `v_j` of `runs` in
+/// order, starting from 0. The heads of a group that share these values: a
+/// kernel may convert each row once for all of them.
+pub fn weighted_sum_f16(p: &[f32], heads: usize, runs: &[F16Rows], out: &mut [f32]) {
+    (crate::table::active().weighted_sum_f16.f)(p, heads, runs, out);
 }
 
 /// The scalar reference of the two loops (public for tests).
 pub mod reference {
     use super::*;
 
-    /// As [`super::scores_f16`], in scalar code.
-    pub fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out: &mut [f32]) {
+    /// As [`super::scores_f16`], in scalar code: each head on its own.
+    pub fn scores_f16(
+        q: &[f32],
+        heads: usize,
+        runs: &[F16Rows],
+        head_dim: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
         let dot = scalar_vec_dot_kernel(GgmlType::F16)
             .expect("the f16 dot product always exists")
             .dot;
-        let q = f32_bytes(&q[..head_dim.min(q.len())]);
-        let rows = runs
-            .iter()
-            .flat_map(|run| (0..run.n).map(move |j| run.row(j, head_dim)));
-        for (o, k) in out.iter_mut().zip(rows) {
-            *o = dot(k, q) * scale;
+        let n: usize = runs.iter().map(|r| r.n).sum();
+        for h in 0..heads {
+            let q = q.get(h * head_dim..).unwrap_or_default();
+            let q = f32_bytes(&q[..head_dim.min(q.len())]);
+            let out = out.get_mut(h * n..).unwrap_or_default();
+            let rows = runs
+                .iter()
+                .flat_map(|run| (0..run.n).map(move |j| run.row(j, head_dim)));
+            for (o, k) in out.iter_mut().zip(rows) {
+                *o = dot(k, q) * scale;
+            }
         }
     }
 
-    /// As [`super::weighted_sum_f16`], in scalar code.
-    pub fn weighted_sum_f16(p: &[f32], runs: &[F16Rows], out: &mut [f32]) {
-        let head_dim = out.len();
-        out.fill(0.0);
-        let rows = runs
-            .iter()
-            .flat_map(|run| (0..run.n).map(move |j| run.row(j, head_dim)));
-        for (&p, v) in p.iter().zip(rows) {
-            for (o, b) in out.iter_mut().zip(v.chunks_exact(2)) {
-                *o += p * f16_le([b[0], b[1]]);
+    /// As [`super::weighted_sum_f16`], in scalar code: each head on its own.
+    pub fn weighted_sum_f16(p: &[f32], heads: usize, runs: &[F16Rows], out: &mut [f32]) {
+        let head_dim = out.len() / heads.max(1);
+        let n: usize = runs.iter().map(|r| r.n).sum();
+        for (h, out) in out
+            .chunks_exact_mut(head_dim.max(1))
+            .take(heads)
+            .enumerate()
+        {
+            out.fill(0.0);
+            let p = p.get(h * n..).unwrap_or_default();
+            let rows = runs
+                .iter()
+                .flat_map(|run| (0..run.n).map(move |j| run.row(j, head_dim)));
+            for (&p, v) in p.iter().take(n).zip(rows) {
+                for (o, b) in out.iter_mut().zip(v.chunks_exact(2)) {
+                    *o += p * f16_le([b[0], b[1]]);
+                }
             }
         }
     }
@@ -130,32 +162,34 @@ mod tests {
                         n: n - first,
                     },
                 ];
-                let q: Vec<f32> = (0..head_dim).map(|_| next()).collect();
-                let p: Vec<f32> = (0..n).map(|_| next().abs()).collect();
-                let mut s_ref = vec![0f32; n];
-                reference::scores_f16(&q, &runs, head_dim, 0.125, &mut s_ref);
-                let mut o_ref = vec![2f32; head_dim];
-                reference::weighted_sum_f16(&p, &runs, &mut o_ref);
+                // Up to seven heads of a group (one, pairs, fours, odd).
+                let heads = 1 + head_dim % 7;
+                let q: Vec<f32> = (0..heads * head_dim).map(|_| next()).collect();
+                let p: Vec<f32> = (0..heads * n).map(|_| next().abs()).collect();
+                let mut s_ref = vec![0f32; heads * n];
+                reference::scores_f16(&q, heads, &runs, head_dim, 0.125, &mut s_ref);
+                let mut o_ref = vec![2f32; heads * head_dim];
+                reference::weighted_sum_f16(&p, heads, &runs, &mut o_ref);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 for set in KernelSet::ALL {
                     let Some(t) = set.table() else {
                         eprintln!("SKIPPED {}: not supported by this CPU", set.name());
                         continue;
                     };
-                    let mut s_fast = vec![0f32; n];
-                    (t.scores_f16.f)(&q, &runs, head_dim, 0.125, &mut s_fast);
-                    let mut o_fast = vec![1f32; head_dim];
-                    (t.weighted_sum_f16.f)(&p, &runs, &mut o_fast);
+                    let mut s_fast = vec![0f32; heads * n];
+                    (t.scores_f16.f)(&q, heads, &runs, head_dim, 0.125, &mut s_fast);
+                    let mut o_fast = vec![1f32; heads * head_dim];
+                    (t.weighted_sum_f16.f)(&p, heads, &runs, &mut o_fast);
                     let name = set.name();
                     assert_eq!(
                         bits(&s_fast),
                         bits(&s_ref),
-                        "{name} scores hd={head_dim} n={n}"
+                        "{name} scores hd={head_dim} n={n} heads={heads}"
                     );
                     assert_eq!(
                         bits(&o_fast),
                         bits(&o_ref),
-                        "{name} sum hd={head_dim} n={n}"
+                        "{name} sum hd={head_dim} n={n} heads={heads}"
                     );
                 }
             }

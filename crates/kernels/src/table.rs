@@ -31,9 +31,9 @@ pub struct Entry<F> {
 /// `crate::gemm::gemm_panels`' contract.
 pub type GemmPanelsFn = unsafe fn(Acts, &PackedWeights, Range<usize>, OutPtr);
 /// `crate::attend::scores_f16`.
-pub type ScoresFn = fn(&[f32], &[F16Rows], usize, f32, &mut [f32]);
+pub type ScoresFn = fn(&[f32], usize, &[F16Rows], usize, f32, &mut [f32]);
 /// `crate::attend::weighted_sum_f16`.
-pub type WeightedSumFn = fn(&[f32], &[F16Rows], &mut [f32]);
+pub type WeightedSumFn = fn(&[f32], usize, &[F16Rows], &mut [f32]);
 /// `crate::math::activate`.
 pub type ActivateFn = fn(Activation, &mut [f32]);
 /// `crate::math::silu_mul`.

@@ -33,10 +33,11 @@ pub struct Positions {
     pub n: usize,
 }
 
-/// Scratch values one thread needs: scores for `n_ctx` positions, one
-/// head's accumulator and one value row converted to f32.
-pub fn attention_scratch_len(n_ctx: usize, head_dim: usize) -> usize {
-    n_ctx + 2 * head_dim
+/// Scratch values one thread needs: scores for `n_ctx` positions of each
+/// of the `group` query heads that share a KV head, and one head's
+/// accumulator and value row (f32 caches).
+pub fn attention_scratch_len(n_ctx: usize, head_dim: usize, group: usize) -> usize {
+    group.max(1) * n_ctx + 2 * head_dim
 }
 
 /// `out[t][h]` = softmax over past positions of `q[t][h] . k` times `v`.
@@ -45,6 +46,13 @@ pub fn attention_scratch_len(n_ctx: usize, head_dim: usize) -> usize {
 /// must already hold keys and values for every position up to the last
 /// token. `scratch` holds `threads.count()` segments of
 /// [`attention_scratch_len`] values.
+///
+/// Work items are (token, KV head) pairs, each scoring all the query heads
+/// that share that KV head in one kernel call (which may convert each key
+/// once for all of them), when there are enough of them to keep every
+/// thread busy (prefill); else (token, head) pairs (decoding). Either way
+/// each head's scores, softmax and weighted sum are the same operations in
+/// the same order, so results do not depend on the split.
 pub fn attention(
     q: &[f32],
     cache: &LayerKv,
@@ -57,10 +65,17 @@ pub fn attention(
     let hd = shape.head_dim;
     let q_dim = shape.n_heads * hd;
     let group = shape.n_heads / shape.n_kv_heads;
+    // Heads per work item: a whole group, or one head.
+    let per_item = if at.n * shape.n_kv_heads >= 4 * threads.count() {
+        group
+    } else {
+        1
+    };
+    let n_units = shape.n_heads / per_item;
     let per_thread = scratch.len() / threads.count();
     let scratch = DisjointSlice::new(scratch);
     let out = DisjointSlice::new(out);
-    threads.split_indexed(at.n * shape.n_heads, |thread, items| {
+    threads.split_indexed(at.n * n_units, |thread, items| {
         // SAFETY: thread indices are distinct, so each thread owns its own
         // segment of the scratch space.
         let mine = unsafe { scratch.segment(thread * per_thread, per_thread) };
@@ -70,40 +85,48 @@ pub fn attention(
             // Items run through the tokens from both ends in turn (0, n-1,
             // 1, n-2, ...): a causal token's cost grows with its position,
             // so each thread's contiguous range of items gets a fair mix.
-            let (u, h) = (item / shape.n_heads, item % shape.n_heads);
+            let (u, unit) = (item / n_units, item % n_units);
             let t = if u % 2 == 0 { u / 2 } else { at.n - 1 - u / 2 };
             let pos = at.start + t;
             let first = match shape.window {
                 Some(w) => (pos + 1).saturating_sub(w),
                 None => 0,
             };
-            let kv_off = (h / group) * hd;
-            let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-
+            let heads = unit * per_item..(unit + 1) * per_item;
+            let kv_off = (heads.start / group) * hd;
             let n = pos + 1 - first;
-            let s = &mut scores[..n];
+            let qs = &q[t * q_dim + heads.start * hd..t * q_dim + heads.end * hd];
+            let scores = &mut scores[..per_item * n];
             if cache.is_f32() {
-                exact_head(qh, cache, first..pos + 1, kv_off, shape.scale, s, acc);
-            } else {
-                scores_f16(
-                    qh,
-                    &cache.key_runs(first..pos + 1, kv_off),
-                    hd,
-                    shape.scale,
-                    s,
-                );
+                for (h, s) in heads.zip(scores.chunks_exact_mut(n)) {
+                    let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
+                    exact_head(qh, cache, first..pos + 1, kv_off, shape.scale, s, acc);
+                    write_head(&out, t * q_dim + h * hd, acc);
+                }
+                continue;
+            }
+            let keys = cache.key_runs(first..pos + 1, kv_off);
+            scores_f16(qs, per_item, &keys, hd, shape.scale, scores);
+            for s in scores.chunks_exact_mut(n) {
                 // The kernels' vectorized softmax (one fixed summation order).
                 softmax(s);
-                weighted_sum_f16(s, &cache.value_runs(first..pos + 1, kv_off), acc);
             }
-            let base = t * q_dim + h * hd;
-            for (d, &a) in acc.iter().enumerate() {
-                // SAFETY: (t, h) pairs are split across threads, so this
-                // head's output values are written by this thread only.
-                unsafe { out.write(base + d, a) };
-            }
+            let values = cache.value_runs(first..pos + 1, kv_off);
+            // SAFETY: the (token, head) pairs are split across threads, so
+            // these heads' output values are written by this thread only.
+            let o = unsafe { out.segment(t * q_dim + heads.start * hd, per_item * hd) };
+            weighted_sum_f16(scores, per_item, &values, o);
         }
     });
+}
+
+/// One head's result `acc` into `out` at `base`.
+fn write_head(out: &DisjointSlice<f32>, base: usize, acc: &[f32]) {
+    for (d, &a) in acc.iter().enumerate() {
+        // SAFETY: the (token, head) pairs are split across threads, so this
+        // head's output values are written by this thread only.
+        unsafe { out.write(base + d, a) };
+    }
 }
 
 /// One head's attention over an f32 cache: scores with the kernels' f32

@@ -109,7 +109,15 @@ impl Workspace {
             proj: vec![0.0; c * d.dim],
             gate: vec![0.0; c * d.ffn_dim],
             up: vec![0.0; c * d.ffn_dim],
-            attn_scratch: vec![0.0; threads * attention_scratch_len(n_ctx, d.head_dim)],
+            attn_scratch: vec![
+                0.0;
+                threads
+                    * attention_scratch_len(
+                        n_ctx,
+                        d.head_dim,
+                        d.q_dim / d.kv_dim.max(1)
+                    )
+            ],
             acts: QuantizedActs::default(),
             rope: RopeTable::new(d.rope_pairs),
             pos: vec![0; c],

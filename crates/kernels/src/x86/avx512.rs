@@ -10,7 +10,10 @@
 //! Q8_0 instead of two sign extensions and two `vpmaddwd` (its weights read
 //! as `w + 128`, `128 * sum(x)` subtracted); the two-group many-row kernels
 //! (`dot16n`) of Q4_0, Q4_1, Q5_0 and Q8_0, sixteen rows' lanes in one
-//! 512-bit register; and the f32 GEMM panels of the encoders (`gemm`). The same exact integers and the same f32 operation
+//! 512-bit register (Q4_K and Q6_K too); the attention scores and weighted
+//! sums, four heads of a group per converted key or value row (AVX2's code
+//! with 32 registers); and the
+//! f32 GEMM panels of the encoders (`gemm`). The same exact integers and the same f32 operation
 //! chains, so the same bits as the scalar reference.
 
 mod gemm;
@@ -24,7 +27,11 @@ use crate::table::{Entry, Kernel, KernelTable};
 use crate::GgmlType;
 
 /// The entries of `crate::table::KernelTable` this set provides itself.
-pub(crate) const CLAIMS: &[Kernel] = &[Kernel::GemmPanels];
+pub(crate) const CLAIMS: &[Kernel] = &[
+    Kernel::GemmPanels,
+    Kernel::ScoresF16,
+    Kernel::WeightedSumF16,
+];
 
 /// Replaces the entries of `t` (AVX2's table) that this set does better.
 ///
@@ -35,6 +42,34 @@ pub(crate) const CLAIMS: &[Kernel] = &[Kernel::GemmPanels];
 pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     let by = KernelSet::Avx512;
     t.gemm_panels = Entry { f: gemm_panels, by };
+    t.scores_f16 = Entry { f: scores_f16, by };
+    t.weighted_sum_f16 = Entry {
+        f: weighted_sum_f16,
+        by,
+    };
+}
+
+/// As `crate::attend::weighted_sum_f16`: AVX2's code built with 32 vector
+/// registers, so that four heads share each converted value row.
+fn weighted_sum_f16(p: &[f32], heads: usize, runs: &[crate::attend::F16Rows], out: &mut [f32]) {
+    // SAFETY: as in `scores_f16`.
+    unsafe { super::avx2::attend::weighted_sum_f16_512(p, heads, runs, out) }
+}
+
+/// As `crate::attend::scores_f16`: AVX2's code built with 32 vector
+/// registers, so that four heads share each converted key chunk.
+fn scores_f16(
+    q: &[f32],
+    heads: usize,
+    runs: &[crate::attend::F16Rows],
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    // SAFETY: reachable only through a table `override_table` filled,
+    // which its caller does only on a CPU with AVX-512 (and AVX2, FMA,
+    // F16C).
+    unsafe { super::avx2::attend::scores_f16_512(q, heads, runs, head_dim, scale, out) }
 }
 
 /// # Safety

@@ -127,17 +127,6 @@ unsafe fn lanes_dot<W: Weights>(w: &[u8], a: &[u8]) -> f32 {
     _mm_cvtss_f32(x)
 }
 
-/// F16 values x f32 values, as [`f16_f32`], for other AVX2 code.
-///
-/// # Safety
-///
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn f16_dot(w: &[u8], a: &[u8]) -> f32 {
-    lanes_dot::<F16>(w, a)
-}
-
 /// F32 weights x F32 activations.
 pub(super) fn f32_f32(w: &[u8], a: &[u8]) -> f32 {
     // SAFETY: handed out only by `avx2::vec_dot_kernel`, whose callers have

@@ -52,14 +52,21 @@ unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: Out
     unsafe { super::gemm::gemm_panels(a, w, panels, out) }
 }
 
-fn scores_f16(q: &[f32], runs: &[F16Rows], head_dim: usize, scale: f32, out: &mut [f32]) {
+fn scores_f16(
+    q: &[f32],
+    heads: usize,
+    runs: &[F16Rows],
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
     // SAFETY: see above.
-    unsafe { super::attend::scores_f16(q, runs, head_dim, scale, out) }
+    unsafe { super::attend::scores_f16(q, heads, runs, head_dim, scale, out) }
 }
 
-fn weighted_sum_f16(p: &[f32], runs: &[F16Rows], out: &mut [f32]) {
+fn weighted_sum_f16(p: &[f32], heads: usize, runs: &[F16Rows], out: &mut [f32]) {
     // SAFETY: see above.
-    unsafe { super::attend::weighted_sum_f16(p, runs, out) }
+    unsafe { super::attend::weighted_sum_f16(p, heads, runs, out) }
 }
 
 fn activate(act: Activation, xs: &mut [f32]) {
