@@ -337,6 +337,11 @@ fn interleave_groups(
     Some(out)
 }
 
+/// Most activation values [`QuantizedActs::quantize`] quantizes on the
+/// calling thread (a few microseconds of work, about what a parallel step's
+/// hand-off costs).
+const INLINE_QUANTIZE: usize = 16 * 1024;
+
 /// Activations quantized into the format a weight type's dot product
 /// takes, one row per token. Reused across matmuls to avoid allocation.
 #[derive(Default)]
@@ -380,6 +385,18 @@ impl QuantizedActs {
         }
         quantize(ty, &x[..cols], first).map_err(|e| Error::Input(e.to_string()))?;
         if n_tokens == 1 {
+            return Ok(());
+        }
+        if n_tokens * cols <= INLINE_QUANTIZE {
+            // A few rows (decoding a batch): quicker here than waking the
+            // workers for it (each row is quantized on its own either way).
+            for (src, dst) in x[cols..]
+                .chunks_exact(cols)
+                .zip(rest.chunks_exact_mut(row_bytes))
+            {
+                // Cannot fail: the same type and lengths as the first row.
+                let _ = quantize(ty, src, dst);
+            }
             return Ok(());
         }
         let rest = DisjointSlice::new(rest);
