@@ -15,19 +15,11 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use super::extract::ApiJson;
+use super::TextInput as Input;
 use crate::embed::EmbedJob;
 use crate::error::ApiError;
 use crate::queue::Refused;
 use crate::state::AppState;
-
-#[derive(Deserialize, Debug)]
-#[serde(untagged)]
-enum Input {
-    One(String),
-    Many(Vec<String>),
-    /// Anything else (token ids, objects): refused.
-    Other(serde::de::IgnoredAny),
-}
 
 #[derive(Deserialize, Debug)]
 pub struct EmbeddingsRequest {

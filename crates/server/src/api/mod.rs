@@ -15,6 +15,17 @@ pub mod translations;
 use std::any::Any;
 use std::sync::Arc;
 
+/// The `input` of /v1/embeddings and /v1/translations: one text or a list
+/// of texts; anything else (token ids, objects) is kept only to be refused
+/// with a clear error.
+#[derive(serde::Deserialize, Debug)]
+#[serde(untagged)]
+pub(crate) enum TextInput {
+    One(String),
+    Many(Vec<String>),
+    Other(serde::de::IgnoredAny),
+}
+
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderName, StatusCode};
 use axum::middleware::{self, Next};

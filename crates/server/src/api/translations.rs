@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::extract::ApiJson;
+use super::TextInput as Input;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -26,14 +27,6 @@ pub struct TranslateModel {
 const MAX_INPUTS: usize = 256;
 /// Widest beam a request may ask for.
 const MAX_BEAMS: usize = 16;
-
-#[derive(Deserialize, Debug)]
-#[serde(untagged)]
-enum Input {
-    One(String),
-    Many(Vec<String>),
-    Other(serde::de::IgnoredAny),
-}
 
 #[derive(Deserialize, Debug)]
 pub struct TranslationsRequest {
