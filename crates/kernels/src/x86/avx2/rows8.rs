@@ -867,6 +867,25 @@ unsafe fn lane_byte<const SIGNED: bool>(v: __m256i, k: usize) -> __m256i {
     }
 }
 
+/// A 32-value format whose blocks' integer sums are taken with VNNI
+/// ([`small_isums_vnni`]) in the one-row kernel too: the same exact
+/// integers as `K`'s own term, so the same bits.
+struct Vnni<K>(std::marker::PhantomData<K>);
+
+impl<K: Small> Rows8 for Vnni<K> {
+    const BLOCK: usize = K::BLOCK;
+    type A = K::A;
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &K::A) -> __m256 {
+        term_from::<K>(
+            small_isums_vnni::<K>(&K::values(w), a.qs()),
+            w_scales::<K>(w),
+            a,
+        )
+    }
+}
+
 /// Q4_K in the interleaved layout, its group sums taken with VNNI.
 struct Q4KVnni;
 
@@ -916,31 +935,43 @@ struct Q6KVnni;
 impl Rows8 for Q6KVnni {
     const BLOCK: usize = 210;
     type A = BlockQ8K;
-    /// As `Q6K::term`: each group of 16 values adds `sum(q * x)` and
-    /// `sum(32 * x)` with `dpbusd` (|.| <= 16 * 63 * 128), subtracts, and
-    /// multiplies by its signed scale in i32: the same exact integers.
+    /// As `Q6K::term`: the exact integer `sum over the 16 groups of
+    /// sc * (sum(q * x) - 32 * sum(x))`, each group's `sum(q * x)` by
+    /// `dpbusd` (|.| <= 16 * 63 * 128) times its signed scale in i32, and
+    /// `32 * sum(sc * sum(x))` once per block from the group sums of `x`
+    /// (taken from its values; Q6_K does not read `bsums`) by `madd`: the
+    /// same integer (no partial sum exceeds `16 * 127 * 16 * 63 * 128` in
+    /// size), so the same bits.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline]
     unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
         let x = &a.qs;
-        let thirty_two = _mm256_set1_epi8(32);
-        let mut isum = _mm256_setzero_si256();
+        let xs = two_groups::group_sums(x);
+        let pair_low = _mm256_set1_epi32(0xffff);
+        let (mut isum, mut bsum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         for r in 0..8 {
-            for half in 0..2 {
-                let group = 2 * r + half;
-                let scales = load_u8(&w[1536 + 32 * (group / 4)..]);
-                let sc = lane_byte::<true>(scales, group % 4);
-                let (mut qx, mut x32) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            let scales = load_u8(&w[1536 + 32 * (2 * r / 4)..]);
+            let sc: [__m256i; 2] =
+                std::array::from_fn(|half| lane_byte::<true>(scales, (2 * r + half) % 4));
+            for (half, sc) in sc.iter().enumerate() {
+                let mut qx = _mm256_setzero_si256();
                 for i4 in 4 * half..4 * half + 4 {
                     let q = q6_k_values(w, r, i4);
                     let xb = _mm256_set1_epi32(x4(x, 32 * r + 4 * i4));
                     qx = _mm256_dpbusd_epi32(qx, q, xb);
-                    x32 = _mm256_dpbusd_epi32(x32, thirty_two, xb);
                 }
-                let group_sum = _mm256_sub_epi32(qx, x32);
-                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(group_sum, sc));
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(qx, *sc));
             }
+            // Both scales as the i16 pair `madd` takes, against the pair
+            // of group sums.
+            let pair = _mm256_or_si256(
+                _mm256_and_si256(sc[0], pair_low),
+                _mm256_slli_epi32::<16>(sc[1]),
+            );
+            let bs = i32::from(xs[2 * r] as u16) | (i32::from(xs[2 * r + 1] as u16) << 16);
+            bsum = _mm256_add_epi32(bsum, _mm256_madd_epi16(pair, _mm256_set1_epi32(bs)));
         }
+        let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<5>(bsum));
         let d = _mm256_cvtph_ps(load_u8x16(&w[1664..]));
         _mm256_mul_ps(
             _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
@@ -1094,11 +1125,32 @@ fn q6_k_q8_k_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32
 pub(crate) fn kernel8_vnni_fn(w: GgmlType) -> Option<Dot8Fn> {
     use GgmlType::*;
     Some(match w {
-        Q8_0 => q8_0::q8_0_q8_0_x8_vnni as Dot8Fn,
+        Q4_0 => q4_0_q8_0_x8_vnni as Dot8Fn,
+        Q4_1 => q4_1_q8_1_x8_vnni,
+        Q5_0 => q5_0_q8_0_x8_vnni,
+        Q8_0 => q8_0::q8_0_q8_0_x8_vnni,
         Q4K => q4_k_q8_k_x8_vnni,
         Q6K => q6_k_q8_k_x8_vnni,
         _ => return None,
     })
+}
+
+/// Q4_0 x Q8_0, eight interleaved rows, VNNI.
+fn q4_0_q8_0_x8_vnni(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { dot8_vnni::<Vnni<Q4_0>>(group, act, out) }
+}
+
+/// Q4_1 x Q8_1, eight interleaved rows, VNNI.
+fn q4_1_q8_1_x8_vnni(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { dot8_vnni::<Vnni<Q4_1>>(group, act, out) }
+}
+
+/// Q5_0 x Q8_0, eight interleaved rows, VNNI.
+fn q5_0_q8_0_x8_vnni(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8n_vnni`.
+    unsafe { dot8_vnni::<Vnni<Q5_0>>(group, act, out) }
 }
 
 /// Q4_K x Q8_K, eight interleaved rows, VNNI.

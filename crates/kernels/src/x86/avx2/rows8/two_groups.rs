@@ -326,7 +326,7 @@ unsafe fn q6_k_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f3
 /// `x + 128`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn group_sums(x: &[i8; 256]) -> [i16; 16] {
+pub(super) unsafe fn group_sums(x: &[i8; 256]) -> [i16; 16] {
     let flip = _mm512_set1_epi8(i8::MIN);
     let mut eights = [0u64; 32];
     for (i, part) in eights.chunks_exact_mut(8).enumerate() {
