@@ -7,13 +7,14 @@
 //! cross-attention keys and values.
 //!
 //! Attention runs per (row, head) in one fixed order: scores, softmax,
-//! weighted sum of values added in position order. Together with the
+//! weighted sum of values added in position order (a row's heads together,
+//! so that each cached key and value row is read once per query row). Together with the
 //! row-independent matrix products this makes every row's values the same
 //! bits whatever else is in the batch and whatever the thread count.
 
 use ferrite_kernels::math::{softmax, Activation};
 
-use super::weights::{apply, apply_same_input};
+use super::weights::{apply, apply_same_input, each_row};
 use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Seq2Seq};
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::QuantizedActs;
@@ -88,13 +89,15 @@ fn resize(v: &mut Vec<f32>, n: usize) {
     v.resize(n, 0.0);
 }
 
-/// Where one attention item's keys and values are, and its score bias.
+/// Where one query row's keys and values are, and its score biases.
 struct KeySpan<'a> {
+    /// Rows of `ld` values (every head's, one after the other).
     keys: &'a [f32],
     values: &'a [f32],
     /// Positions attended: `0..n`.
     n: usize,
-    /// Added to score `j` (T5 relative positions), `(n,)`.
+    /// Added to score `j` of head `h` at `h * n + j` (T5 relative
+    /// positions), `(n_heads, n)`.
     bias: Option<&'a [f32]>,
 }
 
@@ -119,69 +122,85 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-/// One head of one query row: softmax over `span`'s positions of
-/// `scale * q . k_j + bias_j`, times the values, into `out` (`head_dim`).
-/// Keys and values are rows of `ld` values; `off` picks the head.
-fn attend_head(
+/// Heads `heads` of one query row `q` (`(n_heads, head_dim)`): per head,
+/// softmax over `span`'s positions of `scale * q_h . k_j,h + bias_h,j`,
+/// times the values, into `out` (the heads' `head_dim` values one after
+/// the other). Each key and value row is read once, in position order,
+/// for all these heads; per head the operations and their order are
+/// those of one head on its own (scores, softmax, values added in
+/// position order).
+fn attend_heads(
     q: &[f32],
     span: &KeySpan,
     ld: usize,
-    off: usize,
+    (heads, hd): (std::ops::Range<usize>, usize),
     scale: f32,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    let hd = q.len();
+    let (n, first) = (span.n, heads.start * hd);
+    let width = heads.len() * hd;
     scores.clear();
-    for j in 0..span.n {
-        let k = &span.keys[j * ld + off..j * ld + off + hd];
-        let b = span.bias.map_or(0.0, |b| b[j]);
-        scores.push(dot(q, k) * scale + b);
+    scores.resize(heads.len() * n, 0.0);
+    for j in 0..n {
+        let k = &span.keys[j * ld + first..j * ld + first + width];
+        for (i, h) in heads.clone().enumerate() {
+            let b = span.bias.map_or(0.0, |b| b[h * n + j]);
+            let (qh, kh) = (&q[h * hd..(h + 1) * hd], &k[i * hd..(i + 1) * hd]);
+            scores[i * n + j] = dot(qh, kh) * scale + b;
+        }
     }
-    softmax(scores);
+    for s in scores.chunks_exact_mut(n.max(1)) {
+        softmax(s);
+    }
     out.fill(0.0);
-    for (j, &w) in scores.iter().enumerate() {
-        let v = &span.values[j * ld + off..j * ld + off + hd];
-        for (o, &x) in out.iter_mut().zip(v) {
-            *o += w * x;
+    for j in 0..n {
+        let v = &span.values[j * ld + first..j * ld + first + width];
+        for (i, (o, v)) in out.chunks_exact_mut(hd).zip(v.chunks_exact(hd)).enumerate() {
+            let w = scores[i * n + j];
+            for (o, &x) in o.iter_mut().zip(v) {
+                *o += w * x;
+            }
         }
     }
 }
 
 /// Attention of every head of `m` query rows (`q`, `(m, n_heads *
-/// head_dim)`) into `out` (same shape), (row, head) pairs split across
-/// threads. `span(row, head, bias)` gives that pair's keys, values (rows
-/// of `n_heads * head_dim`), number of positions, and whether it filled
-/// `bias` with one score bias per position.
+/// head_dim)`) into `out` (same shape), split across threads by row (by
+/// row and head when there are too few rows to keep every thread busy).
+/// `span(row, bias)` gives that row's keys, values (rows of `n_heads *
+/// head_dim`), number of positions, and whether it filled `bias` with the
+/// score biases (`(n_heads, positions)`).
 fn attend_rows<'a>(
     c: &super::Seq2SeqConfig,
     q: &[f32],
     m: usize,
     out: &mut [f32],
     threads: &Threads,
-    span: impl Fn(usize, usize, &mut Vec<f32>) -> (&'a [f32], &'a [f32], usize, bool) + Sync,
+    span: impl Fn(usize, &mut Vec<f32>) -> (&'a [f32], &'a [f32], usize, bool) + Sync,
 ) {
-    let (hd, qd) = (c.head_dim, c.n_heads * c.head_dim);
+    let (hd, qd, nh) = (c.head_dim, c.n_heads * c.head_dim, c.n_heads);
+    // Heads per work item: all of a row's, or one when rows are few.
+    let per = if m >= 2 * threads.count() { nh } else { 1 };
+    let groups = nh.div_ceil(per);
     let out = DisjointSlice::new(out);
-    threads.split(m * c.n_heads, |items| {
-        let (mut scores, mut bias, mut acc) = (Vec::new(), Vec::new(), vec![0f32; hd]);
+    threads.split(m * groups, |items| {
+        let (mut scores, mut bias) = (Vec::new(), Vec::new());
         for item in items {
-            let (r, h) = (item / c.n_heads, item % c.n_heads);
-            let (keys, values, n, biased) = span(r, h, &mut bias);
+            let (r, g) = (item / groups, item % groups);
+            let heads = g * per..((g + 1) * per).min(nh);
+            let (keys, values, n, biased) = span(r, &mut bias);
             let span = KeySpan {
                 keys,
                 values,
                 n,
                 bias: biased.then_some(&bias[..]),
             };
-            let off = h * hd;
-            let qh = &q[r * qd + off..r * qd + off + hd];
-            attend_head(qh, &span, qd, off, c.attn_scale, &mut scores, &mut acc);
-            for (d, &a) in acc.iter().enumerate() {
-                // SAFETY: (row, head) items are split across threads, so
-                // this head's values of row r are written here only.
-                unsafe { out.write(r * qd + off + d, a) };
-            }
+            let qr = &q[r * qd..(r + 1) * qd];
+            // SAFETY: (row, head group) items are split across threads,
+            // so these heads' values of row r are written here only.
+            let o = unsafe { out.segment(r * qd + heads.start * hd, heads.len() * hd) };
+            attend_heads(qr, &span, qd, (heads, hd), c.attn_scale, &mut scores, o);
         }
     });
 }
@@ -390,14 +409,17 @@ impl Seq2Seq {
         self.project_qkv(w, h, m, threads, ws)?;
         let (q, k, v) = (&ws.q[..], &ws.k[..], &ws.v[..]);
         let c = &self.config;
-        attend_rows(c, q, m, &mut ws.attn, threads, |r, hd, bias| {
+        attend_rows(c, q, m, &mut ws.attn, threads, |r, bias| {
             let (first, n) = spans(r);
             if let Some(rb) = rel {
                 bias.clear();
-                for j in 0..n {
-                    let rel_pos = j as i64 - (r - first) as i64;
-                    let b = super::relative_bucket(rel_pos, true, rb.n_buckets, rb.max_distance);
-                    bias.push(rb.encoder[b * c.n_heads + hd]);
+                for h in 0..c.n_heads {
+                    for j in 0..n {
+                        let rel_pos = j as i64 - (r - first) as i64;
+                        let b =
+                            super::relative_bucket(rel_pos, true, rb.n_buckets, rb.max_distance);
+                        bias.push(rb.encoder[b * c.n_heads + h]);
+                    }
                 }
             }
             (&k[first * qd..], &v[first * qd..], n, rel.is_some())
@@ -494,9 +516,9 @@ impl Seq2Seq {
             resize(logits, m * c.n_vocab);
             apply(&self.lm_head, &x, m, logits, None, &mut ws.acts, threads)?;
             if let Some(b) = &self.logits_bias {
-                for row in logits.chunks_exact_mut(c.n_vocab) {
+                each_row(logits, c.n_vocab, threads, |row| {
                     row.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
-                }
+                });
             }
             Ok(())
         })();
@@ -533,14 +555,17 @@ impl Seq2Seq {
                 )
             })
             .collect();
-        attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, hd, bias| {
+        attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, bias| {
             let (keys, values, pos) = caches[r];
             if let Some(rb) = rel {
                 bias.clear();
-                for j in 0..=pos {
-                    let rel_pos = j as i64 - pos as i64;
-                    let b = super::relative_bucket(rel_pos, false, rb.n_buckets, rb.max_distance);
-                    bias.push(rb.decoder[b * c.n_heads + hd]);
+                for h in 0..c.n_heads {
+                    for j in 0..=pos {
+                        let rel_pos = j as i64 - pos as i64;
+                        let b =
+                            super::relative_bucket(rel_pos, false, rb.n_buckets, rb.max_distance);
+                        bias.push(rb.decoder[b * c.n_heads + h]);
+                    }
                 }
             }
             (keys, values, pos + 1, rel.is_some())
@@ -566,7 +591,7 @@ impl Seq2Seq {
         resize(&mut ws.proj, m * dim);
         apply(&w.q, h, m, &mut ws.q, None, &mut ws.acts, threads)?;
         let c = &self.config;
-        attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, _, _| {
+        attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, _| {
             let src = rows[r].source;
             let (keys, values) = &src.cross[l];
             (&keys[..], &values[..], src.len, false)

@@ -26,7 +26,12 @@ use crate::tensor::Linear;
 /// A weight matrix with optional bias, `(out, in)`.
 pub enum Proj {
     F32(Dense),
-    Quant(Linear),
+    /// Quantized weights; the bias is added after the products, rows split
+    /// across threads ([`weights::apply`]).
+    Quant {
+        w: Linear,
+        bias: Option<Vec<f32>>,
+    },
 }
 
 impl Proj {
@@ -34,7 +39,7 @@ impl Proj {
     pub fn rows(&self) -> usize {
         match self {
             Proj::F32(d) => d.w.n(),
-            Proj::Quant(l) => l.rows,
+            Proj::Quant { w, .. } => w.rows,
         }
     }
 
@@ -42,7 +47,7 @@ impl Proj {
     pub fn cols(&self) -> usize {
         match self {
             Proj::F32(d) => d.w.k(),
-            Proj::Quant(l) => l.cols,
+            Proj::Quant { w, .. } => w.cols,
         }
     }
 }

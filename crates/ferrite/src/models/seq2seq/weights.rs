@@ -13,7 +13,7 @@ use super::Proj;
 use crate::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite};
 use crate::models::encoder::dense;
 use crate::models::encoder::weights::{Dense, WeightSource};
-use crate::parallel::Threads;
+use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::{matmul_many, Loader, MatmulJob, QuantizedActs};
 use crate::Error;
 
@@ -53,9 +53,8 @@ impl ProjLoader<'_> {
     ) -> Result<Proj, Error> {
         let block = GgmlType::Q8_0.block_size();
         if self.format == WeightFormat::Q8_0 && cols.is_multiple_of(block) {
-            let mut linear = quantized(name, weights, rows, cols)?;
-            linear.bias = bias;
-            return Ok(Proj::Quant(linear));
+            let w = quantized(name, weights, rows, cols)?;
+            return Ok(Proj::Quant { w, bias });
         }
         Ok(Proj::F32(Dense::new(weights, bias, rows, cols)))
     }
@@ -109,14 +108,42 @@ pub fn apply(
     let (x, out) = (&x[..m * k], &mut out[..m * n]);
     match p {
         Proj::F32(d) => dense(d, x, m, out, act, threads),
-        Proj::Quant(l) => {
-            l.matmul(x, out, acts, threads)?;
-            if let Some(act) = act {
-                activate(act, out);
+        Proj::Quant { w, bias } => {
+            w.matmul(x, out, acts, threads)?;
+            if bias.is_some() || act.is_some() {
+                each_row(out, n, threads, |row| finish_row(row, bias.as_deref(), act));
             }
         }
     }
     Ok(())
+}
+
+/// A quantized product's row of results: plus the bias, then the
+/// activation (one f32 add per value, as the products' own bias would be).
+fn finish_row(row: &mut [f32], bias: Option<&[f32]>, act: Option<Activation>) {
+    if let Some(b) = bias {
+        row.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
+    }
+    if let Some(act) = act {
+        activate(act, row);
+    }
+}
+
+/// `f` on every row (`width` values) of `out`, the rows split across
+/// threads (element-wise work, such as an activation or a bias: each value
+/// the same whichever thread computes it).
+pub fn each_row(out: &mut [f32], width: usize, threads: &Threads, f: impl Fn(&mut [f32]) + Sync) {
+    if width == 0 {
+        return;
+    }
+    let m = out.len() / width;
+    let out = DisjointSlice::new(&mut out[..m * width]);
+    threads.split(m, |rows| {
+        // SAFETY: the row ranges of different threads are disjoint, so are
+        // these segments.
+        let seg = unsafe { out.segment(rows.start * width, rows.len() * width) };
+        seg.chunks_exact_mut(width).for_each(&f);
+    });
 }
 
 /// [`apply`] (no activation) of several projections of the same `m` rows
@@ -134,12 +161,40 @@ pub fn apply_same_input(
     let quant: Option<Vec<MatmulJob>> = jobs
         .iter_mut()
         .map(|(p, out)| match p {
-            Proj::Quant(l) => Some(MatmulJob::new(l, &mut out[..m * l.rows])),
+            Proj::Quant { w, .. } => Some(MatmulJob::new(w, &mut out[..m * w.rows])),
             Proj::F32(_) => None,
         })
         .collect();
     if let Some(mut quant) = quant {
-        return matmul_many(&mut quant, &x[..m * cols], acts, threads);
+        matmul_many(&mut quant, &x[..m * cols], acts, threads)?;
+        // The biases, every output's rows split across threads in one step.
+        let outs: Vec<(&[f32], usize, DisjointSlice<f32>)> = jobs
+            .iter_mut()
+            .filter_map(|(p, out)| match p {
+                Proj::Quant {
+                    w,
+                    bias: Some(bias),
+                } if w.rows > 0 => Some((
+                    &bias[..],
+                    w.rows,
+                    DisjointSlice::new(&mut out[..m * w.rows]),
+                )),
+                _ => None,
+            })
+            .collect();
+        if !outs.is_empty() {
+            threads.split(m, |rows| {
+                for (bias, n, out) in &outs {
+                    // SAFETY: the row ranges of different threads are
+                    // disjoint, so are these segments.
+                    let seg = unsafe { out.segment(rows.start * n, rows.len() * n) };
+                    for row in seg.chunks_exact_mut(*n) {
+                        finish_row(row, Some(bias), None);
+                    }
+                }
+            });
+        }
+        return Ok(());
     }
     for (p, out) in jobs.iter_mut() {
         apply(p, x, m, out, None, acts, threads)?;
