@@ -71,6 +71,13 @@ fn detect(path: &Path) -> Result<Detected, String> {
         return Ok(Detected::Translator);
     }
     if path.is_dir() {
+        if !path.join("config.json").is_file() {
+            return Err(format!(
+                "{}: not a model directory: expected a Hugging Face model (config.json and \
+                 model.safetensors), a Marian / T5 translation model, or give a .gguf file",
+                path.display()
+            ));
+        }
         let config = read_json(&path.join("config.json")).map_err(|e| e.to_string())?;
         let model_type = config.get("model_type").and_then(|v| v.as_str());
         if model_type.is_some_and(|t| is_encoder_name(t, true)) {
@@ -205,5 +212,21 @@ impl Registry {
             Kind::Embed(m) => Some(m.clone()),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_without_config_json_is_not_a_model() {
+        let dir = std::env::temp_dir().join(format!("ferrite-not-a-model-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("readme.txt"), "hello").unwrap();
+        let err = detect(&dir).err().expect("a directory with no model is refused");
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains("not a model directory"), "{err}");
+        assert!(err.contains(&dir.display().to_string()), "{err}");
     }
 }
