@@ -224,7 +224,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ferrite-not-a-model-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("readme.txt"), "hello").unwrap();
-        let err = detect(&dir).err().expect("a directory with no model is refused");
+        let err = detect(&dir)
+            .err()
+            .expect("a directory with no model is refused");
         std::fs::remove_dir_all(&dir).ok();
         assert!(err.contains("not a model directory"), "{err}");
         assert!(err.contains(&dir.display().to_string()), "{err}");
