@@ -16,12 +16,12 @@
 use std::arch::x86_64::*;
 
 use super::{
-    byte_pairs, lane_byte, load_u8, load_u8x16, offset_sum, pass_rows, q4_k_scales, q6_k_values,
-    w_scales, x4, Act8, Rows8, Small, TOKENS,
+    byte_pairs, lane_byte, load_i8, load_u8, load_u8x16, offset_sum, pass_rows, q4_k_scales,
+    q6_k_values, w_scales, x4, Act8, Legacy, Rows8, Small, TOKENS,
 };
 use crate::dot::interleave::ROWS;
 use crate::dot::Dot16NFn;
-use crate::quant::BlockQ8K;
+use crate::quant::{BlockQ8K, BlockQ8_0};
 use crate::GgmlType;
 
 /// The two-group kernel for weights of type `w`, if there is one.
@@ -61,7 +61,7 @@ fn q5_0_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * RO
 /// Q8_0 x Q8_0 (read as `w + 128`), two groups, many activation rows.
 fn q8_0_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
     // SAFETY: as in `q4_0_x16n`.
-    unsafe { dot16n::<super::q8_0::Q8_0Vnni>(groups, acts, act_row, out) }
+    unsafe { q8_0_dot16n(groups, acts, act_row, out) }
 }
 
 /// Q4_K x Q8_K, two groups, many activation rows.
@@ -156,6 +156,125 @@ unsafe fn dot16n<K: Small>(
             }
         }
         store_rows(chunk, &acc);
+    }
+}
+
+/// [`dot16n`] for Q8_0, bit for bit, with each pass of [`TOKENS`] whole
+/// activation rows (every row as long as the groups) run with its sums in
+/// registers: a fixed number of rows, so the loop over them unrolls
+/// (the general loop, with its rows of any length, keeps them on the
+/// stack: a load and a store per block and row). Other passes (fewer or
+/// shorter rows) run [`dot16n`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn q8_0_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+    type K = super::q8_0::Q8_0Vnni;
+    let step = ROWS * <K as Rows8>::BLOCK;
+    let half = groups.len() / 2 / step * step;
+    let n = half / step;
+    let (ga, gb) = (&groups[..half], &groups[half..2 * half]);
+    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
+        let rows: [&[BlockQ8_0]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
+        if chunk.len() < TOKENS || rows.iter().any(|r| r.len() < n) {
+            let start = (c * TOKENS * act_row).min(acts.len());
+            dot16n::<K>(groups, &acts[start..], act_row, chunk);
+            continue;
+        }
+        let rows: [*const BlockQ8_0; TOKENS] = std::array::from_fn(|t| rows[t].as_ptr());
+        let mut acc = [_mm512_setzero_ps(); TOKENS];
+        let mut starts = [0i32; 4 * TOKENS];
+        for (b, (wa, wb)) in ga.chunks_exact(step).zip(gb.chunks_exact(step)).enumerate() {
+            q8_0_starts(&rows, b, &mut starts);
+            let (qa, qb) = (K::values(wa), K::values(wb));
+            let q: [__m512i; 8] = std::array::from_fn(|i| join_i(qa[i], qb[i]));
+            let ([da, _], [db, _]) = (w_scales::<K>(wa), w_scales::<K>(wb));
+            let d_w = join_f(da, db);
+            // One row's block, added to its sum: [`dot16n`]'s operations.
+            macro_rules! row {
+                ($t:literal) => {{
+                    // SAFETY: b < n, and every row has at least n blocks
+                    // (checked above).
+                    let a = unsafe { &*rows[$t].add(b) };
+                    let x = a.qs();
+                    // The sum starts at -128 * sum(x), so that adding
+                    // sum((w + 128) * x) leaves sum(w * x).
+                    let mut sums = _mm512_set1_epi32(starts[START_LANE[$t]]);
+                    for c in 0..4 {
+                        let x_lo = _mm512_set1_epi32(x4(x, 4 * c));
+                        let x_hi = _mm512_set1_epi32(x4(x, 16 + 4 * c));
+                        sums = _mm512_dpbusd_epi32(sums, q[2 * c], x_lo);
+                        sums = _mm512_dpbusd_epi32(sums, q[2 * c + 1], x_hi);
+                    }
+                    let isum = _mm512_cvtepi32_ps(sums);
+                    let [d_x, _] = K::a_scales(a);
+                    let term = _mm512_mul_ps(_mm512_mul_ps(d_w, f16_splat16(d_x)), isum);
+                    acc[$t] = _mm512_add_ps(acc[$t], term);
+                }};
+            }
+            // Constant indices, so that the sums stay in registers.
+            const { assert!(TOKENS == 16) };
+            row!(0);
+            row!(1);
+            row!(2);
+            row!(3);
+            row!(4);
+            row!(5);
+            row!(6);
+            row!(7);
+            row!(8);
+            row!(9);
+            row!(10);
+            row!(11);
+            row!(12);
+            row!(13);
+            row!(14);
+            row!(15);
+        }
+        store_rows(chunk, &acc);
+    }
+}
+
+/// Where [`q8_0_starts`] leaves row `t`'s value.
+const START_LANE: [usize; TOKENS] = {
+    let mut lanes = [0; TOKENS];
+    let mut t = 0;
+    while t < TOKENS {
+        lanes[t] = 16 * (t / 4) + [0, 8, 1, 9][t % 4];
+        t += 1;
+    }
+    lanes
+};
+
+/// `-128 * sum(x)` of block `b` of each of the [`TOKENS`] activation rows
+/// (`rows[t]`, at least `b + 1` blocks each), row `t`'s at
+/// `out[START_LANE[t]]`: exact integers, sixteen rows' at once. Four rows
+/// per 512-bit register: two rows' bytes (flipped to `x + 128`, unsigned)
+/// summed in eight-byte parts by `vpsadbw`, two more rows' parts in the
+/// upper halves of the 64-bit lanes, then the four parts of each row added.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn q8_0_starts(rows: &[*const BlockQ8_0; TOKENS], b: usize, out: &mut [i32; 4 * TOKENS]) {
+    const { assert!(TOKENS.is_multiple_of(4)) };
+    let flip = _mm512_set1_epi8(i8::MIN);
+    // SAFETY: the caller's rows have block b.
+    let x = |t: usize| unsafe { load_i8(&(*rows[t].add(b)).qs) };
+    let parts = |t: usize| {
+        // Sums of x + 128 per eight bytes: row t in 64-bit lanes 0..4,
+        // row t + 1 in lanes 4..8.
+        _mm512_sad_epu8(
+            _mm512_xor_si512(join_i(x(t), x(t + 1)), flip),
+            _mm512_setzero_si512(),
+        )
+    };
+    for g in 0..TOKENS / 4 {
+        // 32-bit lanes 2k: parts of rows 4g, 4g + 1; 2k + 1: of 4g + 2, 4g + 3.
+        let v = _mm512_or_si512(parts(4 * g), _mm512_slli_epi64::<32>(parts(4 * g + 2)));
+        let v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b01_00_11_10>(v));
+        let v = _mm512_add_epi32(v, _mm512_shuffle_i64x2::<0b10_11_00_01>(v, v));
+        // Lanes 0, 8, 1, 9: S = sum(x + 128) of rows 4g..4g + 4, and
+        // -128 * sum(x) = -128 * (S - 32 * 128).
+        let v = _mm512_sub_epi32(_mm512_set1_epi32(32 * 128 * 128), _mm512_slli_epi32::<7>(v));
+        _mm512_storeu_si512(out[16 * g..].as_mut_ptr().cast(), v);
     }
 }
 
