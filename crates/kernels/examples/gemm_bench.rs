@@ -1,6 +1,8 @@
 //! GFLOP/s of the f32 GEMM on encoder-sized shapes, single thread, and
 //! the core's f32 FMA peak for comparison:
-//! `cargo run --release -p ferrite-kernels --example gemm_bench`.
+//! `cargo run --release -p ferrite-kernels --example gemm_bench`
+//! (MiniLM's shapes), `... --example gemm_bench -- mpnet` (768 wide,
+//! all-mpnet-base-v2 and nomic-embed-text's shapes).
 
 use std::time::Instant;
 
@@ -17,7 +19,13 @@ fn main() {
         let peak = unsafe { fma_peak_gflops() };
         println!("f32 FMA peak of one core: {peak:.1} GFLOP/s (12 independent 8-lane chains)");
     }
-    for &(m, n, k) in &[
+    let mpnet = std::env::args().nth(1).as_deref() == Some("mpnet");
+    let (dim, ffn, n_layers) = if mpnet {
+        (768, 3072, 12)
+    } else {
+        (384, 1536, 6)
+    };
+    let minilm_shapes = [
         (800, 1152, 384),
         (800, 384, 1536),
         (25, 1152, 384),
@@ -26,7 +34,17 @@ fn main() {
         (480, 384, 1536),
         (16, 1536, 384),
         (256, 256, 32),
-    ] {
+    ];
+    let mpnet_shapes = [
+        (800, 2304, 768),
+        (800, 768, 768),
+        (800, 3072, 768),
+        (800, 768, 3072),
+        (25, 2304, 768),
+        (25, 768, 3072),
+    ];
+    let shapes: &[(usize, usize, usize)] = if mpnet { &mpnet_shapes } else { &minilm_shapes };
+    for &(m, n, k) in shapes {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 97) as f32 * 0.01).collect();
         let w: Vec<f32> = (0..n * k).map(|i| (i % 89) as f32 * 0.01).collect();
         let packed = PackedWeights::pack(&w, n, k);
@@ -46,21 +64,26 @@ fn main() {
         );
     }
 
-    // A MiniLM-sized encoder pass: 6 layers of QKV, output, up, down
-    // products with distinct weights (42 MB of f32, more than the L3
-    // cache), as the model streams them.
-    for (m, hot) in [
-        (800usize, false),
-        (200, false),
-        (2500, false),
-        (25, false),
-        (25, true),
-        (20, false),
-        (8, false),
-        (8, true),
-    ] {
-        let shapes = [(1152usize, 384usize), (384, 384), (1536, 384), (384, 1536)];
-        let layers: Vec<Vec<PackedWeights>> = (0..6)
+    // An encoder pass: QKV, output, up, down products of every layer with
+    // distinct weights (MiniLM: 6 layers, 42 MB of f32, more than the L3
+    // cache; mpnet: 12 layers, 340 MB), as the model streams them.
+    let passes: &[(usize, bool)] = if mpnet {
+        &[(800, false), (25, false)]
+    } else {
+        &[
+            (800, false),
+            (200, false),
+            (2500, false),
+            (25, false),
+            (25, true),
+            (20, false),
+            (8, false),
+            (8, true),
+        ]
+    };
+    for &(m, hot) in passes {
+        let shapes = [(3 * dim, dim), (dim, dim), (ffn, dim), (dim, ffn)];
+        let layers: Vec<Vec<PackedWeights>> = (0..n_layers)
             .map(|l| {
                 shapes
                     .iter()
@@ -72,9 +95,9 @@ fn main() {
                     .collect()
             })
             .collect();
-        let a: Vec<f32> = (0..m * 1536).map(|i| (i % 97) as f32 * 0.01).collect();
-        let mut c = vec![0f32; m * 1536];
-        let flops: f64 = 6.0
+        let a: Vec<f32> = (0..m * ffn).map(|i| (i % 97) as f32 * 0.01).collect();
+        let mut c = vec![0f32; m * 3 * ffn];
+        let flops: f64 = n_layers as f64
             * shapes
                 .iter()
                 .map(|&(n, k)| 2.0 * (m * n * k) as f64)
