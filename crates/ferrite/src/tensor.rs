@@ -15,6 +15,7 @@ use ferrite_kernels::quant::{dequantize, quantize};
 use ferrite_kernels::GgmlType;
 
 use crate::formats::gguf::GgufFile;
+use crate::formats::names;
 use crate::parallel::{DisjointSlice, Threads};
 use crate::Error;
 
@@ -89,6 +90,24 @@ impl Loader {
         self.file.path().display().to_string()
     }
 
+    /// The group size of [`names::INT8_ACTIVATION_GROUPS`] for an f32
+    /// matrix of `cols` columns, if the file asks for the rounding.
+    fn int8_groups(&self, ty: GgmlType, cols: usize) -> Result<Option<usize>, Error> {
+        let Some(gs) = self.file.metadata().get_u64(names::INT8_ACTIVATION_GROUPS) else {
+            return Ok(None);
+        };
+        match usize::try_from(gs) {
+            Ok(gs) if ty == GgmlType::F32 && gs > 0 && cols.is_multiple_of(gs) => Ok(Some(gs)),
+            _ => Err(Error::model(
+                self.source(),
+                format!(
+                    "{} = {gs} does not fit a {ty} matrix of {cols} columns",
+                    names::INT8_ACTIVATION_GROUPS
+                ),
+            )),
+        }
+    }
+
     /// A `rows x cols` matrix stored as `name` (ggml dims `[cols, rows]`).
     pub fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, Error> {
         let (ty, bytes) = self.get(name, &[cols as u64, rows as u64])?;
@@ -115,6 +134,7 @@ impl Loader {
             kernel,
             groups,
             bias: None,
+            int8_groups: self.int8_groups(ty, cols)?,
         })
     }
 
@@ -263,6 +283,11 @@ pub struct Linear {
     groups: Option<Arc<Packed>>,
     /// Added to every output row after the products (`rows` values).
     pub bias: Option<Vec<f32>>,
+    /// For f32 weights: the inputs are first rounded as int8 values with
+    /// one f32 scale per this many values
+    /// ([`QuantizedActs::round_as_int8`]), when the file says its reference
+    /// engine does that ([`names::INT8_ACTIVATION_GROUPS`]).
+    int8_groups: Option<usize>,
 }
 
 /// Memory for repacked weights: an anonymous mapping (zero pages that only
@@ -413,6 +438,37 @@ impl QuantizedActs {
         Ok(())
     }
 
+    /// Rounds f32 activations (the last `quantize` into F32) as llama2.c's
+    /// runq.c quantizes its matmul inputs: per group of `gs` values,
+    /// `scale = max|x| / 127` and `x = round(x / scale) * scale` (half away
+    /// from zero; an all-zero group stays zero). runq.c then multiplies the
+    /// int8 values exactly and scales each group's integer sum; ferrite
+    /// multiplies the rounded f32 values, which differs from that only by
+    /// f32 rounding, far less than the rounding of the inputs itself.
+    /// `n_values` is the length of the input just quantized.
+    pub fn round_as_int8(&mut self, gs: usize, n_values: usize) {
+        if self.ty != Some(GgmlType::F32) || gs == 0 {
+            return;
+        }
+        let len = n_values.min(self.buf.len() * 2);
+        // SAFETY: the u64 buffer holds at least `len` f32 (two per word),
+        // 4-byte aligned; f32 has no invalid bit patterns and the borrow
+        // is unique.
+        let values: &mut [f32] =
+            unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<f32>(), len) };
+        for group in values.chunks_exact_mut(gs) {
+            let max = group.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let scale = max / 127.0;
+            for v in group.iter_mut() {
+                *v = if scale > 0.0 {
+                    (*v / scale).round().clamp(-128.0, 127.0) * scale
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+
     fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.buf.len() * 8;
         // SAFETY: a u64 slice is valid as bytes of 8x the length; u8 has no
@@ -525,6 +581,9 @@ pub fn matmul_many(
     let n_tokens = x.len() / cols;
     debug_assert_eq!(x.len(), n_tokens * cols);
     acts.quantize(act_type, x, cols, threads)?;
+    if let Some(gs) = first.w.int8_groups {
+        acts.round_as_int8(gs, x.len());
+    }
     let acts = &*acts;
     // (weights, output) of each job, and the first global unit of each; on
     // the stack, so that decoding allocates nothing. Threads split units

@@ -20,7 +20,10 @@
 //!   per layer wq, wk, wv, wo, w1, w2, w3, then the classifier if not
 //!   shared) as its int8 values followed by one f32 scale per group.
 //!   Weights are dequantized to f32 at load (`q * scale`, exact), since
-//!   their f32 group scales have no exact ggml block format.
+//!   their f32 group scales have no exact ggml block format; the metadata
+//!   key `ferrite.int8_activation_groups` then has every matrix input
+//!   rounded to int8 in groups of that size, as `runq.c` quantizes its
+//!   inputs (`tensor::QuantizedActs::round_as_int8`).
 //!
 //! Matrices are stored as llama2.c multiplies them, `(out, in)` row-major,
 //! which is GGUF's layout; RoPE rotates adjacent pairs (ggml "normal"), as
@@ -457,6 +460,10 @@ pub fn open(model: &Path, tokenizer: &Path) -> Result<GgufFile, Error> {
     set("llama.rope.dimension_count", u32_of(c.dim / c.n_heads));
     set("llama.rope.freq_base", Value::F32(10_000.0));
     set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+    if let Some(gs) = c.group_size {
+        // runq.c quantizes every matmul input to int8 in groups of `gs`.
+        set(names::INT8_ACTIVATION_GROUPS, u32_of(gs));
+    }
     vocab_metadata(&mut md, pieces, scores);
 
     let to_write: Vec<TensorToWrite> = tensors

@@ -9,6 +9,13 @@ pub const ROPE_FREQS: &str = "rope_freqs.weight";
 /// Learned absolute positions (GPT-2): `(n_positions, dim)`.
 pub const POSITION_EMBD: &str = "position_embd.weight";
 
+/// ferrite's own metadata key (not llama.cpp's): every matrix input of the
+/// model is rounded to int8 values with one f32 scale per this many values
+/// before its product, as the reference engine of the model's format does
+/// (llama2.c's runq.c, for v2 Q8_0 checkpoints). See
+/// `tensor::QuantizedActs::round_as_int8`.
+pub const INT8_ACTIVATION_GROUPS: &str = "ferrite.int8_activation_groups";
+
 /// The bias that goes with weight tensor `weight` (`*.weight` -> `*.bias`).
 pub fn bias_of(weight: &str) -> String {
     let stem = weight.strip_suffix(".weight").unwrap_or(weight);
