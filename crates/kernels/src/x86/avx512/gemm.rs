@@ -47,6 +47,12 @@ const PACK_LD: usize = KC + 16;
 /// 1 MiB L2 cache of a Zen 4 core.
 const MC: usize = 192;
 
+/// Fewest panels for which the activations are copied: a copy of the
+/// rows costs about as much as a few panels' multiply-adds, so a narrow
+/// product (the f16 GEMM calls this on two to four panels converted at a
+/// time) reads the rows in place.
+const PACK_MIN_PANELS: usize = 8;
+
 /// Most weight bytes of one `k` block that every row of a group walks
 /// before the next block (kept in the L2 cache while the group's tiles go
 /// past).
@@ -61,7 +67,9 @@ thread_local! {
 /// As `crate::gemm::gemm_panels`.
 ///
 /// Loop order: for each group of at most [`MC`] rows, for each `k`
-/// block, copy the group's activations tile by tile ([`pack_rows`]); then for each block of panels (at most
+/// block, copy the group's activations tile by tile ([`pack_rows`];
+/// not for fewer than [`PACK_MIN_PANELS`] panels); then for each block of
+/// panels (at most
 /// [`B_BLOCK_BYTES`], kept in the L2 cache while the group's tiles go
 /// past), for each tile of up to [`MR`] rows (its packed activations in
 /// the L1 cache), for each pair of panels: one micro-kernel call.
@@ -90,9 +98,12 @@ pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize
     let n_tiles = n_groups * tiles_per_group;
     let (base, extra) = (a.m / n_tiles, a.m % n_tiles);
     let height = |t: usize| base + usize::from(t < extra);
+    let pack = panels.len() >= PACK_MIN_PANELS;
     PACKED.with(|packed| {
         let mut packed = packed.borrow_mut();
-        packed.resize(tiles_per_group * MR * PACK_LD, 0.0);
+        if pack {
+            packed.resize(tiles_per_group * MR * PACK_LD, 0.0);
+        }
         let mut i0 = 0;
         for g in 0..n_groups {
             let tiles = g * tiles_per_group..(g + 1) * tiles_per_group;
@@ -100,17 +111,27 @@ pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize
             for k0 in (0..k.max(1)).step_by(kc) {
                 let ks = k0..(k0 + kc).min(k);
                 let mut i = i0;
-                for (t, buf) in tiles.clone().zip(packed.chunks_exact_mut(MR * PACK_LD)) {
-                    pack_rows(a, i..i + height(t), ks.clone(), buf);
-                    i += height(t);
+                if pack {
+                    for (t, buf) in tiles.clone().zip(packed.chunks_exact_mut(MR * PACK_LD)) {
+                        pack_rows(a, i..i + height(t), ks.clone(), buf);
+                        i += height(t);
+                    }
                 }
                 let mut p = panels.start;
                 while p < panels.end {
                     let q = (p + block_panels).min(panels.end);
                     let mut i = i0;
-                    for (t, buf) in tiles.clone().zip(packed.chunks_exact(MR * PACK_LD)) {
+                    for (j, t) in tiles.clone().enumerate() {
+                        // The tile's first row at input ks.start, packed
+                        // or in place.
+                        let (rows_at, lda) = if pack {
+                            (packed[j * MR * PACK_LD..].as_ptr(), PACK_LD)
+                        } else {
+                            (a.a[i * a.lda + ks.start..].as_ptr(), a.lda)
+                        };
                         let block = Block {
-                            a: buf,
+                            a: rows_at,
+                            lda,
                             rows: i..i + height(t),
                             ks: ks.clone(),
                             panels: p..q,
@@ -128,9 +149,11 @@ pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize
 }
 
 /// One tile's work in a block of panels.
-struct Block<'a> {
-    /// The tile's activations for `ks`, packed by [`pack_rows`].
-    a: &'a [f32],
+struct Block {
+    /// The tile's first row at input `ks.start` (packed by [`pack_rows`]
+    /// or in place); row `r` at `a + r * lda`.
+    a: *const f32,
+    lda: usize,
     rows: Range<usize>,
     ks: Range<usize>,
     panels: Range<usize>,
@@ -157,6 +180,7 @@ unsafe fn tile_panels(w: &PackedWeights, b: Block, out: OutPtr) {
         unsafe {
             let t = Tile {
                 a: b.a,
+                lda: b.lda,
                 b: [b0, b1],
                 ks: b.ks.clone(),
                 last: b.ks.end == w.k(),
@@ -189,8 +213,10 @@ fn pack_rows(a: Acts, rows: Range<usize>, ks: Range<usize>, packed: &mut [f32]) 
 
 /// One micro-kernel call's operands.
 struct Tile<'a> {
-    /// The tile's activations for `ks`, packed by [`pack_rows`].
-    a: &'a [f32],
+    /// The tile's first row at input `ks.start`; row `r` at `a + r *
+    /// lda`.
+    a: *const f32,
+    lda: usize,
     /// The panels: `k` lines of 16 values each (the second is read only
     /// by two-panel tiles).
     b: [*const f32; 2],
@@ -237,9 +263,9 @@ unsafe fn tile_rows<const P: usize>(rows: usize, t: Tile) {
 /// `R` rows by `P` panels.
 ///
 /// # Safety
-/// AVX512F, AVX2 and FMA; `t.a` holds `R` packed rows, `t.b[..P]`
-/// readable for `k` lines each, `t.c` readable and writable for `R` rows of `cols`
-/// values.
+/// AVX512F, AVX2 and FMA; `t.a` readable for `R` rows of `ks.len()`
+/// values `t.lda` apart, `t.b[..P]` for `k` lines each, `t.c` readable and
+/// writable for `R` rows of `cols` values.
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
 unsafe fn tile<const R: usize, const P: usize>(t: Tile) {
@@ -260,7 +286,8 @@ unsafe fn tile<const R: usize, const P: usize>(t: Tile) {
     }
     // Each row's own pointer, so the compiler does not chain the row
     // address computations.
-    let row_ptrs: [*const f32; R] = std::array::from_fn(|r| t.a[r * PACK_LD..].as_ptr());
+    // SAFETY: rows 0..R start inside the activations by the contract.
+    let row_ptrs: [*const f32; R] = std::array::from_fn(|r| unsafe { t.a.add(r * t.lda) });
     for (j, kk) in t.ks.clone().enumerate() {
         // SAFETY: line kk of each panel and value j of each packed row
         // are in bounds by the function's contract.
