@@ -287,7 +287,7 @@ impl Seq2Seq {
         }
         let mut x = std::mem::take(&mut ws.x);
         for layer in &self.encoder {
-            self.residual(&mut x, &layer.attn_norm, ws, |this, h, ws| {
+            self.residual(&mut x, &layer.attn_norm, ws, threads, |this, h, ws| {
                 let spans = |row: usize| -> (usize, usize) {
                     // The input holding packed row `row`.
                     let i = starts.partition_point(|&s| s <= row) - 1;
@@ -295,7 +295,7 @@ impl Seq2Seq {
                 };
                 this.self_attention(&layer.attn, h, &spans, threads, ws)
             })?;
-            self.residual(&mut x, &layer.ffn_norm, ws, |this, h, ws| {
+            self.residual(&mut x, &layer.ffn_norm, ws, threads, |this, h, ws| {
                 this.ffn(&layer.ffn, h, total, threads, ws)
             })?;
         }
@@ -341,13 +341,14 @@ impl Seq2Seq {
     }
 
     /// `x = norm(x + f(x))` (post-norm) or `x = x + f(norm(x))` (pre-norm),
-    /// row by row; `f` reads its input from `h` and leaves its output in
-    /// `ws.proj`.
+    /// row by row (rows split across threads); `f` reads its input from `h`
+    /// and leaves its output in `ws.proj`.
     fn residual(
         &self,
         x: &mut [f32],
         norm: &Norm,
         ws: &mut Workspace,
+        threads: &Threads,
         f: impl FnOnce(&Self, &[f32], &mut Workspace) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let dim = self.dim();
@@ -355,17 +356,26 @@ impl Seq2Seq {
         h.clear();
         h.extend_from_slice(x);
         if self.config.placement == NormPlacement::Pre {
-            h.chunks_exact_mut(dim).for_each(|r| norm.apply(r));
+            each_row(&mut h, dim, threads, |r| norm.apply(r));
         }
         let result = f(self, &h, ws);
         ws.h = h;
         result?;
-        for (xr, pr) in x.chunks_exact_mut(dim).zip(ws.proj.chunks_exact(dim)) {
-            xr.iter_mut().zip(pr).for_each(|(a, &b)| *a += b);
-            if self.config.placement == NormPlacement::Post {
-                norm.apply(xr);
+        let post = self.config.placement == NormPlacement::Post;
+        let (m, proj) = (x.len() / dim, &ws.proj[..]);
+        let xs = DisjointSlice::new(x);
+        threads.split(m, |rows| {
+            // SAFETY: the row ranges of different threads are disjoint, so
+            // are these segments.
+            let xs = unsafe { xs.segment(rows.start * dim, rows.len() * dim) };
+            let ps = &proj[rows.start * dim..rows.end * dim];
+            for (xr, pr) in xs.chunks_exact_mut(dim).zip(ps.chunks_exact(dim)) {
+                xr.iter_mut().zip(pr).for_each(|(a, &b)| *a += b);
+                if post {
+                    norm.apply(xr);
+                }
             }
-        }
+        });
         Ok(())
     }
 
@@ -494,13 +504,13 @@ impl Seq2Seq {
         }
         let result = (|| {
             for (l, layer) in self.decoder.iter().enumerate() {
-                self.residual(&mut x, &layer.self_norm, ws, |this, h, ws| {
+                self.residual(&mut x, &layer.self_norm, ws, threads, |this, h, ws| {
                     this.cached_attention(l, &layer.self_attn, h, rows, threads, ws)
                 })?;
-                self.residual(&mut x, &layer.cross_norm, ws, |this, h, ws| {
+                self.residual(&mut x, &layer.cross_norm, ws, threads, |this, h, ws| {
                     this.cross_attention(l, &layer.cross_attn, h, rows, threads, ws)
                 })?;
-                self.residual(&mut x, &layer.ffn_norm, ws, |this, h, ws| {
+                self.residual(&mut x, &layer.ffn_norm, ws, threads, |this, h, ws| {
                     this.ffn(&layer.ffn, h, m, threads, ws)
                 })?;
             }
