@@ -174,13 +174,20 @@ unsafe fn q8_0_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f3
     let n = half / step;
     let (ga, gb) = (&groups[..half], &groups[half..2 * half]);
     for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[BlockQ8_0]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
-        if chunk.len() < TOKENS || rows.iter().any(|r| r.len() < n) {
-            let start = (c * TOKENS * act_row).min(acts.len());
-            dot16n::<K>(groups, &acts[start..], act_row, chunk);
+        // The pass's rows, if all are there with at least n whole blocks
+        // each (what `pass_rows` would give, without making the slices).
+        let start = c * TOKENS * act_row;
+        let whole = chunk.len() == TOKENS
+            && act_row >= n * <K as Rows8>::BLOCK
+            && start + TOKENS * act_row <= acts.len();
+        if !whole {
+            dot16n::<K>(groups, &acts[start.min(acts.len())..], act_row, chunk);
             continue;
         }
-        let rows: [*const BlockQ8_0; TOKENS] = std::array::from_fn(|t| rows[t].as_ptr());
+        // SAFETY: rows start..start + TOKENS * act_row are in `acts`;
+        // BlockQ8_0 is bytes only (alignment 1).
+        let rows: [*const BlockQ8_0; TOKENS] =
+            std::array::from_fn(|t| unsafe { acts.as_ptr().add(start + t * act_row).cast() });
         let mut acc = [_mm512_setzero_ps(); TOKENS];
         let mut starts = [0i32; 4 * TOKENS];
         for (b, (wa, wb)) in ga.chunks_exact(step).zip(gb.chunks_exact(step)).enumerate() {
@@ -192,8 +199,8 @@ unsafe fn q8_0_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f3
             // One row's block, added to its sum: [`dot16n`]'s operations.
             macro_rules! row {
                 ($t:literal) => {{
-                    // SAFETY: b < n, and every row has at least n blocks
-                    // (checked above).
+                    // SAFETY: b < n, and every row has at least n whole
+                    // blocks in `acts` (checked above).
                     let a = unsafe { &*rows[$t].add(b) };
                     let x = a.qs();
                     // The sum starts at -128 * sum(x), so that adding
