@@ -127,6 +127,14 @@ fn bad_requests_get_clear_errors() {
         err.contains("input 2") && err.contains("longer than"),
         "{err}"
     );
+    // Two threads tokenize the two halves of the texts: the error named is
+    // still the first in input order, whichever thread met it.
+    let err = model
+        .embed(&["fine", "ok", &long, "fine", &long], &o, &Threads::new(2))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("input 3:"), "{err}");
     for dim in [0, 385] {
         let o = EmbedOptions {
             dim: Some(dim),

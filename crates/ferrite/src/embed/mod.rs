@@ -18,7 +18,7 @@
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::formats::gguf::GgufFile;
 use crate::formats::safetensors::{read_json, SafetensorsDir};
@@ -146,6 +146,10 @@ impl Default for EmbedOptions {
         }
     }
 }
+
+/// One batch's embeddings, in the batch's order, or the error that stopped
+/// it.
+type BatchResult = Result<Vec<Embedding>, Error>;
 
 /// One input's result.
 pub struct Embedding {
@@ -325,46 +329,18 @@ impl Embedder {
         progress: &mut dyn FnMut(usize),
     ) -> Result<Vec<Embedding>, Error> {
         self.check(opts)?;
-        let max = opts.max_tokens.unwrap_or(self.tokenizer.max_tokens);
-        let mut tokens = Vec::with_capacity(texts.len());
-        let mut prefixed = String::new();
-        for (i, t) in texts.iter().enumerate() {
-            let text = match opts.task {
-                Some(task) => {
-                    prefixed.clear();
-                    prefixed.push_str(task.prefix());
-                    prefixed.push_str(t);
-                    &prefixed
-                }
-                None => *t,
-            };
-            let tok = self
-                .tokenizer
-                .encode_to(text, max, opts.truncate)
-                .map_err(|e| Error::Input(format!("input {}: {e}", i + 1)))?;
-            tokens.push(tok);
-        }
+        let tokens = self.tokenize_all(texts, opts, threads)?;
         // Longest first, ties in input order: batches of similar lengths.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(tokens[i].ids.len()));
+        let batches: Vec<&[usize]> = order.chunks(opts.batch_size.max(1)).collect();
         let mut out: Vec<Option<Embedding>> = (0..texts.len()).map(|_| None).collect();
         let mut ws = Workspace::default();
-        let pooling = opts.pooling.unwrap_or(self.pooling);
-        let dim = self.dim();
         let mut done = 0;
-        for batch in order.chunks(opts.batch_size.max(1)) {
-            let seqs: Vec<&[u32]> = batch.iter().map(|&i| tokens[i].ids.as_slice()).collect();
-            let hidden = self.encoder.forward(&seqs, threads, &mut ws)?;
-            let mut start = 0;
-            for (&i, seq) in batch.iter().zip(&seqs) {
-                let rows = &hidden[start * dim..(start + seq.len()) * dim];
-                start += seq.len();
-                let vector = self.finish(pool(rows, dim, pooling), opts);
-                out[i] = Some(Embedding {
-                    vector,
-                    n_tokens: seq.len(),
-                    truncated: tokens[i].truncated,
-                });
+        for batch in &batches {
+            let vectors = self.embed_batch(batch, &tokens, opts, threads, &mut ws)?;
+            for (&i, e) in batch.iter().zip(vectors) {
+                out[i] = Some(e);
             }
             done += batch.len();
             progress(done);
@@ -373,6 +349,73 @@ impl Embedder {
         Ok(out
             .into_iter()
             .map(|e| e.expect("every input embedded"))
+            .collect())
+    }
+
+    /// Every text tokenized (its task prefix first), the texts split
+    /// across the threads; the first failure in input order is the error.
+    fn tokenize_all(
+        &self,
+        texts: &[&str],
+        opts: &EmbedOptions,
+        threads: &Threads,
+    ) -> Result<Vec<tokenizer::Tokens>, Error> {
+        let max = opts.max_tokens.unwrap_or(self.tokenizer.max_tokens);
+        let parts: Vec<Mutex<Vec<Result<tokenizer::Tokens, Error>>>> =
+            (0..threads.count()).map(|_| Mutex::default()).collect();
+        threads.split_indexed(texts.len(), |part, range| {
+            let mut prefixed = String::new();
+            let tokens = range.map(|i| {
+                let text = match opts.task {
+                    Some(task) => {
+                        prefixed.clear();
+                        prefixed.push_str(task.prefix());
+                        prefixed.push_str(texts[i]);
+                        &prefixed
+                    }
+                    None => texts[i],
+                };
+                self.tokenizer
+                    .encode_to(text, max, opts.truncate)
+                    .map_err(|e| Error::Input(format!("input {}: {e}", i + 1)))
+            });
+            let mut out = parts[part].lock().unwrap_or_else(|e| e.into_inner());
+            out.extend(tokens);
+        });
+        // The parts cover the texts in order.
+        parts
+            .into_iter()
+            .flat_map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+
+    /// The embeddings of the inputs `batch` (indices into `tokens`), in
+    /// that order, computed by one encoder pass over all of them.
+    fn embed_batch(
+        &self,
+        batch: &[usize],
+        tokens: &[tokenizer::Tokens],
+        opts: &EmbedOptions,
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> BatchResult {
+        let pooling = opts.pooling.unwrap_or(self.pooling);
+        let dim = self.dim();
+        let seqs: Vec<&[u32]> = batch.iter().map(|&i| tokens[i].ids.as_slice()).collect();
+        let hidden = self.encoder.forward(&seqs, threads, ws)?;
+        let mut start = 0;
+        Ok(batch
+            .iter()
+            .zip(&seqs)
+            .map(|(&i, seq)| {
+                let rows = &hidden[start * dim..(start + seq.len()) * dim];
+                start += seq.len();
+                Embedding {
+                    vector: self.finish(pool(rows, dim, pooling), opts),
+                    n_tokens: seq.len(),
+                    truncated: tokens[i].truncated,
+                }
+            })
             .collect())
     }
 

@@ -189,13 +189,14 @@ fn resize(v: &mut Vec<f32>, n: usize) {
 
 impl Encoder {
     /// The last hidden state of every token of `seqs`, sequences one after
-    /// another: `(sum of lengths, dim)`.
-    pub fn forward(
+    /// another: `(sum of lengths, dim)`, in the workspace (whose buffers the
+    /// next call reuses, so the pages are not faulted in again).
+    pub fn forward<'w>(
         &self,
         seqs: &[&[u32]],
         threads: &Threads,
-        ws: &mut Workspace,
-    ) -> Result<Vec<f32>, Error> {
+        ws: &'w mut Workspace,
+    ) -> Result<&'w [f32], Error> {
         let c = &self.config;
         let dim = c.dim;
         let mut starts = Vec::with_capacity(seqs.len() + 1);
@@ -217,39 +218,52 @@ impl Encoder {
         }
 
         resize(&mut ws.x, total * dim);
-        self.embed_tokens(seqs, &mut ws.x)?;
+        self.embed_tokens(seqs, &starts, &mut ws.x, threads)?;
         for layer in &self.layers {
             self.layer(layer, &starts, total, threads, ws);
         }
-        Ok(std::mem::take(&mut ws.x))
+        Ok(&ws.x)
     }
 
-    /// Token (+ type, + position) embeddings, normalized.
-    fn embed_tokens(&self, seqs: &[&[u32]], x: &mut [f32]) -> Result<(), Error> {
-        let dim = self.config.dim;
-        let mut rows = x.chunks_exact_mut(dim);
-        for seq in seqs {
-            for (pos, &tok) in seq.iter().enumerate() {
-                let t = tok as usize;
-                if t >= self.config.n_vocab {
-                    return Err(Error::Input(format!(
-                        "token id {tok} is outside the vocabulary of {}",
-                        self.config.n_vocab
-                    )));
-                }
-                // One row per token: `x` holds exactly that many.
-                let row = rows.next().expect("a row per token");
-                row.copy_from_slice(&self.token_embd[t * dim..(t + 1) * dim]);
-                if let Some(tt) = &self.token_type0 {
-                    row.iter_mut().zip(tt).for_each(|(v, &e)| *v += e);
-                }
-                if let Positions::Learned { table, first, .. } = &self.positions {
-                    let p = &table[(first + pos) * dim..(first + pos + 1) * dim];
-                    row.iter_mut().zip(p).for_each(|(v, &e)| *v += e);
-                }
-                self.embd_norm.apply(row);
-            }
+    /// Token (+ type, + position) embeddings, normalized; the sequences
+    /// split across the threads.
+    fn embed_tokens(
+        &self,
+        seqs: &[&[u32]],
+        starts: &[usize],
+        x: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), Error> {
+        let (dim, n_vocab) = (self.config.dim, self.config.n_vocab);
+        if let Some(&tok) = seqs
+            .iter()
+            .flat_map(|s| s.iter())
+            .find(|&&t| t as usize >= n_vocab)
+        {
+            return Err(Error::Input(format!(
+                "token id {tok} is outside the vocabulary of {n_vocab}"
+            )));
         }
+        let target = DisjointSlice::new(x);
+        threads.split(seqs.len(), |range| {
+            for s in range {
+                // SAFETY: sequence s's rows are this thread's alone, and
+                // inside `x` (which holds a row per token).
+                let rows = unsafe { target.segment(starts[s] * dim, seqs[s].len() * dim) };
+                for (pos, (row, &tok)) in rows.chunks_exact_mut(dim).zip(seqs[s]).enumerate() {
+                    let t = tok as usize;
+                    row.copy_from_slice(&self.token_embd[t * dim..(t + 1) * dim]);
+                    if let Some(tt) = &self.token_type0 {
+                        row.iter_mut().zip(tt).for_each(|(v, &e)| *v += e);
+                    }
+                    if let Positions::Learned { table, first, .. } = &self.positions {
+                        let p = &table[(first + pos) * dim..(first + pos + 1) * dim];
+                        row.iter_mut().zip(p).for_each(|(v, &e)| *v += e);
+                    }
+                    self.embd_norm.apply(row);
+                }
+            }
+        });
         Ok(())
     }
 
