@@ -9,8 +9,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use ferrite_kernels::dot::interleave::{self, ROWS as GROUP};
-use ferrite_kernels::dot::{vec_dot_kernel, VecDotKernel};
+use ferrite_kernels::dot::interleave::{self, RowOf, MAX_GROUP_ROWS};
+use ferrite_kernels::dot::{vec_dot_kernel, GroupKernels, VecDotKernel};
 use ferrite_kernels::quant::{dequantize, quantize};
 use ferrite_kernels::GgmlType;
 
@@ -121,9 +121,17 @@ impl Loader {
         // The grouped rows are read from the copy from now on.
         let start = bytes.range.start;
         let release = |r: Range<usize>| self.file.release(start + r.start..start + r.end);
+        let group_rows = kernel.group_rows;
         let groups = kernel
-            .dot8
-            .and_then(|_| interleave_groups(ty, bytes.bytes(), rows, row_bytes, release))
+            .group_kernels()
+            .and_then(|_| {
+                let matrix = Matrix {
+                    ty,
+                    rows,
+                    row_bytes,
+                };
+                interleave_groups(matrix, group_rows, bytes.bytes(), release)
+            })
             .map(Arc::new);
         Ok(Linear {
             ty,
@@ -215,9 +223,9 @@ pub struct Embedding {
     pub n_vocab: usize,
     bytes: TensorBytes,
     /// The interleaved copy of the same tensor made for the output matrix
-    /// (tied embeddings): its rows are read from there, since the file's
-    /// pages of those rows were released.
-    groups: Option<Arc<Packed>>,
+    /// (tied embeddings), and its rows per group: its rows are read from
+    /// there, since the file's pages of those rows were released.
+    groups: Option<(Arc<Packed>, usize)>,
 }
 
 impl Embedding {
@@ -232,9 +240,12 @@ impl Embedding {
         }
         let row_bytes = self.bytes.bytes().len() / self.n_vocab;
         let bad = |e: ferrite_kernels::quant::QuantError| Error::Input(e.to_string());
-        if let Some(groups) = &self.groups {
-            let (g, i) = (t / GROUP, t % GROUP);
-            if let Some(group) = groups.get(g * GROUP * row_bytes..(g + 1) * GROUP * row_bytes) {
+        if let Some((groups, group_rows)) = &self.groups {
+            let group_rows = *group_rows;
+            let (g, row) = (t / group_rows, t % group_rows);
+            let at = RowOf { group_rows, row };
+            let span = group_rows * row_bytes;
+            if let Some(group) = groups.get(g * span..(g + 1) * span) {
                 // Block by block through a small buffer: no allocation.
                 let (block, values) = (self.ty.type_size(), self.ty.block_size());
                 let mut buf = [0u8; 256];
@@ -242,7 +253,7 @@ impl Embedding {
                     Error::Input(format!("{} blocks are too large to look up", self.ty))
                 })?;
                 for (b, out) in out.chunks_mut(values).enumerate() {
-                    if !interleave::block_of_row(self.ty, group, i, b, buf) {
+                    if !interleave::block_of_row(self.ty, group, at, b, buf) {
                         return Err(Error::Input(format!("token {token}: bad packed row")));
                     }
                     dequantize(self.ty, buf, out).map_err(bad)?;
@@ -261,7 +272,7 @@ impl Embedding {
             && self.bytes.range == output.bytes.range
             && self.ty == output.ty;
         if same {
-            self.groups = output.groups.clone();
+            self.groups = output.groups.clone().map(|g| (g, output.kernel.group_rows));
         }
     }
 }
@@ -275,9 +286,9 @@ pub struct Linear {
     row_bytes: usize,
     bytes: TensorBytes,
     kernel: VecDotKernel,
-    /// When the kernel has an eight-row version (`dot8`): the first
-    /// `rows / 8 * 8` rows, repacked in groups of eight
-    /// (`ferrite_kernels::dot::interleave`), `8 * row_bytes` bytes a group.
+    /// When the kernel has group kernels (`dot8`, or `dot16`): the first
+    /// `rows / R * R` rows, repacked in groups of `R = kernel.group_rows`
+    /// (`ferrite_kernels::dot::interleave`), `R * row_bytes` bytes a group.
     /// Those rows are then read from here, not from the file; any last
     /// rows that do not fill a group still are.
     groups: Option<Arc<Packed>>,
@@ -323,23 +334,35 @@ impl std::ops::DerefMut for Packed {
     }
 }
 
-/// The whole groups of eight rows of `bytes` (`rows` rows of `row_bytes`)
-/// repacked for an eight-row kernel, or None if `ty` has no such layout.
-/// `release(range)` is called for each stretch of `bytes` once it has been
-/// copied, so that the copy grows while the source's pages are let go and
-/// peak memory stays near the file's size (the copy's zeroed pages only
-/// become resident as they are written).
-fn interleave_groups(
+/// A matrix's shape in bytes: `rows` rows of `row_bytes`, of type `ty`.
+#[derive(Clone, Copy)]
+struct Matrix {
     ty: GgmlType,
-    bytes: &[u8],
     rows: usize,
     row_bytes: usize,
+}
+
+/// The whole groups of `group_rows` rows of `bytes` (`m`) repacked for a
+/// group kernel, or None if the type has no such layout. `release(range)`
+/// is called for each stretch of `bytes` once it has been copied, so that
+/// the copy grows while the source's pages are let go and peak memory
+/// stays near the file's size (the copy's zeroed pages only become
+/// resident as they are written).
+fn interleave_groups(
+    m: Matrix,
+    group_rows: usize,
+    bytes: &[u8],
     release: impl Fn(Range<usize>),
 ) -> Option<Packed> {
     /// Bytes copied between two releases.
     const STRETCH: usize = 4 << 20;
-    let group_bytes = GROUP * row_bytes;
-    let n_groups = rows / GROUP;
+    let Matrix {
+        ty,
+        rows,
+        row_bytes,
+    } = m;
+    let group_bytes = group_rows * row_bytes;
+    let n_groups = rows.checked_div(group_rows)?;
     if !interleave::has_layout(ty) || n_groups == 0 {
         return None;
     }
@@ -350,7 +373,7 @@ fn interleave_groups(
         .zip(out.chunks_exact_mut(group_bytes))
         .enumerate()
     {
-        if !interleave::interleave(ty, src, dst) {
+        if !interleave::interleave(ty, group_rows, src, dst) {
             return None;
         }
         let done = (g + 1) * group_bytes;
@@ -587,14 +610,14 @@ pub fn matmul_many(
     let acts = &*acts;
     // (weights, output) of each job, and the first global unit of each; on
     // the stack, so that decoding allocates nothing. Threads split units
-    // of GROUP rows (the last unit of a job may be shorter), so that work
-    // boundaries fall on the eight-row groups of interleaved weights.
+    // of a job's group rows (the last unit of a job may be shorter), so
+    // that work boundaries fall on the groups of interleaved weights.
     let mut starts = [0usize; MAX_JOBS + 1];
     let mut total = 0;
     for (i, job) in jobs.iter().enumerate() {
         debug_assert_eq!(job.out.len(), n_tokens * job.w.rows);
         starts[i] = total;
-        total += job.w.rows.div_ceil(GROUP);
+        total += job.w.rows.div_ceil(job.w.kernel.group_rows);
     }
     starts[jobs.len()] = total;
     let mut outs = jobs.iter_mut();
@@ -608,8 +631,9 @@ pub fn matmul_many(
             if lo >= hi {
                 continue;
             }
-            let end = ((hi - starts[i]) * GROUP).min(w.rows);
-            let mut r0 = (lo - starts[i]) * GROUP;
+            let unit = w.kernel.group_rows;
+            let end = ((hi - starts[i]) * unit).min(w.rows);
+            let mut r0 = (lo - starts[i]) * unit;
             while r0 < end {
                 let r1 = (r0 + ROW_BLOCK).min(end);
                 w.block_products(r0..r1, n_tokens, acts, out);
@@ -633,9 +657,10 @@ pub fn matmul_many(
 
 impl Linear {
     /// Rows `rows` of this matrix against every token: each weight row is
-    /// used for all tokens while it is in cache, eight rows at a time from
-    /// the interleaved copy where there is one, else four rows at a time
-    /// where the kernel has a four-row version (bit-identical per row).
+    /// used for all tokens while it is in cache, a group at a time from the
+    /// interleaved copy where there is one (eight or sixteen rows, as the
+    /// kernel's layout has them), else four rows at a time where the kernel
+    /// has a four-row version (bit-identical per row).
     fn block_products(
         &self,
         rows: std::ops::Range<usize>,
@@ -645,31 +670,42 @@ impl Linear {
     ) {
         let w = self.bytes.bytes();
         let rb = self.row_bytes;
+        let gr = self.kernel.group_rows;
         let mut rows = rows;
-        if let (Some(groups), Some(dot8n)) = (&self.groups, self.kernel.dot8n) {
+        let grouped_kernels = self.groups.as_deref().zip(self.kernel.group_kernels());
+        if let Some((groups, kernels)) = grouped_kernels {
             // Several tokens: each group against the tokens in chunks, its
-            // blocks decoded once per pass of the kernel over many tokens.
-            let grouped = (groups.len() / rb).min(rows.end) / GROUP * GROUP;
-            let aligned = rows.start / GROUP * GROUP == rows.start;
+            // blocks decoded once per pass of the kernel over many tokens:
+            // eight rows (`dot8n`) or sixteen (`dot16n`: two eight-row
+            // groups, or one of sixteen) at a time.
+            let (eight, sixteen) = match kernels {
+                GroupKernels::Eight { dot8n, dot16n, .. } => (dot8n, dot16n),
+                GroupKernels::Sixteen { dot16n, .. } => (None, Some(dot16n)),
+            };
+            let grouped = (groups.len() / rb).min(rows.end) / gr * gr;
+            let aligned = rows.start.is_multiple_of(gr);
             if n_tokens > 1 && aligned && rows.start < grouped {
                 let mut g = rows.start;
                 while g < grouped {
-                    // Two groups at once where the set can (the same bits).
-                    let two = self.kernel.dot16n.filter(|_| g + 2 * GROUP <= grouped);
-                    let span = if two.is_some() { 2 * GROUP } else { GROUP };
+                    // Sixteen rows at once where the set can (the same bits).
+                    let two = sixteen.filter(|_| g + 16 <= grouped);
+                    let span = if two.is_some() { 16 } else { 8 };
+                    if two.is_none() && eight.is_none() {
+                        break;
+                    }
                     let w = &groups[g * rb..(g + span) * rb];
                     for t0 in (0..n_tokens).step_by(CHUNK) {
                         let t1 = (t0 + CHUNK).min(n_tokens);
                         let (a, ab) = (acts.rows(t0..t1), acts.row_bytes);
-                        let mut buf = [[0f32; 2 * GROUP]; CHUNK];
+                        let mut buf = [[0f32; 16]; CHUNK];
                         let part = &mut buf[..t1 - t0];
                         if let Some(dot16n) = two {
                             dot16n(w, a, ab, part);
-                        } else {
-                            let mut eights = [[0f32; GROUP]; CHUNK];
+                        } else if let Some(dot8n) = eight {
+                            let mut eights = [[0f32; 8]; CHUNK];
                             dot8n(w, a, ab, &mut eights[..t1 - t0]);
                             for (o, e) in part.iter_mut().zip(&eights) {
-                                o[..GROUP].copy_from_slice(e);
+                                o[..8].copy_from_slice(e);
                             }
                         }
                         for (t, res) in (t0..t1).zip(part.iter()) {
@@ -679,36 +715,48 @@ impl Linear {
                             let dst = unsafe { out.segment(t * self.rows + g, span) };
                             // Copies of constant length, inlined (a `span`
                             // long one was a memmove call per token).
-                            if span == 2 * GROUP {
-                                dst.copy_from_slice(&res[..2 * GROUP]);
+                            if span == 16 {
+                                dst.copy_from_slice(&res[..16]);
                             } else {
-                                dst.copy_from_slice(&res[..GROUP]);
+                                dst.copy_from_slice(&res[..8]);
                             }
                         }
                     }
                     g += span;
                 }
-                rows.start = grouped;
+                rows.start = g;
             }
         }
         for t in 0..n_tokens {
             let a = acts.row(t);
             let base = t * self.rows;
             let mut r = rows.start;
-            if let (Some(groups), Some(dot8)) = (&self.groups, self.kernel.dot8) {
+            if let Some((groups, kernels)) = grouped_kernels {
                 let grouped = (groups.len() / rb).min(rows.end);
-                let mut eight = [0f32; GROUP];
+                let mut res = [0f32; MAX_GROUP_ROWS];
                 while r < grouped {
                     // The group holding row r; the callers split work on
                     // group boundaries, so this is normally all of it.
-                    let g = r / GROUP * GROUP;
-                    dot8(&groups[g * rb..(g + GROUP) * rb], a, &mut eight);
-                    let end = (g + GROUP).min(rows.end);
+                    let g = r / gr * gr;
+                    let group = &groups[g * rb..(g + gr) * rb];
+                    match kernels {
+                        GroupKernels::Eight { dot8, .. } => {
+                            if let Some(eight) = res.first_chunk_mut::<8>() {
+                                dot8(group, a, eight);
+                            }
+                        }
+                        GroupKernels::Sixteen { dot16, .. } => {
+                            if let Some(sixteen) = res.first_chunk_mut::<16>() {
+                                dot16(group, a, sixteen);
+                            }
+                        }
+                    }
+                    let end = (g + gr).min(rows.end);
                     for r in r..end {
                         // SAFETY: rows r..end belong to this thread's range
                         // only, so these output indices are written by this
                         // thread only.
-                        unsafe { out.write(base + r, eight[r - g]) };
+                        unsafe { out.write(base + r, res[r - g]) };
                     }
                     r = end;
                 }

@@ -235,7 +235,7 @@ fn main() {
         let repacked = rows % 8 == 0
             && w.chunks_exact(8 * row_bytes)
                 .zip(packed.chunks_exact_mut(8 * row_bytes))
-                .all(|(src, dst)| interleave::interleave(t, src, dst));
+                .all(|(src, dst)| interleave::interleave(t, 8, src, dst));
         match dot8 {
             Some(dot8) if repacked => {
                 let secs = time_matrix_n(dot8, &packed, &a, rows).as_secs_f64();
@@ -279,7 +279,7 @@ fn prefill(sets: &[KernelSet], rows: usize, cols: usize, only: &[GgmlType], rng:
         let ok = w
             .chunks_exact(8 * row_bytes)
             .zip(packed.chunks_exact_mut(8 * row_bytes))
-            .all(|(src, dst)| interleave::interleave(t, src, dst));
+            .all(|(src, dst)| interleave::interleave(t, 8, src, dst));
         if !ok {
             continue;
         }

@@ -1,19 +1,23 @@
-//! Eight weight rows interleaved block by block: the layout the eight-row
-//! kernels ([`super::VecDotKernel::dot8`]) read.
+//! Weight rows interleaved block by block, in groups of `R` rows: the
+//! layout the group kernels ([`super::VecDotKernel::dot8`], `dot16`) read.
+//! `R` (8 or 16) is chosen per weight type by the active kernel set
+//! ([`super::VecDotKernel::group_rows`]): the width of its vectors in i32
+//! lanes.
 //!
-//! A matrix is repacked once, at load time, in groups of [`ROWS`]
-//! consecutive rows. Within a group, block `b` of the eight rows is stored
-//! together (`8 * block_bytes` bytes), and inside it every *piece* of the
-//! block (a 2-byte scale, or a 4-byte run of packed values) is stored for
-//! row 0, row 1, ..., row 7 in turn. So a 32-byte vector load of a 4-byte
-//! piece holds the same four values of all eight rows, one row per i32
-//! lane: an integer dot product against the four matching activation bytes
-//! (broadcast to every lane) leaves row `r`'s partial sum in lane `r`, with
-//! no horizontal adds; and the eight rows' f16 scales load as one vector.
+//! A matrix is repacked once, at load time, in groups of `R` consecutive
+//! rows. Within a group, block `b` of the `R` rows is stored together
+//! (`R * block_bytes` bytes), and inside it every *piece* of the block (a
+//! 2-byte scale, or a 4-byte run of packed values) is stored for row 0,
+//! row 1, ..., row `R - 1` in turn. So a vector load of `4 * R` bytes of a
+//! 4-byte piece (32 bytes for eight rows, 64 for sixteen) holds the same
+//! four values of all the rows, one row per i32 lane: an integer dot
+//! product against the four matching activation bytes (broadcast to every
+//! lane) leaves row `r`'s partial sum in lane `r`, with no horizontal adds;
+//! and the rows' f16 scales load as one vector.
 //!
 //! The byte at offset `o` of block `b` of row `r`, in a piece that starts
 //! at offset `p` of the block and is `w` bytes wide, moves to
-//! `8 * block_bytes * b + 8 * p + w * r + (o - p)`. The group has exactly
+//! `R * block_bytes * b + R * p + w * r + (o - p)`. The group has exactly
 //! the bytes of its rows, so a repacked matrix is no bigger than the file's.
 //!
 //! The layout only moves bytes; the values, and therefore the results of
@@ -22,8 +26,8 @@
 
 use crate::GgmlType;
 
-/// Rows per interleaved group.
-pub const ROWS: usize = 8;
+/// The most rows per group any kernel set uses (a bound for buffers).
+pub const MAX_GROUP_ROWS: usize = 16;
 
 /// The widths of the pieces of one block of `ty`, in order, or `None` for a
 /// type without an interleaved layout.
@@ -94,54 +98,68 @@ fn pieces(ty: GgmlType) -> Option<(Vec<(usize, usize)>, usize)> {
     Some((pieces, start))
 }
 
-/// Repacks the eight rows in `rows` (`rows.len() / 8` bytes each, a whole
-/// number of blocks) into `out` (the same length). Returns false, leaving
-/// `out` unspecified, if `ty` has no layout or the lengths do not fit.
-pub fn interleave(ty: GgmlType, rows: &[u8], out: &mut [u8]) -> bool {
-    move_bytes(ty, rows, out, true)
+/// Repacks the `group_rows` rows in `rows` (`rows.len() / group_rows`
+/// bytes each, a whole number of blocks) into `out` (the same length).
+/// Returns false, leaving `out` unspecified, if `ty` has no layout or the
+/// lengths do not fit.
+pub fn interleave(ty: GgmlType, group_rows: usize, rows: &[u8], out: &mut [u8]) -> bool {
+    move_bytes(ty, group_rows, rows, out, true)
 }
 
-/// The inverse of [`interleave`]: the eight rows of one group, row after
-/// row. Returns false as [`interleave`] does.
-pub fn deinterleave(ty: GgmlType, group: &[u8], out: &mut [u8]) -> bool {
-    move_bytes(ty, group, out, false)
+/// The inverse of [`interleave`]: the `group_rows` rows of one group, row
+/// after row. Returns false as [`interleave`] does.
+pub fn deinterleave(ty: GgmlType, group_rows: usize, group: &[u8], out: &mut [u8]) -> bool {
+    move_bytes(ty, group_rows, group, out, false)
 }
 
-/// Copies block `b` of row `row` (`0..8`) of an interleaved `group` into
-/// `out` (one block's bytes), as it was before [`interleave`]. Returns
-/// false, leaving `out` unspecified, if `ty` has no layout or the block,
-/// row or output size does not fit.
-pub fn block_of_row(ty: GgmlType, group: &[u8], row: usize, b: usize, out: &mut [u8]) -> bool {
+/// Where a group's rows are: `rows` rows per group, and which one.
+#[derive(Clone, Copy, Debug)]
+pub struct RowOf {
+    /// Rows per group.
+    pub group_rows: usize,
+    /// The row, `0..group_rows`.
+    pub row: usize,
+}
+
+/// Copies block `b` of row `at.row` of an interleaved group of
+/// `at.group_rows` rows into `out` (one block's bytes), as it was before
+/// [`interleave`]. Returns false, leaving `out` unspecified, if `ty` has
+/// no layout or the block, row or output size does not fit.
+pub fn block_of_row(ty: GgmlType, group: &[u8], at: RowOf, b: usize, out: &mut [u8]) -> bool {
     let Some((pieces, block)) = pieces(ty) else {
         return false;
     };
-    let base = b * ROWS * block;
-    if row >= ROWS || out.len() != block || base + ROWS * block > group.len() {
+    let rows = at.group_rows;
+    let base = b * rows * block;
+    if at.row >= rows || out.len() != block || base + rows * block > group.len() {
         return false;
     }
     for &(p, w) in &pieces {
-        let at = base + ROWS * p + w * row;
-        out[p..p + w].copy_from_slice(&group[at..at + w]);
+        let from = base + rows * p + w * at.row;
+        out[p..p + w].copy_from_slice(&group[from..from + w]);
     }
     true
 }
 
-fn move_bytes(ty: GgmlType, src: &[u8], dst: &mut [u8], forward: bool) -> bool {
+fn move_bytes(ty: GgmlType, rows: usize, src: &[u8], dst: &mut [u8], forward: bool) -> bool {
     let Some((pieces, block)) = pieces(ty) else {
         return false;
     };
-    let row_bytes = src.len() / ROWS;
-    if src.len() != dst.len() || !src.len().is_multiple_of(ROWS) || !row_bytes.is_multiple_of(block)
+    if rows == 0 {
+        return false;
+    }
+    let row_bytes = src.len() / rows;
+    if src.len() != dst.len() || !src.len().is_multiple_of(rows) || !row_bytes.is_multiple_of(block)
     {
         return false;
     }
     for b in 0..row_bytes / block {
-        let group_block = b * ROWS * block;
-        for r in 0..ROWS {
+        let group_block = b * rows * block;
+        for r in 0..rows {
             let row_block = r * row_bytes + b * block;
             for &(p, w) in &pieces {
                 let plain = row_block + p..row_block + p + w;
-                let packed = group_block + ROWS * p + w * r..group_block + ROWS * p + w * (r + 1);
+                let packed = group_block + rows * p + w * r..group_block + rows * p + w * (r + 1);
                 if forward {
                     dst[packed].copy_from_slice(&src[plain]);
                 } else {
@@ -159,41 +177,64 @@ mod tests {
 
     #[test]
     fn interleave_round_trips_and_places_pieces() {
-        for ty in [
+        let types = [
             GgmlType::Q4_0,
             GgmlType::Q4_1,
             GgmlType::Q5_0,
             GgmlType::Q8_0,
-        ] {
-            let block = ty.bytes_for(32).unwrap() as usize;
-            let rows: Vec<u8> = (0..ROWS * 3 * block)
+            GgmlType::Q4K,
+            GgmlType::Q6K,
+        ];
+        for (ty, group_rows) in types.into_iter().flat_map(|ty| [(ty, 8), (ty, 16)]) {
+            let block = ty.type_size();
+            let src: Vec<u8> = (0..group_rows * 3 * block)
                 .map(|i| (i * 7 + i / 5) as u8)
                 .collect();
-            let mut packed = vec![0u8; rows.len()];
-            assert!(interleave(ty, &rows, &mut packed));
-            let mut back = vec![0u8; rows.len()];
-            assert!(deinterleave(ty, &packed, &mut back));
-            assert_eq!(back, rows, "{ty}");
+            let mut packed = vec![0u8; src.len()];
+            assert!(interleave(ty, group_rows, &src, &mut packed));
+            let mut back = vec![0u8; src.len()];
+            assert!(deinterleave(ty, group_rows, &packed, &mut back));
+            assert_eq!(back, src, "{ty}");
             // Each block of each row comes back on its own.
+            let row_bytes = src.len() / group_rows;
             let mut one = vec![0u8; block];
-            for r in 0..ROWS {
-                for b in 0..rows.len() / ROWS / block {
-                    assert!(block_of_row(ty, &packed, r, b, &mut one));
-                    let at = r * (rows.len() / ROWS) + b * block;
-                    assert_eq!(one, rows[at..at + block], "{ty} row {r} block {b}");
+            for row in 0..group_rows {
+                for b in 0..row_bytes / block {
+                    let at = RowOf { group_rows, row };
+                    assert!(block_of_row(ty, &packed, at, b, &mut one));
+                    let from = row * row_bytes + b * block;
+                    assert_eq!(one, src[from..from + block], "{ty} row {row} block {b}");
                 }
+                let past = RowOf {
+                    group_rows,
+                    row: group_rows,
+                };
+                assert!(!block_of_row(ty, &packed, past, 0, &mut one));
             }
-            // The first scale of every row comes first, row after row.
-            let row_bytes = rows.len() / ROWS;
-            for r in 0..ROWS {
+            // Piece 0 of every row comes first, row after row; then, for
+            // the 4-byte pieces, a vector of 4 * group_rows bytes holds one
+            // piece of every row.
+            let w0 = piece_widths(ty).unwrap()[0];
+            for r in 0..group_rows {
                 assert_eq!(
-                    packed[2 * r..2 * r + 2],
-                    rows[r * row_bytes..r * row_bytes + 2]
+                    packed[w0 * r..w0 * (r + 1)],
+                    src[r * row_bytes..r * row_bytes + w0]
+                );
+            }
+            let (pieces, _) = pieces(ty).unwrap();
+            let &(p, _) = pieces.iter().find(|&&(_, w)| w == 4).unwrap();
+            for r in 0..group_rows {
+                let at = group_rows * p + 4 * r;
+                assert_eq!(
+                    packed[at..at + 4],
+                    src[r * row_bytes + p..r * row_bytes + p + 4],
+                    "{ty} rows {group_rows} piece at {p}"
                 );
             }
         }
         let mut out = [0u8; 16];
-        assert!(!interleave(GgmlType::Q5_1, &[0u8; 16], &mut out));
-        assert!(!interleave(GgmlType::Q8_0, &[0u8; 15], &mut out[..15]));
+        assert!(!interleave(GgmlType::Q5_1, 8, &[0u8; 16], &mut out));
+        assert!(!interleave(GgmlType::Q8_0, 8, &[0u8; 15], &mut out[..15]));
+        assert!(!interleave(GgmlType::Q8_0, 0, &[0u8; 16], &mut out));
     }
 }

@@ -82,20 +82,43 @@ pub struct VecDotKernel {
     /// `row_bytes = w.len() / 4`. Must never panic or read out of bounds, whatever the lengths. `None` when
     /// the set has nothing faster than four calls of `dot` ([`VecDotKernel::dot_rows4`] does that).
     pub dot4: Option<Dot4Fn>,
+    /// Rows per interleaved group ([`interleave`]) of this kernel's layout: 8, or 16 where the set's one-row
+    /// group kernel is `dot16` (one 64-byte load then holds a piece of sixteen rows). A matrix with a group
+    /// kernel ([`VecDotKernel::group_kernels`]) is repacked in groups of this many rows at load.
+    pub group_rows: usize,
     /// Optional: one group of eight rows repacked by [`interleave::interleave`] (`w.len() / 8` bytes per
     /// row) against one activation row; `out[i]` must equal `dot(row i, act)` bit for bit, row i being the
     /// row the group was made from. Must never panic or read out of bounds, whatever the lengths. `None`
-    /// when the set has no eight-row kernel for this type; the matrix then keeps the file's layout.
+    /// when the set has no eight-row kernel for this type. Read by matrices when `group_rows` is 8.
     pub dot8: Option<Dot8Fn>,
     /// Optional: `dot8` of one group against many activation rows at once (row `t` is bytes
     /// `t * act_row_bytes..` of `acts`, one row per entry of `out`; a missing row counts as empty), with
     /// the same bits as `dot8` row by row; the group's blocks are decoded once for several rows (prefill).
     pub dot8n: Option<Dot8NFn>,
-    /// Optional: `dot8n` of two groups at once (`groups` holds group A then group B, equal lengths), `out[t]`
-    /// being group A's eight results for row `t` then group B's, with the same bits as two `dot8n` calls;
-    /// for sets whose registers hold sixteen rows' lanes, where the per-activation-block work is then
-    /// shared by twice the weight rows.
+    /// Optional, with `group_rows` 16: `dot8`'s contract for one group of sixteen rows (`w.len() / 16`
+    /// bytes per row).
+    pub dot16: Option<Dot16Fn>,
+    /// Optional: sixteen grouped rows against many activation rows, `out[t]` holding the sixteen results of
+    /// row `t` (a missing row counts as empty), each with the bits of the scalar `dot`. With `group_rows`
+    /// 8, `groups` holds two eight-row groups (A then B, equal lengths) and the results are A's eight then
+    /// B's, the same bits as two `dot8n` calls (for sets whose registers hold sixteen rows' lanes, where
+    /// the per-activation-block work is then shared by twice the weight rows); with `group_rows` 16, it is
+    /// one sixteen-row group, the many-row form of `dot16` (prefill).
     pub dot16n: Option<Dot16NFn>,
+}
+
+/// The group kernels a matrix in a kernel's interleaved layout uses.
+#[derive(Clone, Copy)]
+pub enum GroupKernels {
+    /// Eight-row groups: `dot8` for one activation row, `dot8n` (if any) for many, `dot16n` (if any) for
+    /// two groups and many rows.
+    Eight {
+        dot8: Dot8Fn,
+        dot8n: Option<Dot8NFn>,
+        dot16n: Option<Dot16NFn>,
+    },
+    /// Sixteen-row groups: `dot16` for one activation row, `dot16n` for many.
+    Sixteen { dot16: Dot16Fn, dot16n: Dot16NFn },
 }
 
 /// A many-row eight-row kernel, as in [`VecDotKernel::dot8n`].
@@ -104,6 +127,9 @@ pub type Dot8NFn = fn(group: &[u8], acts: &[u8], act_row_bytes: usize, out: &mut
 /// A many-row kernel of two eight-row groups, as in [`VecDotKernel::dot16n`].
 pub type Dot16NFn = fn(groups: &[u8], acts: &[u8], act_row_bytes: usize, out: &mut [[f32; 16]]);
 
+/// A sixteen-row kernel, as in [`VecDotKernel::dot16`].
+pub type Dot16Fn = fn(group: &[u8], act: &[u8], out: &mut [f32; 16]);
+
 /// An eight-row kernel, as in [`VecDotKernel::dot8`].
 pub type Dot8Fn = fn(group: &[u8], act: &[u8], out: &mut [f32; 8]);
 
@@ -111,6 +137,24 @@ pub type Dot8Fn = fn(group: &[u8], act: &[u8], out: &mut [f32; 8]);
 pub type Dot4Fn = fn(w: &[u8], act: &[u8], out: &mut [f32; 4]);
 
 impl VecDotKernel {
+    /// The group kernels of this kernel's layout (`group_rows` rows per
+    /// group), or `None` if it has none (the matrix then keeps the file's
+    /// layout).
+    pub fn group_kernels(&self) -> Option<GroupKernels> {
+        match self.group_rows {
+            8 => Some(GroupKernels::Eight {
+                dot8: self.dot8?,
+                dot8n: self.dot8n,
+                dot16n: self.dot16n,
+            }),
+            16 => Some(GroupKernels::Sixteen {
+                dot16: self.dot16?,
+                dot16n: self.dot16n?,
+            }),
+            _ => None,
+        }
+    }
+
     /// Four consecutive weight rows against one activation row, as
     /// [`VecDotKernel::dot4`]: with it where the kernel has one, else four
     /// calls of `dot`. The same bits either way.
@@ -145,8 +189,10 @@ pub fn scalar_vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
             act_type,
             dot,
             dot4: None,
+            group_rows: 8,
             dot8: None,
             dot8n: None,
+            dot16: None,
             dot16n: None,
         })
     }

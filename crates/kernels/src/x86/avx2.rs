@@ -53,8 +53,10 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
         act_type: scalar.act_type,
         dot: kernel_fn(w).unwrap_or(scalar.dot),
         dot4: kernel4_fn(w),
+        group_rows: rows8::ROWS,
         dot8: rows8::kernel8_fn(w),
         dot8n: rows8::kernel8n_fn(w),
+        dot16: None,
         dot16n: None,
     })
 }

@@ -19,10 +19,13 @@
 use std::arch::x86_64::*;
 
 use super::{load_i8, load_u8, load_u8x16};
-use crate::dot::interleave::ROWS;
 use crate::dot::{whole_blocks, Dot8Fn, Dot8NFn};
 use crate::quant::{Block, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
+
+/// Rows per interleaved group of these kernels (`VecDotKernel::group_rows`
+/// of the sets that use them).
+pub(crate) const ROWS: usize = 8;
 
 /// The eight-row kernel for weights of type `w`, if this set has one.
 pub(super) fn kernel8_fn(w: GgmlType) -> Option<Dot8Fn> {
@@ -303,8 +306,10 @@ dot8_with!(
 
 // After the macros, which it uses.
 mod q8_0;
+mod sixteen;
 mod two_groups;
 
+pub(crate) use sixteen::kernel16_fns;
 pub(crate) use two_groups::kernel16n_vnni_fn;
 
 /// One f16 value in all eight lanes, as f32 (exactly).

@@ -19,9 +19,8 @@ use std::arch::x86_64::*;
 
 use super::{
     dot8, dot8_vnni, dot8n_vnni, legacy_term, load_u8, load_u8x16, pass_rows, small_isums_vnni,
-    term_from, w_scales, x4, Act8, Legacy, Rows8, Small, TOKENS,
+    term_from, w_scales, x4, Act8, Legacy, Rows8, Small, ROWS, TOKENS,
 };
-use crate::dot::interleave::ROWS;
 use crate::quant::BlockQ8_0;
 
 /// Bytes of one Q8_0 block of one row.
