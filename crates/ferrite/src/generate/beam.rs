@@ -32,7 +32,7 @@
 
 use ferrite_kernels::math::exp_shifted_sum;
 
-use crate::models::seq2seq::forward::{Encoded, HypCache, StepRow, Workspace};
+use crate::models::seq2seq::forward::{add_logits_bias, Encoded, HypCache, StepRow, Workspace};
 use crate::models::seq2seq::Seq2Seq;
 use crate::parallel::{DisjointSlice, Threads};
 use crate::Error;
@@ -201,6 +201,7 @@ pub fn generate(
         })
         .collect();
     let mut logits = Vec::new();
+    let mut picks = Vec::new();
     let n_vocab = c.n_vocab;
     // One row of scratch per thread for the log-softmax.
     let mut scratch = vec![0f32; threads.count() * n_vocab];
@@ -223,22 +224,23 @@ pub fn generate(
                     });
                 }
             }
-            model.step(&mut rows, threads, ws, &mut logits)?;
+            // The logits bias is added by score_rows, row by row.
+            model.step_unbiased(&mut rows, threads, ws, &mut logits)?;
         }
         let rules = Rules {
             opts,
             eos: c.eos,
             n_vocab,
+            bias: model.logits_bias.as_deref(),
         };
-        score_rows(
-            &searches,
-            &owners,
-            &mut logits,
-            &mut scratch,
-            rules,
-            threads,
-        );
-        choose(&mut searches, &mut logits, rules, threads);
+        let rows = Rows {
+            owners: &owners,
+            logits: &mut logits,
+            scratch: &mut scratch,
+            picks: &mut picks,
+        };
+        score_rows(&searches, rows, rules, threads);
+        choose(&mut searches, &picks, rules, threads);
     }
     Ok(searches
         .into_iter()
@@ -253,32 +255,54 @@ pub fn generate(
         .collect())
 }
 
-/// What scoring and choosing need besides the rows: the options, `</s>`
-/// and the vocabulary size (values per row).
+/// What scoring and choosing need besides the rows: the options, `</s>`,
+/// the vocabulary size (values per row) and the logits bias.
 #[derive(Clone, Copy)]
 struct Rules<'a> {
     opts: &'a SearchOptions,
     eos: u32,
     n_vocab: usize,
+    bias: Option<&'a [f32]>,
 }
 
-/// Turns each row of `logits` (row `r` is the next-token logits of
-/// running hypothesis `owners[r]` = (input, beam)) into its scores, in
-/// place: the processed logits (greedy), or the beam's score plus the
-/// processed log-probabilities (beam search). Each row depends only on its
-/// own values and hypothesis, so the rows are split across threads
-/// (`scratch`: `n_vocab` values per thread).
-fn score_rows(
-    searches: &[Search],
-    owners: &[(usize, usize)],
-    logits: &mut [f32],
-    scratch: &mut [f32],
-    rules: Rules,
-    threads: &Threads,
-) {
-    let (opts, n) = (rules.opts, rules.n_vocab);
-    let rows = DisjointSlice::new(&mut logits[..owners.len() * n]);
-    let scratch = DisjointSlice::new(scratch);
+/// A step's rows for [`score_rows`]: row `r` of `logits` holds the
+/// next-token logits (without the logits bias) of running hypothesis
+/// `owners[r]` = (input, beam); `scratch` is `n_vocab` values per thread;
+/// `picks` receives each row's best continuations.
+struct Rows<'a> {
+    owners: &'a [(usize, usize)],
+    logits: &'a mut [f32],
+    scratch: &'a mut [f32],
+    picks: &'a mut Vec<Vec<(usize, f32)>>,
+}
+
+/// How many continuations of each row [`score_rows`] keeps: the arg-max
+/// (greedy), or the `2 * num_beams` best, as many as the input's whole
+/// step keeps (beam search).
+fn picks_per_row(opts: &SearchOptions) -> usize {
+    if opts.num_beams == 1 {
+        1
+    } else {
+        2 * opts.num_beams
+    }
+}
+
+/// Scores each row of `rows.logits` and keeps its best continuations in
+/// `rows.picks[r]` as (token, score): the row plus the logits bias, then
+/// the processed logits (greedy: their arg-max, the first of equal
+/// maxima as torch.argmax) or the beam's score plus the processed
+/// log-probabilities (beam search: the `2 * num_beams` best, best first,
+/// ties lower token first). Everything is done to one row while it is in
+/// cache, after the product wrote it: the 61,950-wide rows of a batch
+/// are read from memory once. Each row depends only on its own values and
+/// hypothesis, so the rows are split across threads.
+fn score_rows(searches: &[Search], rows: Rows, rules: Rules, threads: &Threads) {
+    let (opts, n, owners) = (rules.opts, rules.n_vocab, rows.owners);
+    let k = picks_per_row(opts);
+    rows.picks.resize(owners.len(), Vec::new());
+    let logits = DisjointSlice::new(&mut rows.logits[..owners.len() * n]);
+    let scratch = DisjointSlice::new(rows.scratch);
+    let picks = DisjointSlice::new(&mut rows.picks[..owners.len()]);
     threads.split_indexed(owners.len(), |thread, range| {
         // SAFETY: row `thread` of the scratch is this thread's only.
         let exps = unsafe { scratch.segment(thread * n, n) };
@@ -286,9 +310,20 @@ fn score_rows(
             let (i, b) = owners[r];
             let h = &searches[i].running[b];
             // SAFETY: row r is in this thread's range only.
-            let row = unsafe { rows.segment(r * n, n) };
-            if opts.num_beams == 1 {
+            let (row, picked) = unsafe { (logits.segment(r * n, n), &mut picks.segment(r, 1)[0]) };
+            if let Some(bias) = rules.bias {
+                add_logits_bias(row, bias);
+            }
+            picked.clear();
+            if k == 1 {
                 process(opts, rules.eos, &h.seq, row);
+                let mut best = 0;
+                for (t, &v) in row.iter().enumerate() {
+                    if v > row[best] {
+                        best = t;
+                    }
+                }
+                picked.extend(row.get(best).map(|&v| (best, v)));
                 continue;
             }
             log_softmax(row, exps);
@@ -297,14 +332,15 @@ fn score_rows(
                 log_softmax(row, exps);
             }
             row.iter_mut().for_each(|v| *v += h.score);
+            picked.extend(top_k(row, k).into_iter().map(|t| (t, row[t])));
         }
     });
 }
 
-/// Each unfinished input's next hypotheses from its rows of scores (in
-/// the order of the inputs, `num_beams` rows each), inputs split across
+/// Each unfinished input's next hypotheses from its rows' picks (in the
+/// order of the inputs, `num_beams` rows each), inputs split across
 /// threads.
-fn choose(searches: &mut [Search], scores: &mut [f32], rules: Rules, threads: &Threads) {
+fn choose(searches: &mut [Search], picks: &[Vec<(usize, f32)>], rules: Rules, threads: &Threads) {
     let nb = rules.opts.num_beams;
     let n = rules.n_vocab;
     // (input, first row) of each unfinished input.
@@ -317,32 +353,44 @@ fn choose(searches: &mut [Search], scores: &mut [f32], rules: Rules, threads: &T
         }
     }
     let searches = DisjointSlice::new(searches);
-    let rows = DisjointSlice::new(scores);
     threads.split(active.len(), |range| {
         for &(i, r) in &active[range] {
-            // SAFETY: input i, and its rows r..r + nb, are in this
-            // thread's range only.
-            let (s, scores) =
-                unsafe { (&mut searches.segment(i, 1)[0], rows.segment(r * n, nb * n)) };
+            // SAFETY: input i is in this thread's range only.
+            let s = unsafe { &mut searches.segment(i, 1)[0] };
+            let rows = &picks[r..r + nb];
             if nb == 1 {
-                greedy_step(s, scores, rules.opts, rules.eos);
+                let best = rows[0].first().map_or(0, |&(t, _)| t);
+                greedy_step(s, best, rules.opts, rules.eos);
             } else {
-                beam_step(s, scores, rules.opts, rules.eos, n);
+                let top = best_of_rows(rows, 2 * nb, n);
+                beam_step(s, &top, rules.opts, rules.eos, n);
             }
         }
     });
 }
 
-/// Greedy search's step: the arg-max of the processed logits `scores`.
-fn greedy_step(s: &mut Search, scores: &[f32], opts: &SearchOptions, eos: u32) {
-    let h = &mut s.running[0];
-    // The first of equal maxima, as torch.argmax.
-    let mut best = 0;
-    for (t, &v) in scores.iter().enumerate() {
-        if v > scores[best] {
-            best = t;
-        }
+/// The `k` best continuations of an input's beams, as (flat index
+/// `beam * n_vocab + token`, score), best first, ties lower flat index
+/// first: the first `k` of all `num_beams * n_vocab` scores sorted so.
+/// Those are among the rows' own `k` best (`rows[beam]`, by the same
+/// order restricted to one row), so only those are ranked here, listed in
+/// flat index order so that [`top_k`]'s ties fall as over the whole.
+/// (With NaN scores, which [`top_k`] orders by where they stand, the
+/// choice may differ from ranking every score; finite weights give none.)
+fn best_of_rows(rows: &[Vec<(usize, f32)>], k: usize, n_vocab: usize) -> Vec<(usize, f32)> {
+    let mut all: Vec<(usize, f32)> = Vec::with_capacity(rows.len() * k);
+    for (b, row) in rows.iter().enumerate() {
+        let first = all.len();
+        all.extend(row.iter().map(|&(t, v)| (b * n_vocab + t, v)));
+        all[first..].sort_unstable_by_key(|&(flat, _)| flat);
     }
+    let scores: Vec<f32> = all.iter().map(|&(_, v)| v).collect();
+    top_k(&scores, k).into_iter().map(|i| all[i]).collect()
+}
+
+/// Greedy search's step: `best`, the arg-max of the processed logits.
+fn greedy_step(s: &mut Search, best: usize, opts: &SearchOptions, eos: u32) {
+    let h = &mut s.running[0];
     h.seq.push(best as u32);
     if best as u32 == eos || h.seq.len() >= opts.max_length {
         s.done = true;
@@ -378,31 +426,23 @@ fn top_k(scores: &[f32], k: usize) -> Vec<usize> {
     idx
 }
 
-/// Beam search's step, from the scores of every continuation of every
-/// running beam (`logits`, beam score + processed log-probs, from
-/// [`score_rows`]).
-fn beam_step(s: &mut Search, logits: &[f32], opts: &SearchOptions, eos: u32, n_vocab: usize) {
+/// Beam search's step, from the `2 * num_beams` best continuations of
+/// the running beams (`top`: flat index `beam * n_vocab + token` and
+/// score, beam score + processed log-prob; from [`best_of_rows`]).
+fn beam_step(s: &mut Search, top: &[(usize, f32)], opts: &SearchOptions, eos: u32, n_vocab: usize) {
     let nb = opts.num_beams;
     let cur_len = s.running[0].seq.len();
     let k = 2 * nb;
-    let top = top_k(logits, k);
     let gen_len = (cur_len + 1 - 1) as f64;
     let penalty = gen_len.powf(f64::from(opts.length_penalty)) as f32;
     let full = s.finished.iter().all(|f| f.1);
     let mut cands: Vec<(Hyp, usize, bool)> = Vec::with_capacity(k);
-    for &flat in &top {
+    for &(flat, score) in top {
         let (b, t) = (flat / n_vocab, (flat % n_vocab) as u32);
         let mut seq = s.running[b].seq.clone();
         seq.push(t);
         let ends = t == eos || seq.len() >= opts.max_length;
-        cands.push((
-            Hyp {
-                seq,
-                score: logits[flat],
-            },
-            b,
-            ends,
-        ));
+        cands.push((Hyp { seq, score }, b, ends));
     }
 
     // Finished: the first num_beams candidates that end, merged with the
@@ -448,6 +488,12 @@ fn beam_step(s: &mut Search, logits: &[f32], opts: &SearchOptions, eos: u32, n_v
     for &ci in &chosen {
         uses[cands[ci].1] += 1;
     }
+    // The caches of beams no continuation extends: their buffers take
+    // the copies of forked ones.
+    let mut spare: Vec<HypCache> = (0..nb)
+        .filter(|&b| uses[b] == 0)
+        .filter_map(|b| old_caches[b].take())
+        .collect();
     let mut running = Vec::with_capacity(nb);
     let mut caches = Vec::with_capacity(nb);
     for &ci in &chosen {
@@ -457,7 +503,13 @@ fn beam_step(s: &mut Search, logits: &[f32], opts: &SearchOptions, eos: u32, n_v
         let cache = if uses[*parent] == 0 {
             old_caches[*parent].take().unwrap_or_default()
         } else {
-            old_caches[*parent].clone().unwrap_or_default()
+            match (spare.pop(), &old_caches[*parent]) {
+                (Some(mut copy), Some(from)) => {
+                    copy.clone_from(from);
+                    copy
+                }
+                (_, from) => from.clone().unwrap_or_default(),
+            }
         };
         caches.push(cache);
         running.push(Hyp {

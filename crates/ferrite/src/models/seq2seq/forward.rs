@@ -60,6 +60,15 @@ impl Clone for HypCache {
             values: copy(&self.values),
         }
     }
+
+    /// The same copy into an existing cache, reusing its buffers (a
+    /// dropped beam's, as long as the others: no allocation, and no fresh
+    /// pages for the kernel to zero).
+    fn clone_from(&mut self, source: &Self) {
+        self.len = source.len;
+        self.keys.clone_from(&source.keys);
+        self.values.clone_from(&source.values);
+    }
 }
 
 /// One row of a decoder step: the token fed, the hypothesis's cache and
@@ -488,6 +497,26 @@ impl Seq2Seq {
         ws: &mut Workspace,
         logits: &mut Vec<f32>,
     ) -> Result<(), Error> {
+        self.step_unbiased(rows, threads, ws, logits)?;
+        if let Some(b) = &self.logits_bias {
+            each_row(logits, self.config.n_vocab, threads, |row| {
+                add_logits_bias(row, b)
+            });
+        }
+        Ok(())
+    }
+
+    /// As [`Seq2Seq::step`], without the logits bias (`logits_bias`): the
+    /// caller adds it with [`add_logits_bias`], e.g. row by row together
+    /// with its own work on the row while the row is in cache (beam
+    /// search), rather than in a pass of its own over every row.
+    pub fn step_unbiased(
+        &self,
+        rows: &mut [StepRow],
+        threads: &Threads,
+        ws: &mut Workspace,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), Error> {
         let (dim, m) = (self.dim(), rows.len());
         let c = &self.config;
         let mut x = std::mem::take(&mut ws.x);
@@ -524,13 +553,7 @@ impl Seq2Seq {
                 x.iter_mut().for_each(|v| *v *= c.output_scale);
             }
             resize(logits, m * c.n_vocab);
-            apply(&self.lm_head, &x, m, logits, None, &mut ws.acts, threads)?;
-            if let Some(b) = &self.logits_bias {
-                each_row(logits, c.n_vocab, threads, |row| {
-                    row.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
-                });
-            }
-            Ok(())
+            apply(&self.lm_head, &x, m, logits, None, &mut ws.acts, threads)
         })();
         ws.x = x;
         result
@@ -608,6 +631,12 @@ impl Seq2Seq {
         });
         apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
     }
+}
+
+/// The logits bias `bias` added to one row of logits (one f32 add per
+/// value: the same bits wherever it is done).
+pub fn add_logits_bias(row: &mut [f32], bias: &[f32]) {
+    row.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
 }
 
 /// The activation named by a Hugging Face config (`activation_function`,
