@@ -18,7 +18,7 @@
 use ferrite_kernels::dispatch::{
     active_kernel_set, kernel_set_name, scalar_vec_dot_kernel, vec_dot_kernel, KernelSet,
 };
-use ferrite_kernels::dot::{interleave, Dot16Fn, Dot16NFn};
+use ferrite_kernels::dot::interleave;
 use ferrite_kernels::quant::{
     quantize, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
     BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
@@ -888,8 +888,7 @@ fn dot16n_matches_two_dot8n_calls() {
             let Some(kernel) = set.vec_dot_kernel(t) else {
                 continue;
             };
-            // (With sixteen-row groups, `dot16n` reads one such group:
-            // `dot16_matches_scalar_rows_bit_for_bit`.)
+            // (With sixteen-row groups, `dot16n` reads one such group.)
             let (Some(dot8n), Some(dot16n), 8) = (kernel.dot8n, kernel.dot16n, kernel.group_rows)
             else {
                 continue;
@@ -960,185 +959,4 @@ fn dot16n_matches_two_dot8n_calls() {
         }
     }
     eprintln!("{total} dot16n results, each equal to dot8n's on its group");
-}
-
-/// The types whose kernel in `set` reads groups of sixteen rows.
-fn dot16_types(set: KernelSet) -> Vec<GgmlType> {
-    ALL_TYPES
-        .into_iter()
-        .filter(|&t| set.vec_dot_kernel(t).is_some_and(|k| k.group_rows == 16))
-        .collect()
-}
-
-/// The sixteen-row kernels of `t` in `set` (both are required with
-/// sixteen-row groups).
-fn dot16_kernels(set: KernelSet, t: GgmlType) -> (Dot16Fn, Dot16NFn) {
-    let k = set.vec_dot_kernel(t).expect("kernel");
-    let name = set.name();
-    (
-        k.dot16
-            .unwrap_or_else(|| panic!("{name} {t}: sixteen-row groups without dot16")),
-        k.dot16n
-            .unwrap_or_else(|| panic!("{name} {t}: sixteen-row groups without dot16n")),
-    )
-}
-
-/// A scalar one-row kernel, as `VecDotKernel::dot`.
-type ScalarDot = fn(&[u8], &[u8]) -> f32;
-
-/// `out[i]` of a `dot16` call on the interleaved `rows` (sixteen rows of
-/// `rows.len() / 16` bytes) against the scalar `dot` of row `i`, bit for
-/// bit (NaN payloads aside if `nan_ok`).
-fn check_dot16(
-    tally: &mut Tally,
-    what: &str,
-    (t, dot16, scalar): (GgmlType, Dot16Fn, ScalarDot),
-    (rows, a): (&[u8], &[u8]),
-    nan_ok: bool,
-) {
-    let mut group = vec![0u8; rows.len()];
-    assert!(
-        interleave::interleave(t, 16, rows, &mut group),
-        "{what}: interleave"
-    );
-    let mut out = [f32::NAN; 16];
-    dot16(&group, a, &mut out);
-    let rb = rows.len() / 16;
-    for (i, &got) in out.iter().enumerate() {
-        let want = scalar(&rows[i * rb..(i + 1) * rb], a);
-        tally.check(&format!("{what} out[{i}]"), got, want, nan_ok);
-    }
-}
-
-#[test]
-fn dot16_matches_scalar_rows_bit_for_bit() {
-    const CASES_PER_LENGTH: usize = 20;
-    const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
-    let mut total = 0;
-    for (set, _) in simd_sets() {
-        if set == KernelSet::Avx512 {
-            // The layout of the real models' decode weights on this set.
-            assert!(dot16_types(set).contains(&Q4K) && dot16_types(set).contains(&Q6K));
-        }
-        for t in dot16_types(set) {
-            let (dot16, _) = dot16_kernels(set, t);
-            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
-            let kernels = (t, dot16, scalar.dot);
-            let a_t = scalar.act_type;
-            let mut rng = Rng::new(u64::from(t.id()) * 7_907 + 13);
-            let mut tally = Tally::default();
-            for blocks in 1..=12 {
-                let n = blocks * t.block_size();
-                for case in 0..CASES_PER_LENGTH {
-                    let what = format!("{} {t} dot16 blocks={blocks} case={case}", set.name());
-                    let w: Vec<u8> = (0..16).flat_map(|_| weight_row(t, n, &mut rng)).collect();
-                    let a = activation_row(a_t, n, &mut rng);
-                    let check = |tally: &mut Tally, a: &[u8]| {
-                        check_dot16(tally, &what, kernels, (&w, a), false)
-                    };
-                    check(&mut tally, &a);
-                    let s_a = rng.below(32);
-                    check(&mut tally, &misaligned(&a, s_a)[s_a..]);
-                    // Mismatched lengths: activations cut anywhere, or
-                    // longer than the rows.
-                    check(&mut tally, &a[..rng.below(a.len() + 1)]);
-                    let mut a3 = a.clone();
-                    a3.extend(activation_row(a_t, t.block_size(), &mut rng));
-                    check(&mut tally, &a3);
-                }
-            }
-            // Rows of one extreme byte each (scales made of them too, 0xffff
-            // being NaN), against extreme activations.
-            let n = 3 * t.block_size();
-            let row_bytes = t.bytes_for(n as u64).expect("whole blocks") as usize;
-            for ab in BYTES {
-                for shift in 0..BYTES.len() {
-                    let w: Vec<u8> = (0..16)
-                        .flat_map(|i| vec![BYTES[(shift + i) % BYTES.len()]; row_bytes])
-                        .collect();
-                    let a = vec![ab; a_t.bytes_for(n as u64).expect("whole blocks") as usize];
-                    let what = format!("{} {t} dot16 extreme w={shift} a={ab:#x}", set.name());
-                    check_dot16(&mut tally, &what, kernels, (&w, &a), true);
-                }
-            }
-            // Any group length: never a panic.
-            let w = weight_row(t, 16 * 2 * t.block_size(), &mut rng);
-            let a = activation_row(a_t, 2 * t.block_size(), &mut rng);
-            for len in 0..w.len() {
-                let mut out = [0f32; 16];
-                dot16(&w[..len], &a, &mut out);
-            }
-            eprintln!(
-                "{} {t:>5} x {a_t}: dot16, {} row results, {} bit-identical",
-                set.name(),
-                tally.cases,
-                tally.cases - tally.nan_payloads,
-            );
-            total += tally.cases;
-        }
-    }
-    eprintln!("{total} dot16 row results in all");
-}
-
-#[test]
-fn dot16n_of_sixteen_row_groups_matches_scalar() {
-    // Random rows, and rows of one extreme byte each against activation
-    // rows of extreme bytes; up to 40 activation rows (more than one
-    // pass), the last cut short, one more result than rows (a missing row
-    // counts as empty). Every result must be the scalar `dot`'s bits.
-    const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
-    let mut total = 0;
-    for (set, _) in simd_sets() {
-        for t in dot16_types(set) {
-            let (_, dot16n) = dot16_kernels(set, t);
-            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel");
-            let a_t = scalar.act_type;
-            let mut rng = Rng::new(u64::from(t.id()) * 19 + 7);
-            let mut cases: Vec<(Vec<u8>, Vec<u8>, usize)> = Vec::new();
-            for blocks in [1usize, 2, 3, 7] {
-                let n = blocks * t.block_size();
-                let rows: Vec<u8> = (0..16).flat_map(|_| weight_row(t, n, &mut rng)).collect();
-                let act_row = a_t.bytes_for(n as u64).expect("whole blocks") as usize;
-                let mut acts: Vec<u8> = (0..40)
-                    .flat_map(|_| activation_row(a_t, n, &mut rng))
-                    .collect();
-                acts.truncate(acts.len() - rng.below(act_row + 1));
-                cases.push((rows, acts, act_row));
-            }
-            let n = 2 * t.block_size();
-            let row_bytes = t.bytes_for(n as u64).expect("whole blocks") as usize;
-            let act_row = a_t.bytes_for(n as u64).expect("whole blocks") as usize;
-            for shift in 0..BYTES.len() {
-                let rows: Vec<u8> = (0..16)
-                    .flat_map(|i| vec![BYTES[(shift + i) % BYTES.len()]; row_bytes])
-                    .collect();
-                let acts: Vec<u8> = (0..20)
-                    .flat_map(|i| vec![BYTES[i % BYTES.len()]; act_row])
-                    .collect();
-                cases.push((rows, acts, act_row));
-            }
-            let mut tally = Tally::default();
-            for (rows, acts, act_row) in &cases {
-                let mut group = vec![0u8; rows.len()];
-                assert!(interleave::interleave(t, 16, rows, &mut group));
-                let rb = rows.len() / 16;
-                for n_rows in [1usize, 2, 15, 16, 17, 40] {
-                    let mut got = vec![[f32::NAN; 16]; n_rows + 1];
-                    dot16n(&group, acts, *act_row, &mut got);
-                    for (r, got) in got.iter().enumerate() {
-                        let start = (r * act_row).min(acts.len());
-                        let a = &acts[start..(start + act_row).min(acts.len())];
-                        for (i, &g) in got.iter().enumerate() {
-                            let want = (scalar.dot)(&rows[i * rb..(i + 1) * rb], a);
-                            let what =
-                                format!("{} {t} dot16n rows={n_rows} row {r} out[{i}]", set.name());
-                            tally.check(&what, g, want, true);
-                        }
-                    }
-                }
-            }
-            total += tally.cases;
-        }
-    }
-    eprintln!("{total} dot16n results on sixteen-row groups, each the scalar reference's");
 }

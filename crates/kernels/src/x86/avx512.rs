@@ -98,12 +98,6 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
     if let Some(f) = super::avx2::rows8::kernel8_vnni_fn(w) {
         k.dot8 = Some(f);
     }
-    // Groups of sixteen rows, one per i32 lane of a 512-bit register.
-    if let Some((dot16, dot16n)) = super::avx2::rows8::kernel16_fns(w) {
-        k.group_rows = 16;
-        k.dot16 = Some(dot16);
-        k.dot16n = Some(dot16n);
-    }
     Some(k)
 }
 
@@ -112,5 +106,4 @@ pub(crate) fn overrides(w: GgmlType) -> bool {
     super::avx2::rows8::kernel8n_vnni_fn(w).is_some()
         || super::avx2::rows8::kernel8_vnni_fn(w).is_some()
         || super::avx2::rows8::kernel16n_vnni_fn(w).is_some()
-        || super::avx2::rows8::kernel16_fns(w).is_some()
 }

@@ -306,10 +306,8 @@ dot8_with!(
 
 // After the macros, which it uses.
 mod q8_0;
-mod sixteen;
 mod two_groups;
 
-pub(crate) use sixteen::kernel16_fns;
 pub(crate) use two_groups::kernel16n_vnni_fn;
 
 /// One f16 value in all eight lanes, as f32 (exactly).

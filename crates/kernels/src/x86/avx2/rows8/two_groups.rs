@@ -16,10 +16,11 @@
 use std::arch::x86_64::*;
 
 use super::{
-    load_i8, load_u8x16, offset_sum, pass_rows, w_scales, x4, Act8, Rows8, Small, ROWS, TOKENS,
+    byte_pairs, lane_byte, load_i8, load_u8, load_u8x16, offset_sum, pass_rows, q4_k_scales,
+    q6_k_values, w_scales, x4, Act8, Legacy, Rows8, Small, ROWS, TOKENS,
 };
 use crate::dot::Dot16NFn;
-use crate::quant::BlockQ8_0;
+use crate::quant::{BlockQ8K, BlockQ8_0};
 use crate::GgmlType;
 
 /// The two-group kernel for weights of type `w`, if there is one.
@@ -30,8 +31,8 @@ pub(crate) fn kernel16n_vnni_fn(w: GgmlType) -> Option<Dot16NFn> {
         Q4_1 => q4_1_x16n,
         Q5_0 => q5_0_x16n,
         Q8_0 => q8_0_x16n,
-        Q4K => super::sixteen::q4_k_x16n_two,
-        Q6K => super::sixteen::q6_k_x16n_two,
+        Q4K => q4_k_x16n,
+        Q6K => q6_k_x16n,
         _ => return None,
     })
 }
@@ -62,10 +63,22 @@ fn q8_0_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * RO
     unsafe { q8_0_dot16n(groups, acts, act_row, out) }
 }
 
+/// Q4_K x Q8_K, two groups, many activation rows.
+fn q4_k_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+    // SAFETY: as in `q4_0_x16n`.
+    unsafe { q4_k_dot16n(groups, acts, act_row, out) }
+}
+
+/// Q6_K x Q8_K, two groups, many activation rows.
+fn q6_k_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+    // SAFETY: as in `q4_0_x16n`.
+    unsafe { q6_k_dot16n(groups, acts, act_row, out) }
+}
+
 /// Group A's eight lanes low, group B's high.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-pub(super) unsafe fn join_i(a: __m256i, b: __m256i) -> __m512i {
+unsafe fn join_i(a: __m256i, b: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b)
 }
 
@@ -119,49 +132,29 @@ unsafe fn dot16n<K: Small>(
             let (d_w, m_w) = (join_f(da, db), join_f(ma, mb));
             for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
                 let Some(a) = r.get(b) else { continue };
-                // The sum starts at -OFFSET * sum(x), so that adding
-                // sum(q * x) leaves sum((q - OFFSET) * x).
-                let start = if K::OFFSET != 0 {
-                    let off = _mm256_castsi256_si128(offset_sum(K::OFFSET, a.qs()));
-                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_broadcastd_epi32(off))
-                } else {
-                    _mm512_setzero_si512()
-                };
-                *acc = _mm512_add_ps(*acc, block_term::<K>(start, &q, a, [d_w, m_w]));
+                let x = a.qs();
+                let mut sums = _mm512_setzero_si512();
+                for c in 0..4 {
+                    let x_lo = _mm512_set1_epi32(x4(x, 4 * c));
+                    let x_hi = _mm512_set1_epi32(x4(x, 16 + 4 * c));
+                    sums = _mm512_dpbusd_epi32(sums, q[2 * c], x_lo);
+                    sums = _mm512_dpbusd_epi32(sums, q[2 * c + 1], x_hi);
+                }
+                if K::OFFSET != 0 {
+                    let off = _mm256_castsi256_si128(offset_sum(K::OFFSET, x));
+                    sums = _mm512_sub_epi32(sums, _mm512_broadcastd_epi32(off));
+                }
+                // `term_from`'s operations, on sixteen lanes.
+                let isum = _mm512_cvtepi32_ps(sums);
+                let [d_x, s_x] = K::a_scales(a);
+                let mut term = _mm512_mul_ps(_mm512_mul_ps(d_w, f16_splat16(d_x)), isum);
+                if K::MIN {
+                    term = _mm512_add_ps(term, _mm512_mul_ps(m_w, f16_splat16(s_x)));
+                }
+                *acc = _mm512_add_ps(*acc, term);
             }
         }
         store_rows(chunk, &acc);
-    }
-}
-
-/// One activation block `a`'s term for the sixteen rows of the decoded
-/// block `q` (scales `d_w`, `m_w`): each lane's exact integer sum is
-/// `start` plus `sum(q * x)` by `dpbusd` (`start` = `-OFFSET * sum(x)`,
-/// making it `sum((q - OFFSET) * x)`), then `term_from`'s f32 operations
-/// on sixteen lanes: `(d_w * d_x) * isum` (`+ m_w * s_x`).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn block_term<K: Small>(
-    start: __m512i,
-    q: &[__m512i; 8],
-    a: &K::A,
-    [d_w, m_w]: [__m512; 2],
-) -> __m512 {
-    let x = a.qs();
-    let mut sums = start;
-    for c in 0..4 {
-        let x_lo = _mm512_set1_epi32(x4(x, 4 * c));
-        let x_hi = _mm512_set1_epi32(x4(x, 16 + 4 * c));
-        sums = _mm512_dpbusd_epi32(sums, q[2 * c], x_lo);
-        sums = _mm512_dpbusd_epi32(sums, q[2 * c + 1], x_hi);
-    }
-    let isum = _mm512_cvtepi32_ps(sums);
-    let [d_x, s_x] = K::a_scales(a);
-    let term = _mm512_mul_ps(_mm512_mul_ps(d_w, f16_splat16(d_x)), isum);
-    if K::MIN {
-        _mm512_add_ps(term, _mm512_mul_ps(m_w, f16_splat16(s_x)))
-    } else {
-        term
     }
 }
 
@@ -208,10 +201,19 @@ unsafe fn q8_0_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f3
                     // SAFETY: b < n, and every row has at least n whole
                     // blocks in `acts` (checked above).
                     let a = unsafe { &*rows[$t].add(b) };
+                    let x = a.qs();
                     // The sum starts at -128 * sum(x), so that adding
                     // sum((w + 128) * x) leaves sum(w * x).
-                    let start = _mm512_set1_epi32(starts[START_LANE[$t]]);
-                    let term = block_term::<K>(start, &q, a, [d_w, d_w]);
+                    let mut sums = _mm512_set1_epi32(starts[START_LANE[$t]]);
+                    for c in 0..4 {
+                        let x_lo = _mm512_set1_epi32(x4(x, 4 * c));
+                        let x_hi = _mm512_set1_epi32(x4(x, 16 + 4 * c));
+                        sums = _mm512_dpbusd_epi32(sums, q[2 * c], x_lo);
+                        sums = _mm512_dpbusd_epi32(sums, q[2 * c + 1], x_hi);
+                    }
+                    let isum = _mm512_cvtepi32_ps(sums);
+                    let [d_x, _] = K::a_scales(a);
+                    let term = _mm512_mul_ps(_mm512_mul_ps(d_w, f16_splat16(d_x)), isum);
                     acc[$t] = _mm512_add_ps(acc[$t], term);
                 }};
             }
@@ -286,17 +288,162 @@ unsafe fn q8_0_starts(rows: &[*const BlockQ8_0; TOKENS], b: usize, out: &mut [i3
 /// as sixteen f32 lanes (exactly).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-pub(super) unsafe fn f16_pair(a: &[u8], b: &[u8]) -> __m512 {
+unsafe fn f16_pair(a: &[u8], b: &[u8]) -> __m512 {
     _mm512_cvtph_ps(_mm256_set_m128i(load_u8x16(b), load_u8x16(a)))
 }
 
 /// Groups A and B of a two-group kernel over super-blocks of `block`
 /// bytes per row: the pair of blocks `b` of each, for the first `n`.
-pub(super) fn block_pairs(groups: &[u8], block: usize) -> impl Iterator<Item = (&[u8], &[u8])> {
+fn block_pairs(groups: &[u8], block: usize) -> impl Iterator<Item = (&[u8], &[u8])> {
     let step = ROWS * block;
     let half = groups.len() / 2 / step * step;
     let (ga, gb) = (&groups[..half], &groups[half..2 * half]);
     ga.chunks_exact(step).zip(gb.chunks_exact(step))
+}
+
+/// `q4_k_dot8n_vnni` (rows8) of both groups, bit for bit: the same exact
+/// integer sums per lane (`sum(q * x)` per group of 32 by `dpbusd`, times
+/// its scale; the mins against the activation block sums by `madd`) and
+/// the same f32 operations as `with_min`, on sixteen lanes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn q4_k_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+    const BLOCK: usize = super::Q4KVnni::BLOCK;
+    let low = _mm256_set1_epi8(0x0f);
+    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
+        let rows: [&[BlockQ8K]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let mut acc = [_mm512_setzero_ps(); TOKENS];
+        // Nibbles of group g, piece p at 8 * g + p; each group's scale
+        // (i32 lanes) and min (as the i16 pairs `madd` takes).
+        let mut q = [_mm512_setzero_si512(); 64];
+        let mut scale = [_mm512_setzero_si512(); 8];
+        let mut min = [_mm512_setzero_si512(); 8];
+        for (b, (wa, wb)) in block_pairs(groups, BLOCK).take(longest).enumerate() {
+            let ([sa_lo, ma_lo, sa_hi, ma_hi], [sb_lo, mb_lo, sb_hi, mb_hi]) =
+                (q4_k_scales(wa), q4_k_scales(wb));
+            for g in 0..8 {
+                let ((sa, ma), (sb, mb)) = if g < 4 {
+                    ((sa_lo, ma_lo), (sb_lo, mb_lo))
+                } else {
+                    ((sa_hi, ma_hi), (sb_hi, mb_hi))
+                };
+                scale[g] = join_i(lane_byte::<false>(sa, g % 4), lane_byte::<false>(sb, g % 4));
+                min[g] = join_i(
+                    byte_pairs::<false>(ma, g % 4),
+                    byte_pairs::<false>(mb, g % 4),
+                );
+            }
+            for c4 in 0..4 {
+                for p in 0..8 {
+                    let at = 128 + 32 * (8 * c4 + p);
+                    let (va, vb) = (load_u8(&wa[at..]), load_u8(&wb[at..]));
+                    q[8 * (2 * c4) + p] =
+                        join_i(_mm256_and_si256(va, low), _mm256_and_si256(vb, low));
+                    q[8 * (2 * c4 + 1) + p] = join_i(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(va), low),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(vb), low),
+                    );
+                }
+            }
+            let (d, dmin) = (f16_pair(wa, wb), f16_pair(&wa[16..], &wb[16..]));
+            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
+                let Some(a) = r.get(b) else { continue };
+                let x = &a.qs;
+                let (mut isum, mut msum) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for g in 0..8 {
+                    let mut sums = _mm512_setzero_si512();
+                    for p in 0..8 {
+                        let xb = _mm512_set1_epi32(x4(x, 32 * g + 4 * p));
+                        sums = _mm512_dpbusd_epi32(sums, q[8 * g + p], xb);
+                    }
+                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sums, scale[g]));
+                    let bs = i32::from(u16::from_le_bytes(a.bsums[2 * g]))
+                        | (i32::from(u16::from_le_bytes(a.bsums[2 * g + 1])) << 16);
+                    msum = _mm512_add_epi32(msum, _mm512_madd_epi16(min[g], _mm512_set1_epi32(bs)));
+                }
+                // `with_min`'s operations.
+                let d_x = _mm512_set1_ps(a.d());
+                let term = _mm512_sub_ps(
+                    _mm512_mul_ps(_mm512_mul_ps(d_x, d), _mm512_cvtepi32_ps(isum)),
+                    _mm512_mul_ps(_mm512_mul_ps(d_x, dmin), _mm512_cvtepi32_ps(msum)),
+                );
+                *acc = _mm512_add_ps(*acc, term);
+            }
+        }
+        store_rows(chunk, &acc);
+    }
+}
+
+/// `q6_k_dot8n_vnni` (rows8) of both groups, bit for bit. Its integer sum
+/// per lane is `sum over the 16 groups of sc * (sum(q * x) - 32 * sum(x))`;
+/// here each group's `sum(x)` is taken once per activation block from its
+/// values (`group_sums`; Q6_K does not read `bsums`) and `32 * sum(sc *
+/// sum(x))` once by `madd`, instead of a `dpbusd` per four values: the same
+/// integer (no partial sum exceeds `16 * 127 * 16 * 63 * 128` in size), so
+/// the same bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn q6_k_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+    const BLOCK: usize = super::Q6KVnni::BLOCK;
+    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
+        let rows: [&[BlockQ8K]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let mut acc = [_mm512_setzero_ps(); TOKENS];
+        // Values of run r, piece i4 at 8 * r + i4; the signed scales of the
+        // 16 groups (i32 lanes), and of groups 2r, 2r + 1 as i16 pairs.
+        let mut q = [_mm512_setzero_si512(); 64];
+        let mut sc = [_mm512_setzero_si512(); 16];
+        let mut sc_pairs = [_mm512_setzero_si512(); 8];
+        for (b, (wa, wb)) in block_pairs(groups, BLOCK).take(longest).enumerate() {
+            for r in 0..8 {
+                for i4 in 0..8 {
+                    q[8 * r + i4] = join_i(q6_k_values(wa, r, i4), q6_k_values(wb, r, i4));
+                }
+            }
+            for (g, s) in sc.iter_mut().enumerate() {
+                let at = 1536 + 32 * (g / 4);
+                *s = join_i(
+                    lane_byte::<true>(load_u8(&wa[at..]), g % 4),
+                    lane_byte::<true>(load_u8(&wb[at..]), g % 4),
+                );
+            }
+            let mask = _mm512_set1_epi32(0xffff);
+            for (r, p) in sc_pairs.iter_mut().enumerate() {
+                let lo = _mm512_and_si512(sc[2 * r], mask);
+                *p = _mm512_or_si512(lo, _mm512_slli_epi32::<16>(sc[2 * r + 1]));
+            }
+            let d = f16_pair(&wa[1664..], &wb[1664..]);
+            for (acc, row) in acc.iter_mut().zip(&rows[..chunk.len()]) {
+                let Some(a) = row.get(b) else { continue };
+                let x = &a.qs;
+                let xs = group_sums(x);
+                let (mut isum, mut bsum) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for r in 0..8 {
+                    for half in 0..2 {
+                        let mut qx = _mm512_setzero_si512();
+                        for i4 in 4 * half..4 * half + 4 {
+                            let xb = _mm512_set1_epi32(x4(x, 32 * r + 4 * i4));
+                            qx = _mm512_dpbusd_epi32(qx, q[8 * r + i4], xb);
+                        }
+                        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(qx, sc[2 * r + half]));
+                    }
+                    let bs = i32::from(xs[2 * r] as u16) | (i32::from(xs[2 * r + 1] as u16) << 16);
+                    bsum = _mm512_add_epi32(
+                        bsum,
+                        _mm512_madd_epi16(sc_pairs[r], _mm512_set1_epi32(bs)),
+                    );
+                }
+                let isum = _mm512_sub_epi32(isum, _mm512_slli_epi32::<5>(bsum));
+                let term = _mm512_mul_ps(
+                    _mm512_mul_ps(d, _mm512_set1_ps(a.d())),
+                    _mm512_cvtepi32_ps(isum),
+                );
+                *acc = _mm512_add_ps(*acc, term);
+            }
+        }
+        store_rows(chunk, &acc);
+    }
 }
 
 /// The sums of the 16 groups of 16 values of a Q8_K block's `qs` (each
@@ -323,7 +470,7 @@ pub(super) unsafe fn group_sums(x: &[i8; 256]) -> [i16; 16] {
 /// Each row's sixteen sums into its output entry.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-pub(super) unsafe fn store_rows(chunk: &mut [[f32; 2 * ROWS]], acc: &[__m512; TOKENS]) {
+unsafe fn store_rows(chunk: &mut [[f32; 2 * ROWS]], acc: &[__m512; TOKENS]) {
     for (o, a) in chunk.iter_mut().zip(acc) {
         // SAFETY: `o` is 16 writable f32; `storeu` has no alignment
         // requirement.
