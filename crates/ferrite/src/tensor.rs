@@ -637,21 +637,22 @@ pub fn matmul_many(
             while r0 < end {
                 let r1 = (r0 + ROW_BLOCK).min(end);
                 w.block_products(r0..r1, n_tokens, acts, out);
+                if let Some(bias) = w.bias.as_deref().and_then(|b| b.get(r0..r1)) {
+                    // The bias after the products, as llama.cpp adds it
+                    // (one f32 add per output value, the same in every
+                    // batch and thread split), while the block is in cache.
+                    for t in 0..n_tokens {
+                        // SAFETY: rows r0..r1 belong to this thread's range
+                        // only, so these output indices are written by
+                        // this thread only.
+                        let o = unsafe { out.segment(t * w.rows + r0, r1 - r0) };
+                        o.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
+                    }
+                }
                 r0 = r1;
             }
         }
     });
-    // Biases after the products, as llama.cpp adds them (one f32 add per
-    // output value, the same in every batch).
-    for job in jobs.iter_mut() {
-        if let Some(bias) = &job.w.bias {
-            for row in job.out.chunks_exact_mut(job.w.rows) {
-                for (o, &b) in row.iter_mut().zip(bias) {
-                    *o += b;
-                }
-            }
-        }
-    }
     Ok(())
 }
 

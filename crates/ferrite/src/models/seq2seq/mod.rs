@@ -26,12 +26,9 @@ use crate::tensor::Linear;
 /// A weight matrix with optional bias, `(out, in)`.
 pub enum Proj {
     F32(Dense),
-    /// Quantized weights; the bias is added after the products, rows split
-    /// across threads ([`weights::apply`]).
-    Quant {
-        w: Linear,
-        bias: Option<Vec<f32>>,
-    },
+    /// Quantized weights, with the bias (if any) as [`Linear::bias`]: added
+    /// after the products by the products' own threads.
+    Quant(Linear),
 }
 
 impl Proj {
@@ -39,7 +36,7 @@ impl Proj {
     pub fn rows(&self) -> usize {
         match self {
             Proj::F32(d) => d.w.n(),
-            Proj::Quant { w, .. } => w.rows,
+            Proj::Quant(w) => w.rows,
         }
     }
 
@@ -47,7 +44,7 @@ impl Proj {
     pub fn cols(&self) -> usize {
         match self {
             Proj::F32(d) => d.w.k(),
-            Proj::Quant { w, .. } => w.cols,
+            Proj::Quant(w) => w.cols,
         }
     }
 }

@@ -53,8 +53,9 @@ impl ProjLoader<'_> {
     ) -> Result<Proj, Error> {
         let block = GgmlType::Q8_0.block_size();
         if self.format == WeightFormat::Q8_0 && cols.is_multiple_of(block) {
-            let w = quantized(name, weights, rows, cols)?;
-            return Ok(Proj::Quant { w, bias });
+            let mut w = quantized(name, weights, rows, cols)?;
+            w.bias = bias;
+            return Ok(Proj::Quant(w));
         }
         Ok(Proj::F32(Dense::new(weights, bias, rows, cols)))
     }
@@ -108,25 +109,15 @@ pub fn apply(
     let (x, out) = (&x[..m * k], &mut out[..m * n]);
     match p {
         Proj::F32(d) => dense(d, x, m, out, act, threads),
-        Proj::Quant { w, bias } => {
+        Proj::Quant(w) => {
+            // The bias is added by the product's threads.
             w.matmul(x, out, acts, threads)?;
-            if bias.is_some() || act.is_some() {
-                each_row(out, n, threads, |row| finish_row(row, bias.as_deref(), act));
+            if let Some(act) = act {
+                each_row(out, n, threads, |row| activate(act, row));
             }
         }
     }
     Ok(())
-}
-
-/// A quantized product's row of results: plus the bias, then the
-/// activation (one f32 add per value, as the products' own bias would be).
-fn finish_row(row: &mut [f32], bias: Option<&[f32]>, act: Option<Activation>) {
-    if let Some(b) = bias {
-        row.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
-    }
-    if let Some(act) = act {
-        activate(act, row);
-    }
 }
 
 /// `f` on every row (`width` values) of `out`, the rows split across
@@ -161,39 +152,13 @@ pub fn apply_same_input(
     let quant: Option<Vec<MatmulJob>> = jobs
         .iter_mut()
         .map(|(p, out)| match p {
-            Proj::Quant { w, .. } => Some(MatmulJob::new(w, &mut out[..m * w.rows])),
+            Proj::Quant(w) => Some(MatmulJob::new(w, &mut out[..m * w.rows])),
             Proj::F32(_) => None,
         })
         .collect();
     if let Some(mut quant) = quant {
+        // Biases included (Linear::bias, added by the products' threads).
         matmul_many(&mut quant, &x[..m * cols], acts, threads)?;
-        // The biases, every output's rows split across threads in one step.
-        let outs: Vec<(&[f32], usize, DisjointSlice<f32>)> = jobs
-            .iter_mut()
-            .filter_map(|(p, out)| match p {
-                Proj::Quant {
-                    w,
-                    bias: Some(bias),
-                } if w.rows > 0 => Some((
-                    &bias[..],
-                    w.rows,
-                    DisjointSlice::new(&mut out[..m * w.rows]),
-                )),
-                _ => None,
-            })
-            .collect();
-        if !outs.is_empty() {
-            threads.split(m, |rows| {
-                for (bias, n, out) in &outs {
-                    // SAFETY: the row ranges of different threads are
-                    // disjoint, so are these segments.
-                    let seg = unsafe { out.segment(rows.start * n, rows.len() * n) };
-                    for row in seg.chunks_exact_mut(*n) {
-                        finish_row(row, Some(bias), None);
-                    }
-                }
-            });
-        }
         return Ok(());
     }
     for (p, out) in jobs.iter_mut() {
