@@ -335,14 +335,18 @@ mod tests {
     /// them: the scalar reference's bits.
     #[test]
     fn every_set_matches_the_scalar_gemm_with_bias_activation_and_split_panels() {
-        // The last shape takes the AVX-512 kernel through two row groups
-        // of uneven tiles, three `k` blocks and two blocks of panels.
+        // The last two shapes take the AVX-512 kernel through two row
+        // groups of uneven tiles, several `k` blocks and two blocks of
+        // panels: rows 777 values apart read in place, rows 1536 apart
+        // (which share L1 sets) copied; (3, 1536, 384) reads 8+ panels in
+        // place.
         for &(m, n, k) in &[
             (1, 384, 384),
             (3, 1536, 384),
             (13, 40, 1536),
             (32, 33, 17),
             (197, 700, 777),
+            (197, 300, 1536),
         ] {
             let a = values(m * k, 31 + m as u64);
             let w = values(n * k, 37 + n as u64);

@@ -12,11 +12,14 @@
 //! (`dot16n`) of Q4_0, Q4_1, Q5_0 and Q8_0, sixteen rows' lanes in one
 //! 512-bit register (Q4_K and Q6_K too); the attention scores and weighted
 //! sums, four heads of a group per converted key or value row (AVX2's code
-//! with 32 registers); and the
-//! f32 GEMM panels of the encoders (`gemm`). The same exact integers and the same f32 operation
-//! chains, so the same bits as the scalar reference.
+//! with 32 registers); the f32 GEMM panels of the encoders (`gemm`); and
+//! the activations, softmax exponentials and layer norm (`math`: the
+//! portable source vectorized over 16 lanes). The same exact integers and
+//! the same f32 operation chains, so the same bits as the scalar
+//! reference.
 
 mod gemm;
+mod math;
 
 use std::ops::Range;
 
@@ -31,6 +34,10 @@ pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::GemmPanels,
     Kernel::ScoresF16,
     Kernel::WeightedSumF16,
+    Kernel::Activate,
+    Kernel::SiluMul,
+    Kernel::ExpShiftedSum,
+    Kernel::LayerNorm,
 ];
 
 /// Replaces the entries of `t` (AVX2's table) that this set does better.
@@ -47,6 +54,42 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         f: weighted_sum_f16,
         by,
     };
+    t.activate = Entry { f: activate, by };
+    t.silu_mul = Entry { f: silu_mul, by };
+    t.exp_shifted_sum = Entry {
+        f: exp_shifted_sum,
+        by,
+    };
+    t.layer_norm = Entry { f: layer_norm, by };
+}
+
+// SAFETY (the four below): reachable only through a table
+// `override_table` filled, which its caller does only on a CPU with
+// AVX-512 (and AVX2, FMA).
+
+/// As `crate::math::activate`, over 16 lanes.
+fn activate(act: crate::math::Activation, xs: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { math::activate(act, xs) }
+}
+
+/// As `crate::math::silu_mul`, over 16 lanes.
+fn silu_mul(gate: &[f32], up: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { math::silu_mul(gate, up) }
+}
+
+/// As `crate::math::exp_shifted_sum`, over 16 lanes.
+fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
+    // SAFETY: see above.
+    unsafe { math::exp_shifted_sum(xs, max) }
+}
+
+/// As `crate::math::layer_norm`'s body, over 16 lanes (the sums keep
+/// their eight partial sums).
+fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    // SAFETY: see above.
+    unsafe { math::layer_norm(x, w, b, eps) }
 }
 
 /// As `crate::attend::weighted_sum_f16`: AVX2's code built with 32 vector

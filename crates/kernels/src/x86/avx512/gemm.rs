@@ -53,6 +53,20 @@ const MC: usize = 192;
 /// time) reads the rows in place.
 const PACK_MIN_PANELS: usize = 8;
 
+/// Whether the [`MR`] rows of a tile, `lda` values apart, start in so few
+/// L1 cache sets (64 sets of 64-byte lines) that reading them in place
+/// evicts them: fewer than half as many sets as rows. Rows of 3072, 1536
+/// or 768 values start in 1, 2 or 4 sets; rows of 384 (MiniLM's width) or
+/// 1152 in 8, which the cache's 8 ways hold, so those are read in place
+/// (copying them cost ~2% of MiniLM's time).
+fn rows_share_l1_sets(lda: usize) -> bool {
+    let mut sets = [false; 64];
+    for r in 0..MR {
+        sets[(r * lda * 4 / 64) % 64] = true;
+    }
+    sets.iter().filter(|&&s| s).count() < MR / 2
+}
+
 /// Most weight bytes of one `k` block that every row of a group walks
 /// before the next block (kept in the L2 cache while the group's tiles go
 /// past).
@@ -98,7 +112,7 @@ pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize
     let n_tiles = n_groups * tiles_per_group;
     let (base, extra) = (a.m / n_tiles, a.m % n_tiles);
     let height = |t: usize| base + usize::from(t < extra);
-    let pack = panels.len() >= PACK_MIN_PANELS;
+    let pack = panels.len() >= PACK_MIN_PANELS && rows_share_l1_sets(a.lda);
     PACKED.with(|packed| {
         let mut packed = packed.borrow_mut();
         if pack {
@@ -332,8 +346,8 @@ unsafe fn tile<const R: usize, const P: usize>(t: Tile) {
         }
     }
     if let Some(act) = t.act {
-        // SAFETY: AVX2 and FMA, by this function's contract.
-        unsafe { crate::x86::avx2::math::activate(act, res.as_flattened_mut().as_flattened_mut()) };
+        // SAFETY: AVX512F, AVX2 and FMA, by this function's contract.
+        unsafe { super::math::activate(act, res.as_flattened_mut().as_flattened_mut()) };
     }
     for (r, row) in res.iter().enumerate() {
         let row = row.as_flattened();
