@@ -143,10 +143,11 @@ impl Registry {
                     let translator =
                         Translator::open_with_threads(&path, WeightFormat::F32, threads.clone())
                             .map_err(|e| e.to_string())?;
-                    Kind::Translate(Arc::new(TranslateModel {
-                        name: name.clone(),
+                    Kind::Translate(Arc::new(TranslateModel::new(
+                        name.clone(),
                         translator,
-                    }))
+                        limits.max_queue,
+                    )))
                 }
             };
             tracing::info!(model = %name, path = %path.display(), kind = kind.describe(), "loaded");
