@@ -24,6 +24,7 @@ pub mod mpnet;
 pub mod nomic_bert;
 pub mod weights;
 
+use std::ops::Range;
 use std::sync::Mutex;
 
 use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr, PackedWeights, NR};
@@ -282,8 +283,14 @@ impl Encoder {
         resize(&mut ws.attn, total * dim);
         self.attention(starts, threads, ws);
         resize(&mut ws.proj, total * dim);
-        dense(&l.out, &ws.attn, total, &mut ws.proj, None, threads);
-        add_and_norm(&mut ws.x, &ws.proj, &l.attn_norm, dim, threads);
+        dense_add_norm(
+            &l.out,
+            &ws.attn,
+            &mut ws.proj,
+            &mut ws.x,
+            &l.attn_norm,
+            threads,
+        );
 
         match &l.mlp {
             Mlp::Plain { up, act, .. } => {
@@ -299,8 +306,7 @@ impl Encoder {
         let down = match &l.mlp {
             Mlp::Plain { down, .. } | Mlp::SwiGlu { down, .. } => down,
         };
-        dense(down, &ws.up, total, &mut ws.proj, None, threads);
-        add_and_norm(&mut ws.x, &ws.proj, &l.out_norm, dim, threads);
+        dense_add_norm(down, &ws.up, &mut ws.proj, &mut ws.x, &l.out_norm, threads);
     }
 
     /// Softmax attention of each sequence's tokens over themselves, head by
@@ -475,6 +481,45 @@ fn rotate(src: &[f32], dst: &mut [f32], cos: &[f32], sin: &[f32]) {
 /// thread converts only its own panels).
 const ROWS_PER_THREAD_TO_SPLIT_ROWS: usize = 96;
 
+/// Whether [`dense`] splits the rows of this product across the threads
+/// (else the output features).
+fn splits_rows(d: &Dense, m: usize, threads: &Threads) -> bool {
+    matches!(d.w, weights::Matrix::F32(_))
+        && threads.count() > 1
+        && m >= threads.count() * ROWS_PER_THREAD_TO_SPLIT_ROWS
+}
+
+/// `out = act(x · Wᵀ + b)` for the rows `rows` of `x` (`k` wide), every
+/// output feature.
+///
+/// # Safety
+/// Rows `rows` of `out` (`n` wide, where `rows.end` rows fit) are the
+/// caller's alone during the call.
+unsafe fn dense_rows(
+    d: &Dense,
+    x: &[f32],
+    rows: Range<usize>,
+    out: &DisjointSlice<f32>,
+    act: Option<Activation>,
+) {
+    let (n, k) = (d.w.n(), d.w.k());
+    debug_assert!(rows.end * n <= out.len());
+    let target = OutPtr {
+        // SAFETY: rows.start < rows.end: inside the output.
+        ptr: unsafe { out.as_mut_ptr().add(rows.start * n) },
+        ld: n,
+        bias: d.bias.as_deref(),
+        act,
+    };
+    let a = Acts {
+        a: &x[rows.start * k..],
+        lda: k,
+        m: rows.len(),
+    };
+    // SAFETY: these rows of the output, every column, are the caller's.
+    unsafe { d.gemm_panels(a, 0..d.w.n_panels(), target) };
+}
+
 /// `out = act(x · Wᵀ + b)`, `m` rows; threads split the output features
 /// by panels (or, for many rows of f32 weights, the rows), bias and
 /// activation applied as each tile is stored. Each value is the same chain
@@ -491,27 +536,9 @@ pub(crate) fn dense(
     debug_assert_eq!(out.len(), m * n);
     let k = d.w.k();
     let target = DisjointSlice::new(out);
-    let split_rows = matches!(d.w, weights::Matrix::F32(_))
-        && threads.count() > 1
-        && m >= threads.count() * ROWS_PER_THREAD_TO_SPLIT_ROWS;
-    if split_rows {
-        threads.split(m, |rows| {
-            let out = OutPtr {
-                // SAFETY: rows.start < m: inside the m x n output.
-                ptr: unsafe { target.as_mut_ptr().add(rows.start * n) },
-                ld: n,
-                bias: d.bias.as_deref(),
-                act,
-            };
-            let a = Acts {
-                a: &x[rows.start * k..],
-                lda: k,
-                m: rows.len(),
-            };
-            // SAFETY: these rows of the output, every column, are this
-            // thread's alone, and inside it (`out` is m x n).
-            unsafe { d.gemm_panels(a, 0..d.w.n_panels(), out) };
-        });
+    if splits_rows(d, m, threads) {
+        // SAFETY: each thread's rows are its own.
+        threads.split(m, |rows| unsafe { dense_rows(d, x, rows, &target, act) });
         return;
     }
     threads.split(d.w.n_panels(), |panels| {
@@ -524,6 +551,43 @@ pub(crate) fn dense(
         // SAFETY: the panels of this range are this thread's alone, so are
         // their output columns in every row; `out` is m x n.
         unsafe { d.gemm_panels(Acts { a: x, lda: k, m }, panels, out) };
+    });
+}
+
+/// `x = LN(x + input · Wᵀ + b)` row by row, `proj` holding the product.
+/// When the threads split the product's rows, each normalizes its own
+/// rows right after multiplying them (one pass less over the threads, the
+/// rows still in its cache); the operations on a row are the same either
+/// way.
+fn dense_add_norm(
+    d: &Dense,
+    input: &[f32],
+    proj: &mut [f32],
+    x: &mut [f32],
+    norm: &LayerNorm,
+    threads: &Threads,
+) {
+    let dim = d.w.n();
+    let m = x.len() / dim;
+    if !splits_rows(d, m, threads) {
+        dense(d, input, m, proj, None, threads);
+        add_and_norm(x, proj, norm, dim, threads);
+        return;
+    }
+    debug_assert_eq!(proj.len(), m * dim);
+    let (p, xs) = (DisjointSlice::new(proj), DisjointSlice::new(x));
+    threads.split(m, |rows| {
+        // SAFETY: rows `rows` of `proj` and `x` are this thread's alone.
+        unsafe {
+            dense_rows(d, input, rows.clone(), &p, None);
+            for r in rows {
+                let row = xs.segment(r * dim, dim);
+                row.iter_mut()
+                    .zip(p.segment(r * dim, dim).iter())
+                    .for_each(|(v, &a)| *v += a);
+                norm.apply(row);
+            }
+        }
     });
 }
 
