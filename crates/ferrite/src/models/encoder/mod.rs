@@ -47,6 +47,12 @@ impl LayerNorm {
     pub fn apply(&self, x: &mut [f32]) {
         math::layer_norm(x, &self.weight, &self.bias, self.eps);
     }
+
+    /// `x = LN(x + y)` for one row (the post-norm residual).
+    fn add_then_apply(&self, x: &mut [f32], y: &[f32]) {
+        x.iter_mut().zip(y).for_each(|(v, &a)| *v += a);
+        self.apply(x);
+    }
 }
 
 /// How token positions enter the model.
@@ -581,11 +587,7 @@ fn dense_add_norm(
         unsafe {
             dense_rows(d, input, rows.clone(), &p, None);
             for r in rows {
-                let row = xs.segment(r * dim, dim);
-                row.iter_mut()
-                    .zip(p.segment(r * dim, dim).iter())
-                    .for_each(|(v, &a)| *v += a);
-                norm.apply(row);
+                norm.add_then_apply(xs.segment(r * dim, dim), p.segment(r * dim, dim));
             }
         }
     });
@@ -639,10 +641,7 @@ fn add_and_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm, dim: usize, threads:
         for r in range {
             // SAFETY: row r is this thread's alone.
             let row = unsafe { target.segment(r * dim, dim) };
-            row.iter_mut()
-                .zip(&y[r * dim..(r + 1) * dim])
-                .for_each(|(v, &a)| *v += a);
-            norm.apply(row);
+            norm.add_then_apply(row, &y[r * dim..(r + 1) * dim]);
         }
     });
 }
