@@ -23,6 +23,8 @@ pub enum Error {
     TokenOutOfRange { token: u32, n_vocab: usize },
     /// Any other request we cannot serve (bad option, empty input).
     Input(String),
+    /// The caller asked to stop (see `generate::cancel`).
+    Cancelled,
 }
 
 impl Error {
@@ -51,6 +53,7 @@ impl fmt::Display for Error {
                 write!(f, "token id {token} is outside the vocabulary of {n_vocab}")
             }
             Error::Input(msg) => f.write_str(msg),
+            Error::Cancelled => f.write_str("cancelled"),
         }
     }
 }

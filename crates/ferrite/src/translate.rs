@@ -23,6 +23,7 @@ use serde_json::Value as Json;
 
 use crate::formats::safetensors::read_json;
 use crate::generate::beam::{generate, EarlyStopping, SearchOptions};
+use crate::generate::cancel::Cancel;
 use crate::models::seq2seq::forward::Workspace;
 use crate::models::seq2seq::weights::WeightFormat;
 use crate::models::seq2seq::Seq2Seq;
@@ -111,6 +112,9 @@ pub struct TranslateOptions {
     pub no_repeat_ngram_size: Option<usize>,
     /// Inputs per batch (default [`DEFAULT_BATCH`]).
     pub batch: Option<usize>,
+    /// Once set, the translation stops at its next step with
+    /// `Error::Cancelled` (a server request whose client went away).
+    pub cancel: Cancel,
 }
 
 pub struct Translator {
@@ -262,6 +266,7 @@ impl Translator {
         if let Some(n) = opts.no_repeat_ngram_size {
             s.no_repeat_ngram_size = n;
         }
+        s.cancel = opts.cancel.clone();
         s
     }
 
@@ -290,6 +295,9 @@ impl Translator {
         let mut out = vec![Vec::new(); inputs.len()];
         let mut ws = self.ws.lock().unwrap_or_else(|e| e.into_inner());
         for group in order.chunks(batch) {
+            // Also before the first batch: a request may have waited for
+            // the workspace while its client left.
+            search.cancel.check()?;
             let seqs: Vec<&[u32]> = group.iter().map(|&i| &inputs[i][..]).collect();
             let encoded = self.model.encode(&seqs, &self.threads, &mut ws)?;
             let results = generate(&self.model, &encoded, &search, &self.threads, &mut ws)?;

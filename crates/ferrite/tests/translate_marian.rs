@@ -209,3 +209,46 @@ fn bad_inputs_are_handled() {
         .expect("an error");
     assert!(err.to_string().contains("not a directory"), "{err}");
 }
+
+/// A set cancel flag stops a translation: before its first batch (a
+/// request that waited while its client left) and, in the search itself,
+/// before a step. A fresh flag changes nothing.
+#[test]
+fn a_cancelled_translation_stops() {
+    use ferrite::generate::beam::generate;
+    use ferrite::generate::cancel::Cancel;
+    use ferrite::models::seq2seq::forward::Workspace;
+    use ferrite::parallel::Threads;
+
+    let tr = translator();
+    let cancel = Cancel::new();
+    let opts = TranslateOptions {
+        beams: Some(2),
+        max_length: Some(8),
+        cancel: cancel.clone(),
+        ..Default::default()
+    };
+    let plain = TranslateOptions {
+        cancel: Cancel::default(),
+        ..opts.clone()
+    };
+    let want = tr.translate(&["Hello!"], &plain).expect("translates");
+    assert_eq!(
+        tr.translate(&["Hello!"], &opts).expect("not cancelled"),
+        want
+    );
+    cancel.cancel();
+    let err = tr.translate(&["Hello!"], &opts).expect_err("cancelled");
+    assert!(matches!(err, ferrite::Error::Cancelled), "{err}");
+
+    // The search's own check, without the batch loop's.
+    let (threads, mut ws) = (Threads::new(1), Workspace::default());
+    let input = tr.encode("Hello!").expect("encodes");
+    let src = tr
+        .model
+        .encode(&[&input], &threads, &mut ws)
+        .expect("encodes");
+    let search = tr.search_options(&opts);
+    let err = generate(&tr.model, &src, &search, &threads, &mut ws).err();
+    assert!(matches!(err, Some(ferrite::Error::Cancelled)), "{err:?}");
+}

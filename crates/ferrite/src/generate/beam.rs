@@ -32,6 +32,7 @@
 
 use ferrite_kernels::math::exp_shifted_sum;
 
+use super::cancel::Cancel;
 use crate::models::seq2seq::forward::{add_logits_bias, Encoded, HypCache, StepRow, Workspace};
 use crate::models::seq2seq::Seq2Seq;
 use crate::parallel::{DisjointSlice, Threads};
@@ -72,6 +73,9 @@ pub struct SearchOptions {
     pub forced_eos: Option<u32>,
     /// Log-softmax again after the processors.
     pub renormalize: bool,
+    /// Checked before every step: once set, [`generate`] returns
+    /// `Error::Cancelled`.
+    pub cancel: Cancel,
 }
 
 impl Default for SearchOptions {
@@ -85,6 +89,7 @@ impl Default for SearchOptions {
             banned: Vec::new(),
             forced_eos: None,
             renormalize: false,
+            cancel: Cancel::default(),
         }
     }
 }
@@ -206,6 +211,7 @@ pub fn generate(
     // One row of scratch per thread for the log-softmax.
     let mut scratch = vec![0f32; threads.count() * n_vocab];
     while searches.iter().any(|s| !s.done) {
+        opts.cancel.check()?;
         // Rows: every running hypothesis of every unfinished input (all
         // of them for beam search; greedy has one per input).
         let mut owners = Vec::new();

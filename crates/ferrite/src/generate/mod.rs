@@ -1,6 +1,7 @@
 //! Text generation: the KV cache, samplers, and the prefill/decode loop.
 
 pub mod beam;
+pub mod cancel;
 pub mod chat;
 pub mod kv_cache;
 pub mod sampler;

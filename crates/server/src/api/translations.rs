@@ -4,13 +4,15 @@
 //! per input in order. The translation runs on a blocking thread; a
 //! model's requests take turns (its workspace is one), and at most
 //! `--max-queue` of them wait while one runs: later ones get 429 at once
-//! rather than a blocking thread each.
+//! rather than a blocking thread each. A request whose client disconnects
+//! stops at its next decoding step (or does not start).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
+use ferrite::generate::cancel::{Cancel, CancelOnDrop};
 use ferrite::translate::{TranslateOptions, Translator};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -108,12 +110,17 @@ pub async fn handle(
         }
     };
     let _guard = state.begin();
-    // Held by the blocking task, so a request whose client went away still
-    // counts until its translation ends.
+    // Held by the blocking task: a request counts until its translation
+    // ends or, if its client went away, stops at the next step.
     let admitted = model.admit().ok_or_else(ApiError::queue_full)?;
+    let cancel = Cancel::new();
+    // This handler is dropped if the client disconnects; the flag then
+    // stops the translation (or keeps a waiting one from starting).
+    let _cancel_on_drop = CancelOnDrop(cancel.clone());
     let opts = TranslateOptions {
         beams,
         max_length,
+        cancel,
         ..Default::default()
     };
     let m = model.clone();
