@@ -12,7 +12,8 @@
 //! - `--task` gives the same vector as the prefix typed in;
 //! - retrieval: each query of a small set ranks its own document first;
 //! - long inputs: cut to the trained 2048 tokens by default, or taken up
-//!   to 8192 with `max_tokens`.
+//!   to 8192 with `max_tokens`;
+//! - a text alone has the bits it has in a batch.
 //!
 //! The tests print the measured figures.
 
@@ -191,4 +192,23 @@ fn long_inputs_are_cut_to_the_trained_length_unless_asked() {
         ..Default::default()
     };
     assert!(model.embed(&["a"], &too_long, &threads).is_err());
+}
+
+/// The real f16 model gives the same bits for a text alone as in a batch:
+/// alone a text has few rows, for which the AVX-512 set converts the f16
+/// weights inside its GEMM micro-kernel; the batch of 16 (over 48 rows)
+/// goes through converted panels. Both are the same chains of
+/// multiply-adds.
+#[test]
+fn a_text_alone_has_its_bits_in_a_batch() {
+    let model = open();
+    let mut texts: Vec<String> = texts().into_iter().take(16).collect();
+    // A query of a dozen tokens: alone, well under 48 rows.
+    texts.push("search_query: What is the capital of France?".into());
+    let batched = embed(&model, &texts, EmbedOptions::default());
+    for i in [16, 0, 5, 10, 15] {
+        let alone = embed(&model, &texts[i..=i], EmbedOptions::default());
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&alone[0]), bits(&batched[i]), "text {i}");
+    }
 }

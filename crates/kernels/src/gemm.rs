@@ -184,7 +184,7 @@ pub struct Acts<'a> {
 }
 
 impl Acts<'_> {
-    fn check(&self, k: usize) {
+    pub(crate) fn check(&self, k: usize) {
         assert!(
             self.m == 0 || (self.m - 1) * self.lda + k <= self.a.len(),
             "activations shorter than m rows of k"

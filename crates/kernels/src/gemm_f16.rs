@@ -1,9 +1,13 @@
 //! F16 weights for the f32 GEMM of `crate::gemm` (encoders from F16 GGUF
 //! or safetensors files): the weights stay in f16, half the memory of f32,
-//! in the same panel layout as [`PackedWeights`]; a product converts a few
-//! panels at a time (F16C where the kernel set has it, through
-//! `crate::dispatch::f16_to_f32_row`) into a per-thread f32 buffer that
-//! stays in the L2 cache, and runs the f32 micro-kernel on it.
+//! in the same panel layout as [`PackedWeights`]. A product converts a few
+//! panels at a time (with the set's own f16 conversion) into a per-thread
+//! f32 buffer that stays in the L2 cache, and runs the set's f32
+//! micro-kernel on it ([`gemm_f16_panels_converting`]). The AVX-512 set
+//! instead converts in the micro-kernel, as it loads each line of 16
+//! weights, when there are few activation rows (a single sentence): the
+//! buffer then costs more than the multiply-adds it serves, because each
+//! converted weight is used by only a few rows.
 //!
 //! f16 to f32 is exact, so every output value is the same chain of fused
 //! multiply-adds as with the f32-packed weights: the bits equal those of
@@ -14,7 +18,8 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use crate::gemm::{gemm_panels, Acts, OutPtr, PackedWeights, NR};
+use crate::gemm::{Acts, OutPtr, PackedWeights, NR};
+use crate::table::{F16ToF32Fn, GemmPanelsFn};
 
 /// f32 bytes of converted panels one step takes, about (fits a 512 KiB+
 /// L2 with room for activation rows; at least two panels, even for long
@@ -68,13 +73,18 @@ impl PackedF16 {
         self.bytes.len()
     }
 
+    /// Panel `p`'s first value, for the SIMD kernels.
+    pub(crate) fn panel_ptr(&self, p: usize) -> *const u16 {
+        self.bytes[2 * p * self.k * NR..].as_ptr().cast()
+    }
+
     /// Panels `panels` as f32 into `dst` (an `n' x k` matrix, `n'` the
-    /// features of those panels).
-    fn convert(&self, panels: Range<usize>, dst: &mut PackedWeights) {
+    /// features of those panels), converted by `convert`.
+    fn convert(&self, panels: Range<usize>, dst: &mut PackedWeights, convert: F16ToF32Fn) {
         let n = (panels.end * NR).min(self.n) - panels.start * NR;
         let (from, to) = (panels.start * self.k * NR, panels.end * self.k * NR);
         dst.refill(n, self.k, |values| {
-            crate::dispatch::f16_to_f32_row(&self.bytes[2 * from..2 * to], values)
+            convert(&self.bytes[2 * from..2 * to], values)
         });
     }
 }
@@ -92,7 +102,29 @@ thread_local! {
 /// out.ld + j` for every row `i < a.m` and feature `j` of those panels, and
 /// no other thread accesses those places during the call.
 pub unsafe fn gemm_f16_panels(a: Acts, w: &PackedF16, panels: Range<usize>, out: OutPtr) {
+    a.check(w.k);
     assert!(panels.end <= w.n_panels(), "panel range out of bounds");
+    assert!(
+        out.bias.is_none_or(|b| b.len() >= w.n),
+        "bias shorter than n"
+    );
+    // SAFETY: checked above; the output contract is the caller's.
+    unsafe { (crate::table::active().gemm_f16_panels.f)(a, w, panels, out) };
+}
+
+/// The product through converted panels: a few panels at a time converted
+/// by `convert` into a per-thread buffer, then multiplied by `gemm` (a
+/// set's f32 `gemm_panels`). Each set's entry names its own two kernels.
+///
+/// # Safety
+/// As [`gemm_f16_panels`], whose checks the caller has made.
+pub(crate) unsafe fn gemm_f16_panels_converting(
+    a: Acts,
+    w: &PackedF16,
+    panels: Range<usize>,
+    out: OutPtr,
+    (convert, gemm): (F16ToF32Fn, GemmPanelsFn),
+) {
     // An even number of panels: the micro-kernels run two panels at a
     // time, and a lone panel takes nearly one load per multiply-add.
     let step = (STEP_BYTES / (4 * NR * w.k.max(1))).max(2) / 2 * 2;
@@ -101,7 +133,7 @@ pub unsafe fn gemm_f16_panels(a: Acts, w: &PackedF16, panels: Range<usize>, out:
         let mut p = panels.start;
         while p < panels.end {
             let q = (p + step).min(panels.end);
-            w.convert(p..q, &mut scratch);
+            w.convert(p..q, &mut scratch, convert);
             let shifted = OutPtr {
                 // SAFETY: column p * NR of row 0 is inside the caller's
                 // output (p is one of its panels).
@@ -111,15 +143,36 @@ pub unsafe fn gemm_f16_panels(a: Acts, w: &PackedF16, panels: Range<usize>, out:
             };
             // SAFETY: the converted panels 0..q-p are the caller's panels
             // p..q, whose output places the caller lets us write.
-            unsafe { gemm_panels(a, &scratch, 0..q - p, shifted) };
+            unsafe { gemm(a, &scratch, 0..q - p, shifted) };
             p = q;
         }
     });
 }
 
+/// The scalar reference's entry: converted panels, the portable
+/// conversion and GEMM.
+///
+/// # Safety
+/// As [`gemm_f16_panels`], whose checks the caller has made.
+pub(crate) unsafe fn gemm_f16_panels_scalar(
+    a: Acts,
+    w: &PackedF16,
+    panels: Range<usize>,
+    out: OutPtr,
+) {
+    let kernels = (
+        crate::quant::float::f16_to_f32 as F16ToF32Fn,
+        crate::gemm::gemm_panels_scalar as GemmPanelsFn,
+    );
+    // SAFETY: the caller's contract, passed on.
+    unsafe { gemm_f16_panels_converting(a, w, panels, out, kernels) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::KernelSet;
+    use crate::gemm::gemm_panels;
     use crate::math::Activation;
 
     /// f16 bits of pseudo-random values in about -2..2.
@@ -136,9 +189,21 @@ mod tests {
             .collect()
     }
 
+    /// Every set's entry, on shapes that take the AVX-512 set both ways
+    /// (converting in the micro-kernel up to 48 rows, through the buffer
+    /// above), panel ranges split as two threads would: the bits of the
+    /// f32 GEMM on the converted matrix.
     #[test]
     fn equals_the_f32_gemm_on_the_converted_weights_bit_for_bit() {
-        for &(m, n, k) in &[(1, 1, 1), (7, 37, 19), (13, 100, 768), (3, 40, 3072)] {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (7, 37, 19),
+            (13, 100, 768),
+            (3, 40, 3072),
+            (48, 70, 300),
+            (49, 70, 300),
+            (100, 33, 65),
+        ] {
             let wb = f16_values(n * k, (n * k) as u64);
             let mut w32 = vec![0f32; n * k];
             crate::dispatch::f16_to_f32_row(&wb, &mut w32);
@@ -150,23 +215,35 @@ mod tests {
             let f32w = PackedWeights::pack(&w32, n, k);
             let f16w = PackedF16::pack(&wb, n, k);
             let acts = Acts { a: &a, lda: k, m };
-            let mut want = vec![0f32; m * n];
-            let mut got = vec![0f32; m * n];
             let np = f16w.n_panels();
             let out = |c: &mut Vec<f32>| OutPtr {
                 bias: Some(&bias),
                 act: Some(Activation::Silu),
                 ..OutPtr::plain(c.as_mut_ptr(), n)
             };
-            // SAFETY: both outputs are m x n and ours.
-            unsafe {
-                gemm_panels(acts, &f32w, 0..np, out(&mut want));
-                // Split in two ranges, as two threads would.
-                gemm_f16_panels(acts, &f16w, 0..np / 2, out(&mut got));
-                gemm_f16_panels(acts, &f16w, np / 2..np, out(&mut got));
-            }
+            let mut want = vec![0f32; m * n];
+            // SAFETY: the output is m x n and ours.
+            unsafe { gemm_panels(acts, &f32w, 0..np, out(&mut want)) };
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "m {m} n {n} k {k}");
+            for set in KernelSet::ALL {
+                let Some(t) = set.table() else {
+                    eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                    continue;
+                };
+                let mut got = vec![f32::NAN; m * n];
+                // SAFETY: the output is m x n and ours.
+                unsafe {
+                    // Split in two ranges, as two threads would.
+                    (t.gemm_f16_panels.f)(acts, &f16w, 0..np / 2, out(&mut got));
+                    (t.gemm_f16_panels.f)(acts, &f16w, np / 2..np, out(&mut got));
+                }
+                assert_eq!(bits(&got), bits(&want), "{} m {m} n {n} k {k}", set.name());
+            }
+            // And the public wrapper (the active set).
+            let mut got = vec![f32::NAN; m * n];
+            // SAFETY: the output is m x n and ours.
+            unsafe { gemm_f16_panels(acts, &f16w, 0..np, out(&mut got)) };
+            assert_eq!(bits(&got), bits(&want), "active set m {m} n {n} k {k}");
         }
     }
 }

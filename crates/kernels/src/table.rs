@@ -10,7 +10,7 @@
 //!
 //! Every entry gives the scalar reference's bits (see the modules of the
 //! public wrappers: `crate::math`, `crate::attend`, `crate::gemm`,
-//! `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
+//! `crate::gemm_f16`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 use crate::attend::F16Rows;
 use crate::dispatch::{active_kernel_set, KernelSet};
 use crate::gemm::{Acts, OutPtr, PackedWeights};
+use crate::gemm_f16::PackedF16;
 use crate::math::Activation;
 use crate::quant::{BlockQ8K, QK, QK_K};
 
@@ -30,6 +31,9 @@ pub struct Entry<F> {
 
 /// `crate::gemm::gemm_panels`' contract.
 pub type GemmPanelsFn = unsafe fn(Acts, &PackedWeights, Range<usize>, OutPtr);
+/// `crate::gemm_f16::gemm_f16_panels`' contract (arguments checked by the
+/// wrapper).
+pub type GemmF16PanelsFn = unsafe fn(Acts, &PackedF16, Range<usize>, OutPtr);
 /// `crate::attend::scores_f16`.
 pub type ScoresFn = fn(&[f32], usize, &[F16Rows], usize, f32, &mut [f32]);
 /// `crate::attend::weighted_sum_f16`.
@@ -54,6 +58,7 @@ pub type F16ToF32Fn = fn(&[u8], &mut [f32]);
 pub struct KernelTable {
     pub set: KernelSet,
     pub gemm_panels: Entry<GemmPanelsFn>,
+    pub gemm_f16_panels: Entry<GemmF16PanelsFn>,
     pub scores_f16: Entry<ScoresFn>,
     pub weighted_sum_f16: Entry<WeightedSumFn>,
     pub activate: Entry<ActivateFn>,
@@ -69,6 +74,7 @@ pub struct KernelTable {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
     GemmPanels,
+    GemmF16Panels,
     ScoresF16,
     WeightedSumF16,
     Activate,
@@ -81,8 +87,9 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 10] = [
+    pub const ALL: [Kernel; 11] = [
         Kernel::GemmPanels,
+        Kernel::GemmF16Panels,
         Kernel::ScoresF16,
         Kernel::WeightedSumF16,
         Kernel::Activate,
@@ -100,6 +107,7 @@ impl KernelTable {
     pub fn provider(&self, k: Kernel) -> KernelSet {
         match k {
             Kernel::GemmPanels => self.gemm_panels.by,
+            Kernel::GemmF16Panels => self.gemm_f16_panels.by,
             Kernel::ScoresF16 => self.scores_f16.by,
             Kernel::WeightedSumF16 => self.weighted_sum_f16.by,
             Kernel::Activate => self.activate.by,
@@ -119,6 +127,10 @@ impl KernelTable {
             set: by,
             gemm_panels: Entry {
                 f: crate::gemm::gemm_panels_scalar,
+                by,
+            },
+            gemm_f16_panels: Entry {
+                f: crate::gemm_f16::gemm_f16_panels_scalar,
                 by,
             },
             scores_f16: Entry {

@@ -28,7 +28,7 @@ pub(crate) mod quantize;
 pub(crate) mod rows8;
 mod table;
 
-pub(crate) use table::override_table;
+pub(crate) use table::{f16_to_f32 as f16_to_f32_entry, override_table};
 
 use std::arch::x86_64::*;
 

@@ -12,7 +12,8 @@
 //! (`dot16n`) of Q4_0, Q4_1, Q5_0 and Q8_0, sixteen rows' lanes in one
 //! 512-bit register (Q4_K and Q6_K too); the attention scores and weighted
 //! sums, four heads of a group per converted key or value row (AVX2's code
-//! with 32 registers); the f32 GEMM panels of the encoders (`gemm`); and
+//! with 32 registers); the f32 GEMM panels of the encoders (`gemm`), which
+//! also read f16 weights directly when a product has few rows; and
 //! the activations, softmax exponentials and layer norm (`math`: the
 //! portable source vectorized over 16 lanes). The same exact integers and
 //! the same f32 operation chains, so the same bits as the scalar
@@ -32,6 +33,7 @@ use crate::GgmlType;
 /// The entries of `crate::table::KernelTable` this set provides itself.
 pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::GemmPanels,
+    Kernel::GemmF16Panels,
     Kernel::ScoresF16,
     Kernel::WeightedSumF16,
     Kernel::Activate,
@@ -49,6 +51,10 @@ pub(crate) const CLAIMS: &[Kernel] = &[
 pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     let by = KernelSet::Avx512;
     t.gemm_panels = Entry { f: gemm_panels, by };
+    t.gemm_f16_panels = Entry {
+        f: gemm_f16_panels,
+        by,
+    };
     t.scores_f16 = Entry { f: scores_f16, by };
     t.weighted_sum_f16 = Entry {
         f: weighted_sum_f16,
@@ -122,6 +128,35 @@ unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: Out
     // which its caller does only on a CPU with AVX-512 (and AVX2, FMA);
     // the output contract is the caller's.
     unsafe { gemm::gemm_panels(a, w, panels, out) }
+}
+
+/// Most activation rows for which [`gemm_f16_panels`] converts the weights
+/// in the micro-kernel: each converted line of 16 weights then serves one
+/// tile of at most 12 rows, against every row through the buffer. On one
+/// Zen 4 core nomic-embed's single sentences (~20 tokens) ran at
+/// ~78 ms with the buffer, ~24% of it converting.
+const F16_DIRECT_ROWS: usize = 48;
+
+/// # Safety
+/// As `crate::gemm_f16::gemm_f16_panels` (checked by it).
+unsafe fn gemm_f16_panels(
+    a: Acts,
+    w: &crate::gemm_f16::PackedF16,
+    panels: Range<usize>,
+    out: OutPtr,
+) {
+    // SAFETY: as in `gemm_panels`; F16C is part of the set.
+    unsafe {
+        if a.m <= F16_DIRECT_ROWS {
+            gemm::gemm_panels(a, w, panels, out)
+        } else {
+            let kernels = (
+                super::avx2::f16_to_f32_entry as crate::table::F16ToF32Fn,
+                gemm_panels as crate::table::GemmPanelsFn,
+            );
+            crate::gemm_f16::gemm_f16_panels_converting(a, w, panels, out, kernels)
+        }
+    }
 }
 
 /// The AVX-512 set's kernel for weights of type `w`: AVX2's, with this

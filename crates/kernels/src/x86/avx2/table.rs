@@ -8,9 +8,10 @@ use std::ops::Range;
 use crate::attend::F16Rows;
 use crate::dispatch::KernelSet;
 use crate::gemm::{Acts, OutPtr, PackedWeights};
+use crate::gemm_f16::PackedF16;
 use crate::math::Activation;
 use crate::quant::{BlockQ8K, QK, QK_K};
-use crate::table::{Entry, KernelTable};
+use crate::table::{Entry, F16ToF32Fn, GemmPanelsFn, KernelTable};
 
 /// Replaces every entry of `t` with this set's own.
 ///
@@ -20,6 +21,10 @@ use crate::table::{Entry, KernelTable};
 pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     let by = KernelSet::Avx2;
     t.gemm_panels = Entry { f: gemm_panels, by };
+    t.gemm_f16_panels = Entry {
+        f: gemm_f16_panels,
+        by,
+    };
     t.scores_f16 = Entry { f: scores_f16, by };
     t.weighted_sum_f16 = Entry {
         f: weighted_sum_f16,
@@ -50,6 +55,14 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
 unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: OutPtr) {
     // SAFETY: see above; the output contract is the caller's.
     unsafe { super::gemm::gemm_panels(a, w, panels, out) }
+}
+
+/// # Safety
+/// As `crate::gemm_f16::gemm_f16_panels` (checked by it).
+unsafe fn gemm_f16_panels(a: Acts, w: &PackedF16, panels: Range<usize>, out: OutPtr) {
+    let kernels = (f16_to_f32 as F16ToF32Fn, gemm_panels as GemmPanelsFn);
+    // SAFETY: see above; the output contract is the caller's.
+    unsafe { crate::gemm_f16::gemm_f16_panels_converting(a, w, panels, out, kernels) }
 }
 
 fn scores_f16(
@@ -104,7 +117,7 @@ fn quantize_q8k(x: &[f32; QK_K]) -> BlockQ8K {
     unsafe { super::quantize::q8k_block(x) }.unwrap_or_else(|| BlockQ8K::from_f32_scalar(x))
 }
 
-fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
+pub(crate) fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
     // SAFETY: see above.
     unsafe { super::convert::f16_to_f32(src, dst) }
 }

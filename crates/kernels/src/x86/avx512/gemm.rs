@@ -26,7 +26,66 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::gemm::{panel_ptr, Acts, OutPtr, PackedWeights, NR};
+use crate::gemm_f16::PackedF16;
 use crate::math::Activation;
+
+/// Weights in the panel layout of `crate::gemm` (panel `p`, input `kk`,
+/// lane `l` at value `(p * k + kk) * NR + l`), as f32 or as f16 values
+/// that the micro-kernel converts as it loads them (exact, so the same
+/// chain of multiply-adds and the same bits).
+pub(crate) trait Panels {
+    /// One stored value.
+    type Value;
+    /// Output features.
+    fn n(&self) -> usize;
+    /// Input features.
+    fn k(&self) -> usize;
+    /// Panel `p`'s first value.
+    fn panel(&self, p: usize) -> *const Self::Value;
+    /// The 16 values at `at`, as f32.
+    ///
+    /// # Safety
+    /// AVX512F, AVX2, FMA and F16C; 16 values readable at `at`.
+    unsafe fn load16(at: *const Self::Value) -> __m512;
+}
+
+impl Panels for PackedWeights {
+    type Value = f32;
+    fn n(&self) -> usize {
+        PackedWeights::n(self)
+    }
+    fn k(&self) -> usize {
+        PackedWeights::k(self)
+    }
+    fn panel(&self, p: usize) -> *const f32 {
+        panel_ptr(self, p)
+    }
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load16(at: *const f32) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_loadu_ps(at) }
+    }
+}
+
+impl Panels for PackedF16 {
+    type Value = u16;
+    fn n(&self) -> usize {
+        PackedF16::n(self)
+    }
+    fn k(&self) -> usize {
+        PackedF16::k(self)
+    }
+    fn panel(&self, p: usize) -> *const u16 {
+        self.panel_ptr(p)
+    }
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load16(at: *const u16) -> __m512 {
+        // SAFETY: the caller's contract (32 bytes, no alignment needed).
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(at.cast())) }
+    }
+}
 
 /// Most activation rows per micro-kernel call.
 const MR: usize = 12;
@@ -89,11 +148,11 @@ thread_local! {
 /// the L1 cache), for each pair of panels: one micro-kernel call.
 ///
 /// # Safety
-/// The CPU must support AVX512F, AVX2 and FMA; the output contract is that
+/// The CPU must support AVX512F, AVX2, FMA and F16C; the output contract is that
 /// of `crate::gemm::gemm_panels` (the activations were bounds-checked
 /// there).
-#[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: OutPtr) {
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_panels<W: Panels>(a: Acts, w: &W, panels: Range<usize>, out: OutPtr) {
     if a.m == 0 {
         return;
     }
@@ -102,7 +161,7 @@ pub(crate) unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize
     let kc = k.div_ceil(n_blocks).max(1);
     // Blocks of nearly equal size, each an even number of panels (so that
     // every tile but a range's last covers two).
-    let most = (B_BLOCK_BYTES / (4 * NR * kc)).max(2);
+    let most = (B_BLOCK_BYTES / (size_of::<W::Value>() * NR * kc)).max(2);
     let n_panel_blocks = panels.len().div_ceil(most).max(1);
     let block_panels = panels.len().div_ceil(n_panel_blocks).next_multiple_of(2);
     // Row groups and their tiles of nearly equal height (25 rows as 9 + 8
@@ -180,15 +239,15 @@ struct Block {
 ///
 /// # Safety
 /// As [`gemm_panels`].
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn tile_panels(w: &PackedWeights, b: Block, out: OutPtr) {
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn tile_panels<W: Panels>(w: &W, b: Block, out: OutPtr) {
     let i = b.rows.start;
     let mut p = b.panels.start;
     while p < b.panels.end {
         let two = p + 1 < b.panels.end;
         let cols = (w.n() - p * NR).min(if two { 2 * NR } else { NR });
-        let b0 = panel_ptr(w, p);
-        let b1 = if two { panel_ptr(w, p + 1) } else { b0 };
+        let b0 = w.panel(p);
+        let b1 = if two { w.panel(p + 1) } else { b0 };
         // SAFETY: `b.a` holds the tile's rows for `ks`; each panel has k
         // lines of 16; the output places are the caller's to write.
         unsafe {
@@ -205,9 +264,9 @@ unsafe fn tile_panels(w: &PackedWeights, b: Block, out: OutPtr) {
                 act: out.act,
             };
             if two {
-                tile_rows::<2>(b.rows.len(), t);
+                tile_rows::<2, W>(b.rows.len(), t);
             } else {
-                tile_rows::<1>(b.rows.len(), t);
+                tile_rows::<1, W>(b.rows.len(), t);
             }
         }
         p += if two { 2 } else { 1 };
@@ -226,14 +285,14 @@ fn pack_rows(a: Acts, rows: Range<usize>, ks: Range<usize>, packed: &mut [f32]) 
 }
 
 /// One micro-kernel call's operands.
-struct Tile<'a> {
+struct Tile<'a, V> {
     /// The tile's first row at input `ks.start`; row `r` at `a + r *
     /// lda`.
     a: *const f32,
     lda: usize,
     /// The panels: `k` lines of 16 values each (the second is read only
     /// by two-panel tiles).
-    b: [*const f32; 2],
+    b: [*const V; 2],
     /// The inputs of this call: the chain continues from the partial sums
     /// in the output unless `ks` starts at 0.
     ks: Range<usize>,
@@ -252,24 +311,24 @@ struct Tile<'a> {
 ///
 /// # Safety
 /// As [`tile`].
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn tile_rows<const P: usize>(rows: usize, t: Tile) {
+unsafe fn tile_rows<const P: usize, W: Panels>(rows: usize, t: Tile<W::Value>) {
     // SAFETY: the caller's contract, passed on.
     unsafe {
         match rows {
-            12 => tile::<12, P>(t),
-            11 => tile::<11, P>(t),
-            10 => tile::<10, P>(t),
-            9 => tile::<9, P>(t),
-            8 => tile::<8, P>(t),
-            7 => tile::<7, P>(t),
-            6 => tile::<6, P>(t),
-            5 => tile::<5, P>(t),
-            4 => tile::<4, P>(t),
-            3 => tile::<3, P>(t),
-            2 => tile::<2, P>(t),
-            _ => tile::<1, P>(t),
+            12 => tile::<12, P, W>(t),
+            11 => tile::<11, P, W>(t),
+            10 => tile::<10, P, W>(t),
+            9 => tile::<9, P, W>(t),
+            8 => tile::<8, P, W>(t),
+            7 => tile::<7, P, W>(t),
+            6 => tile::<6, P, W>(t),
+            5 => tile::<5, P, W>(t),
+            4 => tile::<4, P, W>(t),
+            3 => tile::<3, P, W>(t),
+            2 => tile::<2, P, W>(t),
+            _ => tile::<1, P, W>(t),
         }
     }
 }
@@ -277,12 +336,12 @@ unsafe fn tile_rows<const P: usize>(rows: usize, t: Tile) {
 /// `R` rows by `P` panels.
 ///
 /// # Safety
-/// AVX512F, AVX2 and FMA; `t.a` readable for `R` rows of `ks.len()`
+/// AVX512F, AVX2, FMA and F16C; `t.a` readable for `R` rows of `ks.len()`
 /// values `t.lda` apart, `t.b[..P]` for `k` lines each, `t.c` readable and
 /// writable for `R` rows of `cols` values.
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const R: usize, const P: usize>(t: Tile) {
+unsafe fn tile<const R: usize, const P: usize, W: Panels>(t: Tile<W::Value>) {
     // Lanes of each panel that are output features.
     let masks: [__mmask16; P] = std::array::from_fn(|q| {
         let live = t.cols.saturating_sub(q * NR).min(NR);
@@ -306,7 +365,7 @@ unsafe fn tile<const R: usize, const P: usize>(t: Tile) {
         // SAFETY: line kk of each panel and value j of each packed row
         // are in bounds by the function's contract.
         unsafe {
-            let b: [__m512; P] = std::array::from_fn(|q| _mm512_loadu_ps(t.b[q].add(kk * NR)));
+            let b: [__m512; P] = std::array::from_fn(|q| W::load16(t.b[q].add(kk * NR)));
             for (acc_r, row) in acc.iter_mut().zip(&row_ptrs) {
                 let x = _mm512_set1_ps(*row.add(j));
                 for (a, &bq) in acc_r.iter_mut().zip(&b) {
