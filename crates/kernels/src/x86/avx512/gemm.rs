@@ -92,18 +92,23 @@ const MR: usize = 12;
 
 /// Longest `k` walked in one go; longer rows are split into blocks of
 /// nearly equal length, none longer than this. A tile's activations for
-/// one block (12 rows of 384 values, 18 KiB) stay in the L1 cache while
-/// the panels of a block go past them.
-const KC: usize = 384;
+/// one block (12 rows of up to 768 values, 36 KiB) come from the L1 and
+/// L2 caches while the panels of a block go past them. Blocks of at most
+/// 384 (18 KiB, all in the L1 cache) were 1-5% slower on one Zen 4 core
+/// for the 768-wide encoders (mpnet, nomic: `k` = 768 in one block
+/// instead of two, 3072 in four instead of eight), `gemm_bench mpnet`
+/// medians of 6 alternating runs: 800x768x768 107.0 -> 111.2 GFLOP/s,
+/// 800x3072x768 104.5 -> 110.1, 800x768x3072 105.3 -> 107.7.
+const KC: usize = 768;
 
 /// Distance between two packed activation rows: [`KC`] and one cache
 /// line, so that the twelve rows of a tile fall in different L1 sets.
 const PACK_LD: usize = KC + 16;
 
 /// Most activation rows packed and walked together: a group's packed
-/// rows of one `k` block (up to 300 KiB), its outputs for one block of
+/// rows of one `k` block (up to 600 KiB), its outputs for one block of
 /// panels (up to 192 KiB) and that block ([`B_BLOCK_BYTES`]) share the
-/// 1 MiB L2 cache of a Zen 4 core.
+/// 1 MiB L2 cache of a Zen 4 core as far as they can.
 const MC: usize = 192;
 
 /// Fewest panels for which the activations are copied: a copy of the
