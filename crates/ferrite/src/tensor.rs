@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use ferrite_kernels::dot::interleave::{self, RowOf, MAX_GROUP_ROWS};
 use ferrite_kernels::dot::{vec_dot_kernel, GroupKernels, VecDotKernel};
-use ferrite_kernels::quant::{dequantize, quantize};
+use ferrite_kernels::quant::{
+    act_panels, dequantize, quantize, ActBlockFacts, BlockQ8_0, ACT_PANEL_ROWS,
+};
 use ferrite_kernels::GgmlType;
 
 use crate::formats::gguf::GgufFile;
@@ -399,6 +401,11 @@ pub struct QuantizedActs {
     row_bytes: usize,
     /// Backed by u64 so that f32 activations are 4-byte aligned.
     buf: Vec<u64>,
+    /// For Q8_0 rows (sixteen or more): the rows again in panels for the
+    /// many-row kernels ([`act_panels`]: blocks of sixteen rows side by
+    /// side, with their scales as f32 and their sums), worked out once
+    /// here instead of once per group of weight rows.
+    facts: Vec<ActBlockFacts>,
 }
 
 impl QuantizedActs {
@@ -406,6 +413,25 @@ impl QuantizedActs {
     /// the rows split across `threads` (each row is quantized on its own,
     /// so the bytes do not depend on the split).
     pub fn quantize(
+        &mut self,
+        ty: GgmlType,
+        x: &[f32],
+        cols: usize,
+        threads: &Threads,
+    ) -> Result<(), Error> {
+        self.facts.clear();
+        self.quantize_rows(ty, x, cols, threads)?;
+        let n_tokens = x.len() / cols.max(1);
+        if ty == GgmlType::Q8_0 && n_tokens >= ACT_PANEL_ROWS {
+            let mut facts = std::mem::take(&mut self.facts);
+            act_panels(self.rows(0..n_tokens), self.row_bytes, &mut facts);
+            self.facts = facts;
+        }
+        Ok(())
+    }
+
+    /// [`QuantizedActs::quantize`] but for the facts.
+    fn quantize_rows(
         &mut self,
         ty: GgmlType,
         x: &[f32],
@@ -512,6 +538,19 @@ impl QuantizedActs {
     /// Rows `tokens`, one after the other.
     fn rows(&self, tokens: Range<usize>) -> &[u8] {
         &self.bytes()[tokens.start * self.row_bytes..tokens.end * self.row_bytes]
+    }
+
+    /// The panels of rows `tokens` (see `facts`): those of its whole
+    /// panels, or nothing unless it starts on a panel.
+    fn facts(&self, tokens: Range<usize>) -> &[ActBlockFacts] {
+        let per_row = self.row_bytes / std::mem::size_of::<BlockQ8_0>();
+        if !tokens.start.is_multiple_of(ACT_PANEL_ROWS) {
+            return &[];
+        }
+        let end = (tokens.start * per_row + tokens.len() * per_row).min(self.facts.len());
+        self.facts
+            .get(tokens.start * per_row..end)
+            .unwrap_or_default()
     }
 }
 
@@ -701,7 +740,7 @@ impl Linear {
                         let mut buf = [[0f32; 16]; CHUNK];
                         let part = &mut buf[..t1 - t0];
                         if let Some(dot16n) = two {
-                            dot16n(w, a, ab, part);
+                            dot16n(w, a, ab, acts.facts(t0..t1), part);
                         } else if let Some(dot8n) = eight {
                             let mut eights = [[0f32; 8]; CHUNK];
                             dot8n(w, a, ab, &mut eights[..t1 - t0]);

@@ -125,7 +125,16 @@ pub enum GroupKernels {
 pub type Dot8NFn = fn(group: &[u8], acts: &[u8], act_row_bytes: usize, out: &mut [[f32; 8]]);
 
 /// A many-row kernel of two eight-row groups, as in [`VecDotKernel::dot16n`].
-pub type Dot16NFn = fn(groups: &[u8], acts: &[u8], act_row_bytes: usize, out: &mut [[f32; 16]]);
+/// `facts` are the [`act_panels`](crate::quant::act_panels) of `acts` (from its first row) when the
+/// activations are Q8_0, or empty: a kernel may read them instead of the rows (the same bits either way;
+/// a kernel checks their length, never trusts it).
+pub type Dot16NFn = fn(
+    groups: &[u8],
+    acts: &[u8],
+    act_row_bytes: usize,
+    facts: &[crate::quant::ActBlockFacts],
+    out: &mut [[f32; 16]],
+);
 
 /// A sixteen-row kernel, as in [`VecDotKernel::dot16`].
 pub type Dot16Fn = fn(group: &[u8], act: &[u8], out: &mut [f32; 16]);

@@ -45,6 +45,58 @@ pub(crate) fn quantize_q8_scalar(x: &[f32; QK]) -> (f32, [i8; QK]) {
     (d, qs)
 }
 
+/// Rows per panel of [`act_panels`].
+pub const ACT_PANEL_ROWS: usize = 16;
+
+/// One Q8_0 activation block as the many-row kernels read it from a panel
+/// ([`act_panels`]): its values, its scale as f32 (exactly the f16's value)
+/// and `-128 * sum(qs)`, the start of an integer sum that then adds
+/// `sum((w + 128) * q)` (unsigned times signed, as VNNI's `vpdpbusd`
+/// multiplies) to leave `sum(w * q)`. Worked out once per product instead
+/// of once per group of weight rows (a 61,950-row output layer has 3,872
+/// sixteen-row groups, each of which would convert the same scales and sum
+/// the same bytes again).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ActBlockFacts {
+    pub d: f32,
+    pub offset: i32,
+    pub qs: [i8; QK],
+}
+
+/// Q8_0 activation rows laid out for the many-row kernels: `acts` holds
+/// rows of `row_bytes` bytes one after the other, and `out` receives, for
+/// each run of [`ACT_PANEL_ROWS`] whole rows (a panel; rows after the last
+/// whole panel are left out), block 0 of each of its rows, then block 1 of
+/// each, and so on: row `t`'s block `b` at
+/// `(t / 16 * n + b) * 16 + t % 16`, `n = row_bytes / 34`. A kernel then
+/// walks one pointer through the panel, the sixteen rows' blocks side by
+/// side.
+pub fn act_panels(acts: &[u8], row_bytes: usize, out: &mut Vec<ActBlockFacts>) {
+    out.clear();
+    let size = std::mem::size_of::<BlockQ8_0>();
+    let n = row_bytes / size;
+    if n == 0 {
+        return;
+    }
+    for panel in acts.chunks_exact(ACT_PANEL_ROWS * row_bytes) {
+        for b in 0..n {
+            out.extend(panel.chunks_exact(row_bytes).map(|row| {
+                let block = &row[b * size..(b + 1) * size];
+                let mut qs = [0i8; QK];
+                for (q, &byte) in qs.iter_mut().zip(&block[2..]) {
+                    *q = byte as i8;
+                }
+                ActBlockFacts {
+                    d: f16_le([block[0], block[1]]),
+                    offset: -128 * qs.iter().map(|&q| i32::from(q)).sum::<i32>(),
+                    qs,
+                }
+            }));
+        }
+    }
+}
+
 impl BlockQ8_0 {
     /// The scale as f32.
     pub fn d(&self) -> f32 {

@@ -20,7 +20,7 @@ use super::{
     q6_k_values, w_scales, x4, Act8, Legacy, Rows8, Small, ROWS, TOKENS,
 };
 use crate::dot::Dot16NFn;
-use crate::quant::{BlockQ8K, BlockQ8_0};
+use crate::quant::{ActBlockFacts, BlockQ8K, BlockQ8_0};
 use crate::GgmlType;
 
 /// The two-group kernel for weights of type `w`, if there is one.
@@ -38,7 +38,13 @@ pub(crate) fn kernel16n_vnni_fn(w: GgmlType) -> Option<Dot16NFn> {
 }
 
 /// Q4_0 x Q8_0, two groups, many activation rows.
-fn q4_0_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+fn q4_0_x16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    _facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
     // SAFETY: handed out only by `avx512::vec_dot_kernel`, whose callers
     // have checked that the CPU supports AVX2, FMA, F16C, AVX512F/BW/VL
     // and AVX512-VNNI.
@@ -46,31 +52,61 @@ fn q4_0_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * RO
 }
 
 /// Q4_1 x Q8_1, two groups, many activation rows.
-fn q4_1_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+fn q4_1_x16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    _facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
     // SAFETY: as in `q4_0_x16n`.
     unsafe { dot16n::<super::Q4_1>(groups, acts, act_row, out) }
 }
 
 /// Q5_0 x Q8_0, two groups, many activation rows.
-fn q5_0_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+fn q5_0_x16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    _facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
     // SAFETY: as in `q4_0_x16n`.
     unsafe { dot16n::<super::Q5_0>(groups, acts, act_row, out) }
 }
 
 /// Q8_0 x Q8_0 (read as `w + 128`), two groups, many activation rows.
-fn q8_0_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+fn q8_0_x16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
     // SAFETY: as in `q4_0_x16n`.
-    unsafe { q8_0_dot16n(groups, acts, act_row, out) }
+    unsafe { q8_0_dot16n(groups, acts, act_row, facts, out) }
 }
 
 /// Q4_K x Q8_K, two groups, many activation rows.
-fn q4_k_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+fn q4_k_x16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    _facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
     // SAFETY: as in `q4_0_x16n`.
     unsafe { q4_k_dot16n(groups, acts, act_row, out) }
 }
 
 /// Q6_K x Q8_K, two groups, many activation rows.
-fn q6_k_x16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+fn q6_k_x16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    _facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
     // SAFETY: as in `q4_0_x16n`.
     unsafe { q6_k_dot16n(groups, acts, act_row, out) }
 }
@@ -163,10 +199,18 @@ unsafe fn dot16n<K: Small>(
 /// registers: a fixed number of rows, so the loop over them unrolls
 /// (the general loop, with its rows of any length, keeps them on the
 /// stack: a load and a store per block and row). Other passes (fewer or
-/// shorter rows) run [`dot16n`].
+/// shorter rows) run [`dot16n`]. A pass whose rows' panel is in `facts`
+/// ([`act_panels`](crate::quant::act_panels) of `acts`) reads the panel
+/// instead: the same values, scales and starting sums, already worked out.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn q8_0_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+unsafe fn q8_0_dot16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
     type K = super::q8_0::Q8_0Vnni;
     let step = ROWS * <K as Rows8>::BLOCK;
     let half = groups.len() / 2 / step * step;
@@ -189,22 +233,23 @@ unsafe fn q8_0_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f3
             std::array::from_fn(|t| unsafe { acts.as_ptr().add(start + t * act_row).cast() });
         let mut acc = [_mm512_setzero_ps(); TOKENS];
         let mut starts = [0i32; 4 * TOKENS];
+        // The pass's panel (row t's block b at b * TOKENS + t), if the
+        // caller laid the activations out so.
+        let per_row = act_row / std::mem::size_of::<BlockQ8_0>();
+        let panel = facts.get(c * TOKENS * per_row..(c + 1) * TOKENS * per_row);
         for (b, (wa, wb)) in ga.chunks_exact(step).zip(gb.chunks_exact(step)).enumerate() {
-            q8_0_starts(&rows, b, &mut starts);
             let (qa, qb) = (K::values(wa), K::values(wb));
             let q: [__m512i; 8] = std::array::from_fn(|i| join_i(qa[i], qb[i]));
             let ([da, _], [db, _]) = (w_scales::<K>(wa), w_scales::<K>(wb));
             let d_w = join_f(da, db);
-            // One row's block, added to its sum: [`dot16n`]'s operations.
+            // One row's block, added to its sum: [`dot16n`]'s operations,
+            // on the values `$x`, with the sum starting at `$start` =
+            // -128 * sum(x) (so that adding sum((w + 128) * x) leaves
+            // sum(w * x)) and the activation scale `$d_x` in all lanes.
             macro_rules! row {
-                ($t:literal) => {{
-                    // SAFETY: b < n, and every row has at least n whole
-                    // blocks in `acts` (checked above).
-                    let a = unsafe { &*rows[$t].add(b) };
-                    let x = a.qs();
-                    // The sum starts at -128 * sum(x), so that adding
-                    // sum((w + 128) * x) leaves sum(w * x).
-                    let mut sums = _mm512_set1_epi32(starts[START_LANE[$t]]);
+                ($t:literal, $x:expr, $start:expr, $d_x:expr) => {{
+                    let x: &[i8] = $x($t);
+                    let mut sums = _mm512_set1_epi32($start($t));
                     for c in 0..4 {
                         let x_lo = _mm512_set1_epi32(x4(x, 4 * c));
                         let x_hi = _mm512_set1_epi32(x4(x, 16 + 4 * c));
@@ -212,29 +257,48 @@ unsafe fn q8_0_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f3
                         sums = _mm512_dpbusd_epi32(sums, q[2 * c + 1], x_hi);
                     }
                     let isum = _mm512_cvtepi32_ps(sums);
-                    let [d_x, _] = K::a_scales(a);
-                    let term = _mm512_mul_ps(_mm512_mul_ps(d_w, f16_splat16(d_x)), isum);
+                    let term = _mm512_mul_ps(_mm512_mul_ps(d_w, $d_x($t)), isum);
                     acc[$t] = _mm512_add_ps(acc[$t], term);
                 }};
             }
             // Constant indices, so that the sums stay in registers.
-            const { assert!(TOKENS == 16) };
-            row!(0);
-            row!(1);
-            row!(2);
-            row!(3);
-            row!(4);
-            row!(5);
-            row!(6);
-            row!(7);
-            row!(8);
-            row!(9);
-            row!(10);
-            row!(11);
-            row!(12);
-            row!(13);
-            row!(14);
-            row!(15);
+            macro_rules! all_rows {
+                ($x:expr, $start:expr, $d_x:expr) => {{
+                    const { assert!(TOKENS == 16) };
+                    row!(0, $x, $start, $d_x);
+                    row!(1, $x, $start, $d_x);
+                    row!(2, $x, $start, $d_x);
+                    row!(3, $x, $start, $d_x);
+                    row!(4, $x, $start, $d_x);
+                    row!(5, $x, $start, $d_x);
+                    row!(6, $x, $start, $d_x);
+                    row!(7, $x, $start, $d_x);
+                    row!(8, $x, $start, $d_x);
+                    row!(9, $x, $start, $d_x);
+                    row!(10, $x, $start, $d_x);
+                    row!(11, $x, $start, $d_x);
+                    row!(12, $x, $start, $d_x);
+                    row!(13, $x, $start, $d_x);
+                    row!(14, $x, $start, $d_x);
+                    row!(15, $x, $start, $d_x);
+                }};
+            }
+            if let Some(panel) = panel {
+                // SAFETY: b < n <= per_row and t < TOKENS, so the index is
+                // below TOKENS * per_row, the panel's length.
+                let block = |t: usize| unsafe { panel.get_unchecked(b * TOKENS + t) };
+                all_rows!(|t| &block(t).qs[..], |t| block(t).offset, |t| {
+                    _mm512_set1_ps(block(t).d)
+                });
+            } else {
+                q8_0_starts(&rows, b, &mut starts);
+                // SAFETY: b < n, and every row has at least n whole blocks
+                // in `acts` (checked above).
+                let block = |t: usize| unsafe { &*rows[t].add(b) };
+                all_rows!(|t| block(t).qs(), |t: usize| starts[START_LANE[t]], |t| {
+                    f16_splat16(K::a_scales(block(t))[0])
+                });
+            }
         }
         store_rows(chunk, &acc);
     }
