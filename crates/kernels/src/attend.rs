@@ -134,13 +134,8 @@ mod tests {
 
     #[test]
     fn fast_loops_match_the_reference_bit_for_bit() {
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        };
+        let mut rng = crate::xorshift(0x1234_5678_9abc_def0);
+        let mut next = move || ((rng() >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0;
         for head_dim in [1, 7, 8, 31, 32, 64, 72, 256] {
             for n in [1usize, 2, 5, 33] {
                 let kv_dim = head_dim * 3 + 5;

@@ -17,3 +17,15 @@ pub mod table;
 mod x86;
 
 pub use quant::GgmlType;
+
+/// A xorshift64 generator for the unit tests' random inputs: the same
+/// numbers on every run and machine.
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}

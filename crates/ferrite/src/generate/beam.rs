@@ -30,7 +30,7 @@
 //! Reference: huggingface/transformers `generation/utils.py`
 //! (`_beam_search`, `_sample`), `generation/logits_process.py`.
 
-use ferrite_kernels::math::exp_shifted_sum;
+use ferrite_kernels::math::{argmax_first, exp_shifted_sum, max_value};
 
 use super::cancel::Cancel;
 use crate::models::seq2seq::forward::{add_logits_bias, Encoded, HypCache, StepRow, Workspace};
@@ -98,7 +98,7 @@ impl Default for SearchOptions {
 /// is scratch for the exponentials, which the kernels' vectorized
 /// `exp_shifted_sum` computes and sums (the same bits in every kernel set).
 fn log_softmax(x: &mut [f32], exps: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = max_value(x);
     if max == f32::NEG_INFINITY {
         return;
     }
@@ -323,12 +323,7 @@ fn score_rows(searches: &[Search], rows: Rows, rules: Rules, threads: &Threads) 
             picked.clear();
             if k == 1 {
                 process(opts, rules.eos, &h.seq, row);
-                let mut best = 0;
-                for (t, &v) in row.iter().enumerate() {
-                    if v > row[best] {
-                        best = t;
-                    }
-                }
+                let best = argmax_first(row);
                 picked.extend(row.get(best).map(|&v| (best, v)));
                 continue;
             }

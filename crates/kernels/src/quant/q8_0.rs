@@ -128,13 +128,7 @@ mod simd_tests {
 
     #[test]
     fn fast_block_quantization_matches_scalar() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::xorshift(0x2545_f491_4f6c_dd1du64);
         let mut blocks: Vec<[f32; QK]> = Vec::new();
         for case in 0..20_000 {
             let scale = [1e-30f32, 1e-3, 1.0, 3.0, 1e6, 3e38][case % 6];

@@ -103,13 +103,7 @@ mod set_tests {
     /// non-finite ones.
     #[test]
     fn every_set_quantizes_q8k_blocks_like_the_scalar_reference() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15u64);
         let mut blocks: Vec<[f32; QK_K]> = Vec::new();
         for k in 0..300 {
             let scale = f32::from_bits(((next() % 60) as u32 + 100) << 23);
