@@ -423,9 +423,9 @@ def run_ferrite(cmd, timeout):
     return p.stdout, None
 
 
-def ferrite_bench(ferrite, model_dir, texts_file, batch_size, threads, reps, timeout):
+def ferrite_bench(ferrite, model_dir, texts_file, batch_size, threads, reps, timeout, bf16=False):
     cmd = [ferrite, "bench", str(model_dir), "--texts", str(texts_file), "--batch-size",
-           str(batch_size), "-t", str(threads), "-r", str(reps), "--json"]
+           str(batch_size), "-t", str(threads), "-r", str(reps), "--json"] + (["--bf16"] if bf16 else [])
     out, err = run_ferrite(cmd, timeout)
     if err:
         return cmd, None, err
@@ -576,6 +576,8 @@ def parse_args():
     ap.add_argument("--ferrite", default=str(ROOT / "target" / "release" / "ferrite"),
                     help="the ferrite binary ('' to leave ferrite out)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per ferrite command")
+    ap.add_argument("--bf16", action="store_true",
+                    help="time ferrite with --bf16 (bf16 products, AVX512-BF16 only; not the f32 results)")
     a = ap.parse_args()
     if a.onnx is None:
         a.onnx = ONNX_CACHE / f"{a.model.name}.onnx"
@@ -685,7 +687,8 @@ def main():
                     if ferrite_error:
                         line.append("ferrite missing")
                         continue
-                    cmd, r, err = ferrite_bench(a.ferrite, a.model, texts_file, a.batch_size, t, a.reps, a.timeout)
+                    cmd, r, err = ferrite_bench(a.ferrite, a.model, texts_file, a.batch_size, t, a.reps, a.timeout,
+                                                 a.bf16)
                     ferrite_cmds[t] = shlex.join(cmd)
                     if err:
                         ferrite_error = f"`{shlex.join(cmd)}` failed: {err}"

@@ -183,9 +183,9 @@ def check_ort(ort):
     return float(cos.min())
 
 
-def ferrite_run(ferrite, texts_file, threads, batch):
+def ferrite_run(ferrite, texts_file, threads, batch, bf16=False):
     cmd = [ferrite, "bench", str(GGUF), "--texts", str(texts_file), "-t", str(threads),
-           "--batch-size", str(batch), "-r", "1", "--json"]
+           "--batch-size", str(batch), "-r", "1", "--json"] + (["--bf16"] if bf16 else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["sent_per_s"]
 
@@ -223,6 +223,8 @@ def main():
     ap.add_argument("--n", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--ferrite", default=str(ROOT / "target" / "release" / "ferrite"))
+    ap.add_argument("--bf16", action="store_true",
+                    help="time ferrite with --bf16 (bf16 products, AVX512-BF16 only; not the f32 results)")
     a = ap.parse_args()
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -264,7 +266,7 @@ def main():
     hows = set()
     for r in range(a.rounds):
         load = os.getloadavg()[0]
-        figures["ferrite"].append(ferrite_run(a.ferrite, texts_file, a.threads, a.batch_size))
+        figures["ferrite"].append(ferrite_run(a.ferrite, texts_file, a.threads, a.batch_size, a.bf16))
         time.sleep(0.5)
         for fa in ("off", "on"):
             speed, how = llama_run(texts_file, one_file, len(texts), a.threads, fa)

@@ -127,6 +127,14 @@ impl PackedWeights {
         self.lines.resize(n_panels * k, Line([0.0; NR]));
     }
 
+    /// Row `j` of the matrix (output feature `j`'s `k` weights) into `out`.
+    pub fn row(&self, j: usize, out: &mut [f32]) {
+        let (panel, lane) = (self.panel(j / NR), j % NR);
+        for (o, line) in out.iter_mut().zip(panel) {
+            *o = line.0[lane];
+        }
+    }
+
     /// Output features.
     pub fn n(&self) -> usize {
         self.n

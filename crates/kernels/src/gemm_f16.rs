@@ -38,6 +38,16 @@ pub struct PackedF16 {
 }
 
 impl PackedF16 {
+    /// Row `j` of the matrix (output feature `j`'s `k` weights) as f32
+    /// (exactly) into `out`.
+    pub fn row(&self, j: usize, out: &mut [f32]) {
+        let (p, lane) = (j / NR, j % NR);
+        for (kk, o) in out.iter_mut().enumerate().take(self.k) {
+            let at = 2 * ((p * self.k + kk) * NR + lane);
+            *o = crate::quant::float::f16_le([self.bytes[at], self.bytes[at + 1]]);
+        }
+    }
+
     /// Packs `src`, `n` rows of `k` little-endian f16 values (2 bytes each).
     pub fn pack(src: &[u8], n: usize, k: usize) -> PackedF16 {
         assert_eq!(src.len(), 2 * n * k, "f16 weights are not n x k");

@@ -9,6 +9,7 @@ pub mod attend;
 pub mod dispatch;
 pub mod dot;
 pub mod gemm;
+pub mod gemm_bf16;
 pub mod gemm_f16;
 pub mod math;
 pub mod quant;

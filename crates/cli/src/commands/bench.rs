@@ -46,6 +46,9 @@ pub struct Args {
     /// Inputs per encoder call (with --texts).
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
+    /// With --texts: bf16 products (see `ferrite embed --bf16`).
+    #[arg(long)]
+    bf16: bool,
 }
 
 /// Mean and sample standard deviation of the per-repetition rates (tokens/s).
@@ -172,6 +175,7 @@ pub fn run(args: Args) -> Result<(), String> {
             threads: args.threads,
             reps: args.reps,
             json: args.json,
+            bf16: args.bf16,
         });
     }
     let loaded = load(args.model.as_deref())?;

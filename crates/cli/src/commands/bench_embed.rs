@@ -25,6 +25,7 @@ pub struct EmbedBench<'a> {
     pub threads: Option<usize>,
     pub reps: usize,
     pub json: bool,
+    pub bf16: bool,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -37,7 +38,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(b: EmbedBench) -> Result<(), String> {
-    let embedder = load(b.model)?;
+    let embedder = load(b.model, b.bf16)?;
     let texts = read_lines(Some(b.texts))?;
     if texts.is_empty() {
         return Err(format!("{}: no texts", b.texts));
@@ -75,10 +76,15 @@ pub fn run(b: EmbedBench) -> Result<(), String> {
     }
     let single_ms = median(times);
 
+    let kernels = if b.bf16 {
+        format!("{}+bf16", kernel_set_name())
+    } else {
+        kernel_set_name().to_string()
+    };
     let text = if b.json {
         let json = serde_json::json!({
             "model": embedder.source.display().to_string(),
-            "kernels": kernel_set_name(),
+            "kernels": kernels,
             "threads": threads.count(),
             "batch_size": b.batch_size,
             "sentences": refs.len(),
@@ -96,7 +102,7 @@ pub fn run(b: EmbedBench) -> Result<(), String> {
              | {} | {} | {} | {} | {:.1} | {:.2} |\n",
             few.len(),
             embedder.source.display(),
-            kernel_set_name(),
+            kernels,
             threads.count(),
             b.batch_size,
             mean,

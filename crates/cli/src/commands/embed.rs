@@ -68,6 +68,11 @@ pub struct Flags {
     /// scaling past 2048).
     #[arg(long)]
     max_tokens: Option<usize>,
+    /// Multiply in bf16 (weights and layer inputs rounded to bf16, sums in
+    /// f32) on CPUs with AVX512-BF16: up to twice as fast, not the f32
+    /// results (cosine >= 0.9999 to them on MiniLM and mpnet).
+    #[arg(long)]
+    pub bf16: bool,
 }
 
 impl Flags {
@@ -106,10 +111,15 @@ pub fn batch_size(n: usize) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Loads an embedding model by path or short name.
-pub fn load(model: Option<&str>) -> Result<Embedder, String> {
+/// Loads an embedding model by path or short name, for bf16 products if
+/// `bf16`.
+pub fn load(model: Option<&str>, bf16: bool) -> Result<Embedder, String> {
     let path = model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL))?;
-    Embedder::open(&path).map_err(|e| e.to_string())
+    let mut embedder = Embedder::open(&path).map_err(|e| e.to_string())?;
+    if bf16 {
+        embedder.use_bf16().map_err(|e| format!("--bf16: {e}"))?;
+    }
+    Ok(embedder)
 }
 
 /// Reads texts, one per line (`\n` or `\r\n` endings), from a file or `-`.
@@ -150,7 +160,7 @@ pub fn run(args: Args) -> Result<(), String> {
         return Err("--format npy needs --output FILE".into());
     }
     let opts = args.flags.options()?;
-    let embedder = load(args.model.as_deref())?;
+    let embedder = load(args.model.as_deref(), args.flags.bf16)?;
     let texts = read_lines(args.input.as_deref())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let threads = args.threads.map_or_else(Threads::all_cores, Threads::new);

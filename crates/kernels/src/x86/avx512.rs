@@ -20,6 +20,7 @@
 //! reference.
 
 mod gemm;
+mod gemm_bf16;
 mod math;
 
 use std::ops::Range;
@@ -184,4 +185,20 @@ pub(crate) fn overrides(w: GgmlType) -> bool {
     super::avx2::rows8::kernel8n_vnni_fn(w).is_some()
         || super::avx2::rows8::kernel8_vnni_fn(w).is_some()
         || super::avx2::rows8::kernel16n_vnni_fn(w).is_some()
+}
+
+/// `crate::gemm_bf16::gemm_bf16_panels`' product.
+///
+/// # Safety
+/// AVX512F/BW/VL and AVX512-BF16 (checked by the caller through
+/// `crate::gemm_bf16::available`); the shapes and output contract of
+/// `gemm_bf16_panels`.
+pub(crate) unsafe fn gemm_bf16(
+    a: crate::gemm::Acts,
+    w: &crate::gemm_bf16::PackedBf16,
+    panels: Range<usize>,
+    out: OutPtr,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_bf16::gemm_bf16(a, w, panels, out) }
 }

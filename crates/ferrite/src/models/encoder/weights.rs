@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::ops::Range;
 
 use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr, PackedWeights};
+use ferrite_kernels::gemm_bf16::{gemm_bf16_panels, PackedBf16};
 use ferrite_kernels::gemm_f16::{gemm_f16_panels, PackedF16};
 use ferrite_kernels::quant::dequantize;
 use ferrite_kernels::GgmlType;
@@ -178,10 +179,12 @@ pub fn token_tables(
     })
 }
 
-/// A weight matrix packed for the GEMM, in f32 or kept in f16.
+/// A weight matrix packed for the GEMM, in f32 or kept in f16, or rounded
+/// to bf16 for the optional bf16 product ([`Matrix::to_bf16`]).
 pub enum Matrix {
     F32(PackedWeights),
     F16(PackedF16),
+    Bf16(PackedBf16),
 }
 
 impl Matrix {
@@ -190,6 +193,7 @@ impl Matrix {
         match self {
             Matrix::F32(w) => w.n(),
             Matrix::F16(w) => w.n(),
+            Matrix::Bf16(w) => w.n(),
         }
     }
 
@@ -198,6 +202,7 @@ impl Matrix {
         match self {
             Matrix::F32(w) => w.k(),
             Matrix::F16(w) => w.k(),
+            Matrix::Bf16(w) => w.k(),
         }
     }
 
@@ -205,6 +210,7 @@ impl Matrix {
         match self {
             Matrix::F32(w) => w.n_panels(),
             Matrix::F16(w) => w.n_panels(),
+            Matrix::Bf16(w) => w.n_panels(),
         }
     }
 
@@ -213,7 +219,18 @@ impl Matrix {
         match self {
             Matrix::F32(w) => w.size_bytes(),
             Matrix::F16(w) => w.size_bytes(),
+            Matrix::Bf16(w) => w.size_bytes(),
         }
+    }
+
+    /// This matrix rounded to bf16 (see `ferrite_kernels::gemm_bf16`).
+    pub fn to_bf16(&self) -> Matrix {
+        let (n, k) = (self.n(), self.k());
+        Matrix::Bf16(match self {
+            Matrix::F32(w) => PackedBf16::from_rows(n, k, |j, out| w.row(j, out)),
+            Matrix::F16(w) => PackedBf16::from_rows(n, k, |j, out| w.row(j, out)),
+            Matrix::Bf16(w) => w.clone(),
+        })
     }
 
     /// `C = A · Wᵀ` for the output features of `panels`.
@@ -226,6 +243,7 @@ impl Matrix {
             match self {
                 Matrix::F32(w) => gemm_panels(a, w, panels, out),
                 Matrix::F16(w) => gemm_f16_panels(a, w, panels, out),
+                Matrix::Bf16(w) => gemm_bf16_panels(a, w, panels, out),
             }
         }
     }

@@ -389,18 +389,39 @@ unsafe fn tile<const R: usize, const P: usize, W: Panels>(t: Tile<W::Value>) {
         }
         return;
     }
-    // The tile's results, bias added (one rounded addition), then the
-    // activation over all of them at once.
+    // SAFETY: the output places as this function's contract says.
+    unsafe { finish_tile(&acc, &masks, t.c, t.ldc, t.cols, t.bias, t.act) };
+}
+
+/// A tile's last step: its sums `acc` (`R` rows by `P` panels) plus the
+/// bias (one rounded addition), then the activation over all of them at
+/// once, stored to `c` (row `r` at `c + r * ldc`) with the lanes of
+/// `masks` (the `cols` live features).
+///
+/// # Safety
+/// AVX512F, AVX2 and FMA; `c` writable for `R` rows of `cols` values;
+/// `bias`, if any, at least `cols` long.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn finish_tile<const R: usize, const P: usize>(
+    acc: &[[__m512; P]; R],
+    masks: &[__mmask16; P],
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    bias_of: Option<&[f32]>,
+    act: Option<Activation>,
+) {
     let mut bias = [0f32; 2 * NR];
-    if let Some(b) = t.bias {
-        bias[..t.cols].copy_from_slice(&b[..t.cols]);
+    if let Some(b) = bias_of {
+        bias[..cols].copy_from_slice(&b[..cols]);
     }
     let mut res = [[[0f32; NR]; P]; R];
     for (acc_r, row) in acc.iter().zip(res.iter_mut()) {
         for (q, (&v, out)) in acc_r.iter().zip(row.iter_mut()).enumerate() {
             // SAFETY: `out` and `bias[q * NR..]` are 16 values each.
             unsafe {
-                let v = if t.bias.is_some() {
+                let v = if bias_of.is_some() {
                     _mm512_add_ps(v, _mm512_loadu_ps(bias.as_ptr().add(q * NR)))
                 } else {
                     v
@@ -409,7 +430,7 @@ unsafe fn tile<const R: usize, const P: usize, W: Panels>(t: Tile<W::Value>) {
             }
         }
     }
-    if let Some(act) = t.act {
+    if let Some(act) = act {
         // SAFETY: AVX512F, AVX2 and FMA, by this function's contract.
         unsafe { super::math::activate(act, res.as_flattened_mut().as_flattened_mut()) };
     }
@@ -420,7 +441,7 @@ unsafe fn tile<const R: usize, const P: usize, W: Panels>(t: Tile<W::Value>) {
             // (masked lanes are not touched); `row` holds P * 16.
             unsafe {
                 let v = _mm512_loadu_ps(row.as_ptr().add(q * NR));
-                _mm512_mask_storeu_ps(t.c.add(r * t.ldc + q * NR), mask, v);
+                _mm512_mask_storeu_ps(c.add(r * ldc + q * NR), mask, v);
             }
         }
     }
