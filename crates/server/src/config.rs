@@ -41,6 +41,9 @@ pub struct Limits {
     pub max_embed_inputs: usize,
     /// Most choices (`n`) in one request.
     pub max_n: usize,
+    /// Embedding models multiply in bf16 (`ferrite serve --bf16`; see
+    /// `Embedder::use_bf16`): loading fails on a CPU without AVX512-BF16.
+    pub embed_bf16: bool,
 }
 
 impl Default for Limits {
@@ -55,6 +58,7 @@ impl Default for Limits {
             embed_batch_tokens: 8192,
             max_embed_inputs: 2048,
             max_n: 16,
+            embed_bf16: false,
         }
     }
 }

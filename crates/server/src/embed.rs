@@ -46,7 +46,10 @@ impl EmbedModel {
         limits: &Limits,
         metrics: ModelMetrics,
     ) -> Result<EmbedModel, String> {
-        let embedder = Embedder::open(path).map_err(|e| e.to_string())?;
+        let mut embedder = Embedder::open(path).map_err(|e| e.to_string())?;
+        if limits.embed_bf16 {
+            embedder.use_bf16().map_err(|e| format!("--bf16: {e}"))?;
+        }
         Ok(EmbedModel {
             name: name.to_string(),
             embedder,

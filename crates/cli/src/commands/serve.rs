@@ -56,6 +56,10 @@ pub struct Args {
     /// Seconds in-flight requests may run after SIGTERM.
     #[arg(long, env = "FERRITE_GRACE", default_value_t = 30)]
     grace: u64,
+    /// Embedding models multiply in bf16 on CPUs with AVX512-BF16 (see
+    /// `ferrite embed --bf16`: faster, not the f32 results).
+    #[arg(long, env = "FERRITE_BF16")]
+    bf16: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -94,6 +98,7 @@ pub fn run(args: Args) -> Result<(), String> {
             kv_cache_mib: args.kv_cache_mib,
             batch_tokens: args.batch_tokens,
             embed_batch_tokens: args.embed_batch_tokens.max(1),
+            embed_bf16: args.bf16,
             ..defaults
         },
         grace: Duration::from_secs(args.grace),

@@ -390,7 +390,7 @@ unsafe fn tile<const R: usize, const P: usize, W: Panels>(t: Tile<W::Value>) {
         return;
     }
     // SAFETY: the output places as this function's contract says.
-    unsafe { finish_tile(&acc, &masks, t.c, t.ldc, t.cols, t.bias, t.act) };
+    unsafe { finish_tile(acc, masks, t.c, t.ldc, t.cols, t.bias, t.act) };
 }
 
 /// A tile's last step: its sums `acc` (`R` rows by `P` panels) plus the
@@ -404,8 +404,8 @@ unsafe fn tile<const R: usize, const P: usize, W: Panels>(t: Tile<W::Value>) {
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn finish_tile<const R: usize, const P: usize>(
-    acc: &[[__m512; P]; R],
-    masks: &[__mmask16; P],
+    acc: [[__m512; P]; R],
+    masks: [__mmask16; P],
     c: *mut f32,
     ldc: usize,
     cols: usize,

@@ -184,5 +184,5 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile) {
         }
     }
     // SAFETY: the output places as this function's contract says.
-    unsafe { super::gemm::finish_tile(&acc, &masks, t.c, t.ldc, t.cols, t.bias, t.act) };
+    unsafe { super::gemm::finish_tile(acc, masks, t.c, t.ldc, t.cols, t.bias, t.act) };
 }
