@@ -405,7 +405,7 @@ pub struct QuantizedActs {
     /// many-row kernels ([`act_panels`]: blocks of sixteen rows side by
     /// side, with their scales as f32 and their sums), worked out once
     /// here instead of once per group of weight rows.
-    facts: Vec<ActBlockFacts>,
+    panels: Vec<ActBlockFacts>,
 }
 
 impl QuantizedActs {
@@ -419,18 +419,18 @@ impl QuantizedActs {
         cols: usize,
         threads: &Threads,
     ) -> Result<(), Error> {
-        self.facts.clear();
+        self.panels.clear();
         self.quantize_rows(ty, x, cols, threads)?;
         let n_tokens = x.len() / cols.max(1);
         if ty == GgmlType::Q8_0 && n_tokens >= ACT_PANEL_ROWS {
-            let mut facts = std::mem::take(&mut self.facts);
-            act_panels(self.rows(0..n_tokens), self.row_bytes, &mut facts);
-            self.facts = facts;
+            let mut panels = std::mem::take(&mut self.panels);
+            act_panels(self.rows(0..n_tokens), self.row_bytes, &mut panels);
+            self.panels = panels;
         }
         Ok(())
     }
 
-    /// [`QuantizedActs::quantize`] but for the facts.
+    /// [`QuantizedActs::quantize`] without the panels.
     fn quantize_rows(
         &mut self,
         ty: GgmlType,
@@ -540,15 +540,15 @@ impl QuantizedActs {
         &self.bytes()[tokens.start * self.row_bytes..tokens.end * self.row_bytes]
     }
 
-    /// The panels of rows `tokens` (see `facts`): those of its whole
+    /// The panels of rows `tokens` (see `panels`): those of its whole
     /// panels, or nothing unless it starts on a panel.
-    fn facts(&self, tokens: Range<usize>) -> &[ActBlockFacts] {
+    fn panels(&self, tokens: Range<usize>) -> &[ActBlockFacts] {
         let per_row = self.row_bytes / std::mem::size_of::<BlockQ8_0>();
         if !tokens.start.is_multiple_of(ACT_PANEL_ROWS) {
             return &[];
         }
-        let end = (tokens.start * per_row + tokens.len() * per_row).min(self.facts.len());
-        self.facts
+        let end = (tokens.end * per_row).min(self.panels.len());
+        self.panels
             .get(tokens.start * per_row..end)
             .unwrap_or_default()
     }
@@ -740,7 +740,7 @@ impl Linear {
                         let mut buf = [[0f32; 16]; CHUNK];
                         let part = &mut buf[..t1 - t0];
                         if let Some(dot16n) = two {
-                            dot16n(w, a, ab, acts.facts(t0..t1), part);
+                            dot16n(w, a, ab, acts.panels(t0..t1), part);
                         } else if let Some(dot8n) = eight {
                             let mut eights = [[0f32; 8]; CHUNK];
                             dot8n(w, a, ab, &mut eights[..t1 - t0]);

@@ -46,9 +46,7 @@ impl PackedBf16 {
             row(j, &mut buf);
             let (p, lane) = (j / NR, j % NR);
             for (i, pair) in buf.chunks(2).enumerate() {
-                let lo = u32::from(bf16_bits_from_f32(pair[0]));
-                let hi = pair.get(1).map_or(0, |&v| u32::from(bf16_bits_from_f32(v)));
-                words[(p * pairs + i) * NR + lane] = lo | hi << 16;
+                words[(p * pairs + i) * NR + lane] = bf16_pair(pair);
             }
         }
         PackedBf16 { n, k, words }
@@ -126,15 +124,12 @@ pub unsafe fn gemm_bf16_panels(a: Acts, w: &PackedBf16, panels: Range<usize>, ou
     }
 }
 
-/// Rounds `x` to bf16 pairs as the product does (for tests comparing
-/// against a plain loop): `out[j]` holds values `2j` (low half) and
-/// `2j + 1`.
-pub fn round_pairs(x: &[f32], out: &mut Vec<u32>) {
-    out.clear();
-    out.extend(x.chunks(2).map(|p| {
-        u32::from(bf16_bits_from_f32(p[0]))
-            | p.get(1).map_or(0, |&v| u32::from(bf16_bits_from_f32(v))) << 16
-    }));
+/// One or two values (`pair[0]`, and `pair[1]` or zero) rounded to bf16
+/// (to nearest, ties to even) as one word of the packed layout: `pair[0]`
+/// in the low half.
+pub(crate) fn bf16_pair(pair: &[f32]) -> u32 {
+    let bits = |v: f32| u32::from(bf16_bits_from_f32(v));
+    bits(pair[0]) | pair.get(1).map_or(0, |&v| bits(v)) << 16
 }
 
 #[cfg(test)]
@@ -212,9 +207,8 @@ mod tests {
     }
 
     #[test]
-    fn round_pairs_puts_the_even_input_low() {
-        let mut out = Vec::new();
-        round_pairs(&[1.0, 2.0, 3.0], &mut out);
-        assert_eq!(out, vec![0x3f80 | 0x4000 << 16, 0x4040]);
+    fn a_pair_puts_the_even_input_low() {
+        assert_eq!(bf16_pair(&[1.0, 2.0]), 0x3f80 | 0x4000 << 16);
+        assert_eq!(bf16_pair(&[3.0]), 0x4040);
     }
 }

@@ -7,9 +7,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use crate::gemm::{Acts, OutPtr, NR};
-use crate::gemm_bf16::PackedBf16;
+use crate::gemm_bf16::{bf16_pair, PackedBf16};
 use crate::math::Activation;
-use crate::quant::bf16_bits_from_f32;
 
 /// Most rows per tile (24 sums, two weight lines and a broadcast: 27 of
 /// the 32 registers).
@@ -104,8 +103,7 @@ unsafe fn round_row(x: &[f32], out: &mut [u32]) {
         o += 16;
     }
     for (p, dst) in chunks.remainder().chunks(2).zip(&mut out[o..]) {
-        *dst = u32::from(bf16_bits_from_f32(p[0]))
-            | p.get(1).map_or(0, |&v| u32::from(bf16_bits_from_f32(v))) << 16;
+        *dst = bf16_pair(p);
     }
 }
 
