@@ -9,6 +9,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use ferrite_kernels::columns::store_columns;
 use ferrite_kernels::dot::interleave::{self, RowOf, MAX_GROUP_ROWS};
 use ferrite_kernels::dot::{vec_dot_kernel, GroupKernels, VecDotKernel};
 use ferrite_kernels::quant::{
@@ -675,7 +676,7 @@ pub fn matmul_many(
             let mut r0 = (lo - starts[i]) * unit;
             while r0 < end {
                 let r1 = (r0 + ROW_BLOCK).min(end);
-                w.block_products(r0..r1, n_tokens, acts, out);
+                w.block_products(r0..r1, n_tokens, acts, out, Layout::ByToken);
                 if let Some(bias) = w.bias.as_deref().and_then(|b| b.get(r0..r1)) {
                     // The bias after the products, as llama.cpp adds it
                     // (one f32 add per output value, the same in every
@@ -695,19 +696,86 @@ pub fn matmul_many(
     Ok(())
 }
 
+/// Where [`Linear::block_products`] writes row `r`'s value for token `t`.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// At `t * rows + r` (the whole product, token by token).
+    ByToken,
+    /// At `(r - first) * n_tokens + t` (a tile of rows, row by row).
+    ByRow { first: usize },
+}
+
+/// Weight rows per tile of [`Linear::matmul_tiles`] (a multiple of every
+/// kernel's group rows, so that tiles start on groups).
+pub const TILE_ROWS: usize = 16;
+
 impl Linear {
+    /// The product of `x` (`n_tokens x cols`) with this matrix, tile by
+    /// tile instead of stored: the values of weight rows `rows` (at most
+    /// [`TILE_ROWS`], starting at a multiple of it) for every token are
+    /// handed, bias added, to `f(thread, rows, tile)` while they are in
+    /// cache, the tile holding row `r`'s value for token `t` at
+    /// `(r - rows.start) * n_tokens + t`; `thread` (`0..threads.count()`)
+    /// is the calling thread's index, for per-thread results. The same
+    /// values as [`Linear::matmul`]; the tiles are split across threads.
+    pub fn matmul_tiles<F>(
+        &self,
+        x: &[f32],
+        acts: &mut QuantizedActs,
+        threads: &Threads,
+        f: F,
+    ) -> Result<(), Error>
+    where
+        F: Fn(usize, Range<usize>, &mut [f32]) + Sync,
+    {
+        assert!(
+            TILE_ROWS.is_multiple_of(self.kernel.group_rows),
+            "tiles start on groups"
+        );
+        let n_tokens = x.len() / self.cols;
+        acts.quantize(self.kernel.act_type, x, self.cols, threads)?;
+        if let Some(gs) = self.int8_groups {
+            acts.round_as_int8(gs, x.len());
+        }
+        let acts = &*acts;
+        threads.split_indexed(self.rows.div_ceil(TILE_ROWS), |thread, tiles| {
+            let mut buf = vec![0f32; TILE_ROWS * n_tokens];
+            for i in tiles {
+                let rows = i * TILE_ROWS..((i + 1) * TILE_ROWS).min(self.rows);
+                let tile = &mut buf[..rows.len() * n_tokens];
+                let out = DisjointSlice::new(&mut *tile);
+                let layout = Layout::ByRow { first: rows.start };
+                self.block_products(rows.clone(), n_tokens, acts, &out, layout);
+                if let Some(bias) = self.bias.as_deref().and_then(|b| b.get(rows.clone())) {
+                    // As matmul_many adds it: one f32 add per value.
+                    for (o, &b) in tile.chunks_exact_mut(n_tokens).zip(bias) {
+                        o.iter_mut().for_each(|o| *o += b);
+                    }
+                }
+                f(thread, rows, tile);
+            }
+        });
+        Ok(())
+    }
+
     /// Rows `rows` of this matrix against every token: each weight row is
     /// used for all tokens while it is in cache, a group at a time from the
     /// interleaved copy where there is one (eight or sixteen rows, as the
     /// kernel's layout has them), else four rows at a time where the kernel
-    /// has a four-row version (bit-identical per row).
+    /// has a four-row version (bit-identical per row). `layout` says where
+    /// in `out` each value goes.
     fn block_products(
         &self,
         rows: std::ops::Range<usize>,
         n_tokens: usize,
         acts: &QuantizedActs,
         out: &DisjointSlice<f32>,
+        layout: Layout,
     ) {
+        let at = |t: usize, r: usize| match layout {
+            Layout::ByToken => t * self.rows + r,
+            Layout::ByRow { first } => (r - first) * n_tokens + t,
+        };
         let w = self.bytes.bytes();
         let rb = self.row_bytes;
         let gr = self.kernel.group_rows;
@@ -726,6 +794,10 @@ impl Linear {
             let aligned = rows.start.is_multiple_of(gr);
             if n_tokens > 1 && aligned && rows.start < grouped {
                 let mut g = rows.start;
+                // The kernels' results for a chunk of tokens (every value
+                // a kernel call is given is written by it, so one buffer
+                // serves every chunk).
+                let mut buf = [[0f32; 16]; CHUNK];
                 while g < grouped {
                     // Sixteen rows at once where the set can (the same bits).
                     let two = sixteen.filter(|_| g + 16 <= grouped);
@@ -737,7 +809,6 @@ impl Linear {
                     for t0 in (0..n_tokens).step_by(CHUNK) {
                         let t1 = (t0 + CHUNK).min(n_tokens);
                         let (a, ab) = (acts.rows(t0..t1), acts.row_bytes);
-                        let mut buf = [[0f32; 16]; CHUNK];
                         let part = &mut buf[..t1 - t0];
                         if let Some(dot16n) = two {
                             dot16n(w, a, ab, acts.panels(t0..t1), part);
@@ -747,6 +818,16 @@ impl Linear {
                             for (o, e) in part.iter_mut().zip(&eights) {
                                 o[..8].copy_from_slice(e);
                             }
+                        }
+                        if let Layout::ByRow { first } = layout {
+                            // SAFETY: rows g..g+span belong to this thread's
+                            // range only, and are these n_tokens-long rows.
+                            let seg =
+                                unsafe { out.segment((g - first) * n_tokens, span * n_tokens) };
+                            for (c, tile) in part.chunks(16).enumerate() {
+                                store_columns(tile, span, seg, n_tokens, t0 + 16 * c);
+                            }
+                            continue;
                         }
                         for (t, res) in (t0..t1).zip(part.iter()) {
                             // SAFETY: rows g..g+span belong to this thread's
@@ -767,12 +848,18 @@ impl Linear {
                 rows.start = g;
             }
         }
+        if rows.is_empty() {
+            // All done by the grouped kernels.
+            return;
+        }
+        // Rows that are in the interleaved copy.
+        let grouped_end =
+            grouped_kernels.map_or(0, |(groups, _)| (groups.len() / rb).min(rows.end));
         for t in 0..n_tokens {
             let a = acts.row(t);
-            let base = t * self.rows;
             let mut r = rows.start;
             if let Some((groups, kernels)) = grouped_kernels {
-                let grouped = (groups.len() / rb).min(rows.end);
+                let grouped = grouped_end;
                 let mut res = [0f32; MAX_GROUP_ROWS];
                 while r < grouped {
                     // The group holding row r; the callers split work on
@@ -796,7 +883,7 @@ impl Linear {
                         // SAFETY: rows r..end belong to this thread's range
                         // only, so these output indices are written by this
                         // thread only.
-                        unsafe { out.write(base + r, res[r - g]) };
+                        unsafe { out.write(at(t, r), res[r - g]) };
                     }
                     r = end;
                 }
@@ -810,7 +897,7 @@ impl Linear {
                         // SAFETY: rows r..r+4 belong to this thread's range
                         // only, so these output indices are written by this
                         // thread only.
-                        unsafe { out.write(base + r + i, v) };
+                        unsafe { out.write(at(t, r + i), v) };
                     }
                     r += 4;
                 }
@@ -818,8 +905,8 @@ impl Linear {
             for r in r..rows.end {
                 let v = (self.kernel.dot)(&w[r * rb..(r + 1) * rb], a);
                 // SAFETY: row r belongs to exactly one thread's range, so
-                // index t * rows + r is written by this thread only.
-                unsafe { out.write(base + r, v) };
+                // its index for token t is written by this thread only.
+                unsafe { out.write(at(t, r), v) };
             }
         }
     }

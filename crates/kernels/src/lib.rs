@@ -6,6 +6,8 @@
 //! and are tested against it.
 
 pub mod attend;
+pub mod attend_f32;
+pub mod columns;
 pub mod dispatch;
 pub mod dot;
 pub mod gemm;

@@ -9,7 +9,8 @@
 //! falling back. Nothing outside the tables asks which set is active.
 //!
 //! Every entry gives the scalar reference's bits (see the modules of the
-//! public wrappers: `crate::math`, `crate::attend`, `crate::gemm`,
+//! public wrappers: `crate::math`, `crate::attend`, `crate::attend_f32`,
+//! `crate::columns`, `crate::gemm`,
 //! `crate::gemm_f16`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
 
 use std::ops::Range;
@@ -46,6 +47,16 @@ pub type SiluMulFn = fn(&[f32], &mut [f32]);
 pub type LayerNormFn = fn(&mut [f32], &[f32], &[f32], f32);
 /// `x = e^(x - max)` in place, returning the sum (softmax's loop).
 pub type ExpSumFn = fn(&mut [f32], f32) -> f32;
+/// `crate::attend_f32::attend`.
+pub type AttendF32Fn = fn(&crate::attend_f32::Heads, &mut Vec<f32>, &mut [f32]);
+/// `crate::columns::add_bias_max`.
+pub type AddBiasMaxFn = fn(&mut [f32], usize, Option<&[f32]>, &mut [f32]);
+/// `crate::columns::exp_sums`.
+pub type ExpSumsFn = fn(&[f32], usize, &[f32], &mut [f32]);
+/// `crate::columns::rescaled_sums`.
+pub type RescaledSumsFn = fn(&[f32], &[f32], usize, &[f32], &mut [f32]);
+/// `crate::columns::store_columns`.
+pub type StoreColumnsFn = fn(&[[f32; 16]], usize, &mut [f32], usize, usize);
 /// 8-bit quantization of one 32-value activation block (Q8_0 / Q8_1).
 pub type QuantizeQ8Fn = fn(&[f32; QK]) -> (f32, [i8; QK]);
 /// Q8_K quantization of one 256-value activation block.
@@ -65,6 +76,11 @@ pub struct KernelTable {
     pub silu_mul: Entry<SiluMulFn>,
     pub layer_norm: Entry<LayerNormFn>,
     pub exp_shifted_sum: Entry<ExpSumFn>,
+    pub attend_f32: Entry<AttendF32Fn>,
+    pub add_bias_max: Entry<AddBiasMaxFn>,
+    pub exp_sums: Entry<ExpSumsFn>,
+    pub rescaled_sums: Entry<RescaledSumsFn>,
+    pub store_columns: Entry<StoreColumnsFn>,
     pub quantize_q8: Entry<QuantizeQ8Fn>,
     pub quantize_q8k: Entry<QuantizeQ8KFn>,
     pub f16_to_f32: Entry<F16ToF32Fn>,
@@ -81,13 +97,18 @@ pub enum Kernel {
     SiluMul,
     LayerNorm,
     ExpShiftedSum,
+    AttendF32,
+    AddBiasMax,
+    ExpSums,
+    RescaledSums,
+    StoreColumns,
     QuantizeQ8,
     QuantizeQ8K,
     F16ToF32,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 11] = [
+    pub const ALL: [Kernel; 16] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
         Kernel::ScoresF16,
@@ -96,6 +117,11 @@ impl Kernel {
         Kernel::SiluMul,
         Kernel::LayerNorm,
         Kernel::ExpShiftedSum,
+        Kernel::AttendF32,
+        Kernel::AddBiasMax,
+        Kernel::ExpSums,
+        Kernel::RescaledSums,
+        Kernel::StoreColumns,
         Kernel::QuantizeQ8,
         Kernel::QuantizeQ8K,
         Kernel::F16ToF32,
@@ -114,6 +140,11 @@ impl KernelTable {
             Kernel::SiluMul => self.silu_mul.by,
             Kernel::LayerNorm => self.layer_norm.by,
             Kernel::ExpShiftedSum => self.exp_shifted_sum.by,
+            Kernel::AttendF32 => self.attend_f32.by,
+            Kernel::AddBiasMax => self.add_bias_max.by,
+            Kernel::ExpSums => self.exp_sums.by,
+            Kernel::RescaledSums => self.rescaled_sums.by,
+            Kernel::StoreColumns => self.store_columns.by,
             Kernel::QuantizeQ8 => self.quantize_q8.by,
             Kernel::QuantizeQ8K => self.quantize_q8k.by,
             Kernel::F16ToF32 => self.f16_to_f32.by,
@@ -155,6 +186,26 @@ impl KernelTable {
             },
             exp_shifted_sum: Entry {
                 f: crate::math::reference::exp_shifted_sum,
+                by,
+            },
+            attend_f32: Entry {
+                f: crate::attend_f32::reference::attend,
+                by,
+            },
+            add_bias_max: Entry {
+                f: crate::columns::reference::add_bias_max,
+                by,
+            },
+            exp_sums: Entry {
+                f: crate::columns::reference::exp_sums,
+                by,
+            },
+            rescaled_sums: Entry {
+                f: crate::columns::reference::rescaled_sums,
+                by,
+            },
+            store_columns: Entry {
+                f: crate::columns::reference::store_columns,
                 by,
             },
             quantize_q8: Entry {

@@ -30,12 +30,18 @@
 //! Reference: huggingface/transformers `generation/utils.py`
 //! (`_beam_search`, `_sample`), `generation/logits_process.py`.
 
-use ferrite_kernels::math::{argmax_first, exp_shifted_sum, max_value};
+use ferrite_kernels::columns;
+use std::ops::Range;
+
+use ferrite_kernels::math::{argmax_first, exp};
 
 use super::cancel::Cancel;
-use crate::models::seq2seq::forward::{add_logits_bias, Encoded, HypCache, StepRow, Workspace};
+use crate::models::seq2seq::forward::{
+    add_logits_bias, Encoded, Head, HypCache, StepRow, Workspace,
+};
 use crate::models::seq2seq::Seq2Seq;
 use crate::parallel::{DisjointSlice, Threads};
+use crate::tensor::TILE_ROWS;
 use crate::Error;
 
 /// HF's stand-in for "impossible" in beam scores.
@@ -94,23 +100,10 @@ impl Default for SearchOptions {
     }
 }
 
-/// `x - max - log(sum(exp(x - max)))` in place; `exps` (as long as `x`)
-/// is scratch for the exponentials, which the kernels' vectorized
-/// `exp_shifted_sum` computes and sums (the same bits in every kernel set).
-fn log_softmax(x: &mut [f32], exps: &mut [f32]) {
-    let max = max_value(x);
-    if max == f32::NEG_INFINITY {
-        return;
-    }
-    let exps = &mut exps[..x.len()];
-    exps.copy_from_slice(x);
-    let log_sum = exp_shifted_sum(exps, max).ln();
-    x.iter_mut().for_each(|v| *v = *v - max - log_sum);
-}
-
-/// The logits processors on one row of scores for hypothesis `seq`
-/// (decoder start token included).
-fn process(opts: &SearchOptions, eos: u32, seq: &[u32], scores: &mut [f32]) {
+/// The tokens the logits processors ban after hypothesis `seq` (decoder
+/// start token included): those that would repeat an n-gram
+/// (`no_repeat_ngram_size`), then the banned tokens other than `</s>`.
+fn each_banned(opts: &SearchOptions, eos: u32, seq: &[u32], mut ban: impl FnMut(usize)) {
     let n = opts.no_repeat_ngram_size;
     let cur = seq.len();
     if n > 0 && cur + 1 >= n {
@@ -118,25 +111,36 @@ fn process(opts: &SearchOptions, eos: u32, seq: &[u32], scores: &mut [f32]) {
         let prefix = &seq[cur + 1 - n..];
         for w in seq.windows(n) {
             if &w[..n - 1] == prefix {
-                if let Some(s) = scores.get_mut(w[n - 1] as usize) {
-                    *s = f32::NEG_INFINITY;
-                }
+                ban(w[n - 1] as usize);
             }
         }
     }
     for &b in &opts.banned {
         if b != eos {
-            if let Some(s) = scores.get_mut(b as usize) {
-                *s = f32::NEG_INFINITY;
-            }
+            ban(b as usize);
         }
     }
-    if let Some(e) = opts.forced_eos {
-        if cur + 1 == opts.max_length {
-            scores.fill(f32::NEG_INFINITY);
-            if let Some(s) = scores.get_mut(e as usize) {
-                *s = 0.0;
-            }
+}
+
+/// The token forced after hypothesis `seq`, if any (`forced_eos` at
+/// `max_length - 1`): every other token's score becomes -inf, its own 0.
+fn forced(opts: &SearchOptions, seq: &[u32]) -> Option<usize> {
+    let e = opts.forced_eos?;
+    (seq.len() + 1 == opts.max_length).then_some(e as usize)
+}
+
+/// The logits processors on one row of scores for hypothesis `seq`
+/// (decoder start token included).
+fn process(opts: &SearchOptions, eos: u32, seq: &[u32], scores: &mut [f32]) {
+    each_banned(opts, eos, seq, |t| {
+        if let Some(s) = scores.get_mut(t) {
+            *s = f32::NEG_INFINITY;
+        }
+    });
+    if let Some(e) = forced(opts, seq) {
+        scores.fill(f32::NEG_INFINITY);
+        if let Some(s) = scores.get_mut(e) {
+            *s = 0.0;
         }
     }
 }
@@ -208,44 +212,99 @@ pub fn generate(
     let mut logits = Vec::new();
     let mut picks = Vec::new();
     let n_vocab = c.n_vocab;
-    // One row of scratch per thread for the log-softmax.
-    let mut scratch = vec![0f32; threads.count() * n_vocab];
+    let rules = Rules {
+        opts,
+        eos: c.eos,
+        n_vocab,
+        bias: model.logits_bias.as_deref(),
+    };
+    // Beam search scores the logits tile by tile as the output layer
+    // makes them ([`BeamScorer`]); greedy search stores and scans them.
+    let mut scorer = BeamScorer::default();
     while searches.iter().any(|s| !s.done) {
         opts.cancel.check()?;
         // Rows: every running hypothesis of every unfinished input (all
-        // of them for beam search; greedy has one per input).
+        // of them for beam search; greedy has one per input). At beam
+        // search's first step an input's beams are all the same hypothesis
+        // (the decoder start; HF scores all but the first -1e9): only the
+        // first is run, and the others are scored from its logits (the
+        // same values) and take copies of its cache.
+        let first_step = nb > 1
+            && searches
+                .iter()
+                .all(|s| s.running.iter().all(|h| h.seq.len() == 1));
+        let stepped = |b: usize| !first_step || b == 0;
         let mut owners = Vec::new();
+        for (i, s) in searches.iter().enumerate() {
+            if !s.done {
+                owners.extend((0..s.running.len()).filter(|&b| stepped(b)).map(|b| (i, b)));
+            }
+        }
+        if nb > 1 {
+            let running = owners.iter().map(|&(i, b)| &searches[i].running[b]);
+            scorer.start(running, rules, threads);
+        }
         {
             let mut rows: Vec<StepRow> = Vec::new();
-            for (i, (s, src)) in searches.iter_mut().zip(inputs).enumerate() {
+            for (s, src) in searches.iter_mut().zip(inputs) {
                 if s.done {
                     continue;
                 }
                 for (b, (h, cache)) in s.running.iter().zip(s.caches.iter_mut()).enumerate() {
-                    owners.push((i, b));
-                    rows.push(StepRow {
-                        token: *h.seq.last().expect("a hypothesis has its start token"),
-                        cache,
-                        source: src,
-                    });
+                    if stepped(b) {
+                        rows.push(StepRow {
+                            token: *h.seq.last().expect("a hypothesis has its start token"),
+                            cache,
+                            source: src,
+                        });
+                    }
                 }
             }
-            // The logits bias is added by score_rows, row by row.
-            model.step_unbiased(&mut rows, threads, ws, &mut logits)?;
+            if nb == 1 {
+                // The logits bias is added by score_rows, row by row.
+                model.step_unbiased(&mut rows, threads, ws, Head::Logits(&mut logits))?;
+            } else {
+                let tiles = scorer.tile_fn(rules.bias);
+                model.step_unbiased(&mut rows, threads, ws, Head::Tiles(&tiles))?;
+            }
         }
-        let rules = Rules {
-            opts,
-            eos: c.eos,
-            n_vocab,
-            bias: model.logits_bias.as_deref(),
-        };
-        let rows = Rows {
-            owners: &owners,
-            logits: &mut logits,
-            scratch: &mut scratch,
-            picks: &mut picks,
-        };
-        score_rows(&searches, rows, rules, threads);
+        if nb == 1 {
+            let rows = Rows {
+                owners: &owners,
+                logits: &mut logits,
+                picks: &mut picks,
+            };
+            score_rows(&searches, rows, rules, threads);
+        } else {
+            let mut step = Step {
+                searches: &searches,
+                owners: &owners,
+                model,
+                ws,
+            };
+            scorer.finish(&mut step, rules, threads, &mut picks)?;
+            if first_step {
+                // The other beams: column c (input i's first beam) scored
+                // with each one's own score.
+                let mut others = Vec::new();
+                for (c, &(i, _)) in owners.iter().enumerate() {
+                    others.extend(searches[i].running.iter().skip(1).map(|h| (c, h)));
+                }
+                let mut rest = scorer
+                    .rescore(&mut step, &others, rules, threads)?
+                    .into_iter();
+                let mut all = Vec::with_capacity(owners.len() * nb);
+                for (c, &(i, _)) in owners.iter().enumerate() {
+                    all.push(std::mem::take(&mut picks[c]));
+                    all.extend(rest.by_ref().take(searches[i].running.len() - 1));
+                }
+                picks = all;
+                for s in searches.iter_mut().filter(|s| !s.done) {
+                    let (first, others) = s.caches.split_at_mut(1);
+                    others.iter_mut().for_each(|c| c.clone_from(&first[0]));
+                }
+            }
+        }
         choose(&mut searches, &picks, rules, threads);
     }
     Ok(searches
@@ -273,12 +332,11 @@ struct Rules<'a> {
 
 /// A step's rows for [`score_rows`]: row `r` of `logits` holds the
 /// next-token logits (without the logits bias) of running hypothesis
-/// `owners[r]` = (input, beam); `scratch` is `n_vocab` values per thread;
-/// `picks` receives each row's best continuations.
+/// `owners[r]` = (input, beam); `picks[r]` receives its best
+/// continuations.
 struct Rows<'a> {
     owners: &'a [(usize, usize)],
     logits: &'a mut [f32],
-    scratch: &'a mut [f32],
     picks: &'a mut Vec<Vec<(usize, f32)>>,
 }
 
@@ -293,25 +351,16 @@ fn picks_per_row(opts: &SearchOptions) -> usize {
     }
 }
 
-/// Scores each row of `rows.logits` and keeps its best continuations in
-/// `rows.picks[r]` as (token, score): the row plus the logits bias, then
-/// the processed logits (greedy: their arg-max, the first of equal
-/// maxima as torch.argmax) or the beam's score plus the processed
-/// log-probabilities (beam search: the `2 * num_beams` best, best first,
-/// ties lower token first). Everything is done to one row while it is in
-/// cache, after the product wrote it: the 61,950-wide rows of a batch
-/// are read from memory once. Each row depends only on its own values and
-/// hypothesis, so the rows are split across threads.
+/// Greedy search's scoring: the arg-max of each row of `rows.logits` plus
+/// the logits bias, processed (the first of equal maxima, as
+/// torch.argmax), into `rows.picks[r]` as (token, logit). Everything is
+/// done to one row while it is in cache; rows are split across threads.
 fn score_rows(searches: &[Search], rows: Rows, rules: Rules, threads: &Threads) {
     let (opts, n, owners) = (rules.opts, rules.n_vocab, rows.owners);
-    let k = picks_per_row(opts);
     rows.picks.resize(owners.len(), Vec::new());
     let logits = DisjointSlice::new(&mut rows.logits[..owners.len() * n]);
-    let scratch = DisjointSlice::new(rows.scratch);
     let picks = DisjointSlice::new(&mut rows.picks[..owners.len()]);
-    threads.split_indexed(owners.len(), |thread, range| {
-        // SAFETY: row `thread` of the scratch is this thread's only.
-        let exps = unsafe { scratch.segment(thread * n, n) };
+    threads.split(owners.len(), |range| {
         for r in range {
             let (i, b) = owners[r];
             let h = &searches[i].running[b];
@@ -321,21 +370,321 @@ fn score_rows(searches: &[Search], rows: Rows, rules: Rules, threads: &Threads) 
                 add_logits_bias(row, bias);
             }
             picked.clear();
-            if k == 1 {
-                process(opts, rules.eos, &h.seq, row);
-                let best = argmax_first(row);
-                picked.extend(row.get(best).map(|&v| (best, v)));
-                continue;
-            }
-            log_softmax(row, exps);
             process(opts, rules.eos, &h.seq, row);
-            if opts.renormalize {
-                log_softmax(row, exps);
-            }
-            row.iter_mut().for_each(|v| *v += h.score);
-            picked.extend(top_k(row, k).into_iter().map(|t| (t, row[t])));
+            let best = argmax_first(row);
+            picked.extend(row.get(best).map(|&v| (best, v)));
         }
     });
+}
+
+/// Raw logits [`BeamScorer`] keeps per hypothesis beyond its `2 *
+/// num_beams` picks: room for banned tokens among the best, and the margin
+/// that shows the picks complete.
+const EXTRA_CANDIDATES: usize = 4;
+
+/// A beam search step's hypotheses, for [`BeamScorer::finish`]: column
+/// (hypothesis) `r` is `owners[r]` = (input, beam) of `searches`; the
+/// model and workspace of the step give its logits again if needed.
+struct Step<'a, 'w> {
+    searches: &'a [Search],
+    owners: &'a [(usize, usize)],
+    model: &'a Seq2Seq,
+    ws: &'w mut Workspace,
+}
+
+/// Beam search's scoring, from the output layer's tiles (`TILE_ROWS`
+/// vocabulary entries x the step's hypotheses, see [`Head::Tiles`]) while
+/// they are in cache, so that the 61,950 x hypotheses logits are never
+/// stored and read back. Each hypothesis' token scores are its logits plus
+/// the logits bias, log-softmaxed (`v - M - ln(sum(e^(v - M)))`, M the
+/// maximum), processed, plus the beam's score; its picks are the
+/// `2 * num_beams` best, best first, ties lower token first.
+///
+/// From each tile, per hypothesis (vectorized across the hypotheses by
+/// `ferrite_kernels::columns`): the tile's maximum m and sum of e^(v - m),
+/// and the best raw logits so far (per thread). At the end M is the
+/// largest m, the sum is the tiles' sums times e^(m - M) added in tile
+/// order (the same whatever the threads), and the picks are scored from
+/// the best raw logits: scores rise with the logits, so the best scores
+/// are among the best logits, unless banned tokens or equal scores reach
+/// the last logit kept; then the hypothesis' logits are computed again and
+/// all scored, by the same formula on every token. (A forced token's
+/// scores need no logits: -inf but its own.)
+#[derive(Default)]
+struct BeamScorer {
+    /// Hypotheses this step.
+    w: usize,
+    /// Raw logits kept per hypothesis.
+    keep: usize,
+    /// Per tile, per hypothesis: the maximum and the sum of e^(v - max).
+    tile_max: Vec<f32>,
+    tile_sum: Vec<f32>,
+    /// Per thread, per hypothesis: the best (token, logit + bias).
+    tops: Vec<Vec<columns::Top>>,
+    /// (token, hypothesis) of every token a hypothesis bans, in token
+    /// order, and its logit + bias once seen.
+    watch: Vec<(usize, usize)>,
+    watched: Vec<f32>,
+    /// After [`BeamScorer::finish`], per hypothesis: M and the log-sum
+    /// (0 and 0 where every logit is -inf).
+    max: Vec<f32>,
+    log_sum: Vec<f32>,
+}
+
+impl BeamScorer {
+    /// Ready for a step of the hypotheses `running` (in the step's order).
+    fn start<'h>(
+        &mut self,
+        running: impl Iterator<Item = &'h Hyp>,
+        rules: Rules,
+        threads: &Threads,
+    ) {
+        self.watch.clear();
+        let mut w = 0;
+        for (c, h) in running.enumerate() {
+            let first = self.watch.len();
+            each_banned(rules.opts, rules.eos, &h.seq, |t| {
+                if t < rules.n_vocab {
+                    self.watch.push((t, c));
+                }
+            });
+            self.watch[first..].sort_unstable();
+            let mut seen = first;
+            for i in first..self.watch.len() {
+                if i == first || self.watch[i] != self.watch[seen - 1] {
+                    self.watch[seen] = self.watch[i];
+                    seen += 1;
+                }
+            }
+            self.watch.truncate(seen);
+            w = c + 1;
+        }
+        self.watch.sort_unstable();
+        self.watched.clear();
+        self.watched.resize(self.watch.len(), 0.0);
+        let n_tiles = rules.n_vocab.div_ceil(TILE_ROWS);
+        self.w = w;
+        self.keep = picks_per_row(rules.opts) + EXTRA_CANDIDATES;
+        self.tile_max.clear();
+        self.tile_max.resize(n_tiles * w, f32::NEG_INFINITY);
+        self.tile_sum.clear();
+        self.tile_sum.resize(n_tiles * w, 0.0);
+        self.tops.resize(threads.count(), Vec::new());
+        for t in &mut self.tops {
+            t.iter_mut().for_each(Vec::clear);
+            t.resize(w, Vec::new());
+        }
+    }
+
+    /// The receiver of the output layer's tiles (see the type's notes).
+    fn tile_fn<'s>(
+        &'s mut self,
+        bias: Option<&'s [f32]>,
+    ) -> impl Fn(usize, Range<usize>, &mut [f32]) + Sync + 's {
+        let (w, keep) = (self.w, self.keep);
+        let tile_max = DisjointSlice::new(&mut self.tile_max);
+        let tile_sum = DisjointSlice::new(&mut self.tile_sum);
+        let tops = DisjointSlice::new(&mut self.tops);
+        let watch = &self.watch;
+        let watched = DisjointSlice::new(&mut self.watched);
+        move |thread, vocab, tile| {
+            let i = vocab.start / TILE_ROWS;
+            // SAFETY: tile i is handed over once, so its maxima and sums
+            // are written by this call only; tops[thread] by this thread
+            // only.
+            let (max, sum, top) = unsafe {
+                (
+                    tile_max.segment(i * w, w),
+                    tile_sum.segment(i * w, w),
+                    &mut tops.segment(thread, 1)[0],
+                )
+            };
+            columns::add_bias_max(tile, w, bias.map(|b| &b[vocab.clone()]), max);
+            columns::exp_sums(tile, w, max, sum);
+            // The best raw logits: a hypothesis' tile is scanned only if
+            // its maximum would enter (NaNs, passed over here, make the
+            // sum NaN, and finish then scores that hypothesis again).
+            for (c, (top, &m)) in top.iter_mut().zip(max.iter()).enumerate() {
+                if top.len() >= keep && top.get(keep - 1).is_some_and(|&(_, f)| m <= f) {
+                    continue;
+                }
+                for (r, row) in tile.chunks_exact(w).enumerate() {
+                    columns::insert_top(top, keep, vocab.start + r, row[c]);
+                }
+            }
+            let first = watch.partition_point(|&(t, _)| t < vocab.start);
+            for (j, &(t, c)) in watch.iter().enumerate().skip(first) {
+                if t >= vocab.end {
+                    break;
+                }
+                // SAFETY: entry j's token is in this tile only.
+                unsafe { watched.write(j, tile[(t - vocab.start) * w + c]) };
+            }
+        }
+    }
+
+    /// Each hypothesis' picks into `picks[r]`, once every tile was seen.
+    fn finish(
+        &mut self,
+        step: &mut Step,
+        rules: Rules,
+        threads: &Threads,
+        picks: &mut Vec<Vec<(usize, f32)>>,
+    ) -> Result<(), Error> {
+        self.normalize(rules);
+        let (searches, owners) = (step.searches, step.owners);
+        let hyp = |c: usize| &searches[owners[c].0].running[owners[c].1];
+        picks.resize(self.w, Vec::new());
+        let mut again = Vec::new();
+        for (c, picked) in picks.iter_mut().enumerate().take(self.w) {
+            match self.fast_picks(c, hyp(c), rules) {
+                Some(p) => *picked = p,
+                None => again.push((c, hyp(c))),
+            }
+        }
+        let redone = self.rescore(step, &again, rules, threads)?;
+        for ((c, _), p) in again.iter().zip(redone) {
+            picks[*c] = p;
+        }
+        Ok(())
+    }
+
+    /// Each hypothesis' M and log-sum from the tiles' (0 and 0 where every
+    /// logit is -inf: the logits are then left as they are). With
+    /// `renormalize_logits`, the log-probabilities of the tokens left after
+    /// the processors are log-softmaxed again: the same as leaving the
+    /// banned tokens out of the sum (ln(sum - banned's e^(v - M))), which
+    /// is how it is done here.
+    fn normalize(&mut self, rules: Rules) {
+        let w = self.w;
+        let mut max = vec![f32::NEG_INFINITY; w];
+        for tile in self.tile_max.chunks_exact(w) {
+            for (m, &v) in max.iter_mut().zip(tile) {
+                *m = m.max(v);
+            }
+        }
+        let mut sums = vec![0f32; w];
+        columns::rescaled_sums(&self.tile_max, &self.tile_sum, w, &max, &mut sums);
+        if rules.opts.renormalize {
+            for (&(_, c), &v) in self.watch.iter().zip(&self.watched) {
+                if max[c] != f32::NEG_INFINITY {
+                    sums[c] -= exp(v - max[c]);
+                }
+            }
+        }
+        let mut log_sum = vec![0f32; w];
+        for c in 0..w {
+            if max[c] == f32::NEG_INFINITY {
+                max[c] = 0.0;
+            } else {
+                log_sum[c] = sums[c].ln();
+            }
+        }
+        (self.max, self.log_sum) = (max, log_sum);
+    }
+
+    /// Hypothesis `h`'s (column `c`'s) picks from its best raw logits, or
+    /// `None` if they may not be complete (then all its tokens must be
+    /// scored: [`BeamScorer::rescore`]).
+    fn fast_picks(&self, c: usize, h: &Hyp, rules: Rules) -> Option<Vec<(usize, f32)>> {
+        let (opts, keep) = (rules.opts, self.keep);
+        let k = picks_per_row(opts);
+        let mut picked = Vec::with_capacity(k + 1);
+        if let Some(e) = forced(opts, &h.seq) {
+            // Every score -inf but the forced token's, 0 + the beam's: it
+            // first, then the first tokens (ties, lower first).
+            if !h.score.is_finite() || e >= rules.n_vocab {
+                return None;
+            }
+            picked.push((e, 0.0 + h.score));
+            let rest = (0..rules.n_vocab).filter(|&t| t != e).take(k - 1);
+            picked.extend(rest.map(|t| (t, f32::NEG_INFINITY)));
+            return Some(picked);
+        }
+        // The best raw logits of the whole column, then in token order.
+        let mut cands = Vec::with_capacity(keep + 1);
+        for t in &self.tops {
+            for &(tok, v) in &t[c] {
+                columns::insert_top(&mut cands, keep, tok, v);
+            }
+        }
+        let last = cands.last().map(|&(_, v)| v);
+        cands.sort_unstable_by_key(|&(tok, _)| tok);
+        let mut banned = Vec::new();
+        each_banned(opts, rules.eos, &h.seq, |t| banned.push(t));
+        let (max, log_sum) = (self.max[c], self.log_sum[c]);
+        let score = |v: f32| ((v - max) - log_sum) + h.score;
+        for &(tok, v) in &cands {
+            if !banned.contains(&tok) {
+                columns::insert_top(&mut picked, k, tok, score(v));
+            }
+        }
+        // Complete if every token was kept, or if the last logit kept
+        // scores below the k-th pick (every other token then does too, or
+        // is banned). NaNs: not.
+        let all_kept = cands.len() < keep;
+        let complete = picked.len() == k
+            && !log_sum.is_nan()
+            && picked.iter().all(|p| !p.1.is_nan())
+            && (all_kept || last.is_some_and(|v| score(v) < picked[k - 1].1));
+        complete.then_some(picked)
+    }
+
+    /// The picks of hypotheses `cols` = (column, hypothesis) after
+    /// [`BeamScorer::normalize`]: each column's logits computed again (the
+    /// same values), and all its tokens scored ([`score_all`]) as the
+    /// hypothesis says (its banned tokens, its score).
+    fn rescore(
+        &self,
+        step: &mut Step,
+        cols: &[(usize, &Hyp)],
+        rules: Rules,
+        threads: &Threads,
+    ) -> Result<Vec<Vec<(usize, f32)>>, Error> {
+        let mut picks = vec![Vec::new(); cols.len()];
+        if cols.is_empty() {
+            return Ok(picks);
+        }
+        let n = rules.n_vocab;
+        let dim = step.model.dim();
+        let hidden = step.model.last_hidden(step.ws);
+        let mut rows = Vec::with_capacity(cols.len() * dim);
+        for &(c, _) in cols {
+            rows.extend_from_slice(&hidden[c * dim..(c + 1) * dim]);
+        }
+        let mut logits = Vec::new();
+        step.model
+            .logits_of(&rows, cols.len(), &mut logits, threads, step.ws)?;
+        let picks_ds = DisjointSlice::new(&mut picks[..]);
+        let logits_ds = DisjointSlice::new(&mut logits[..cols.len() * n]);
+        threads.split(cols.len(), |range| {
+            for j in range {
+                let (c, h) = cols[j];
+                // SAFETY: row j and picks j are this thread's only.
+                let (row, picked) =
+                    unsafe { (logits_ds.segment(j * n, n), &mut picks_ds.segment(j, 1)[0]) };
+                *picked = score_all(row, self.max[c], self.log_sum[c], h, rules);
+            }
+        });
+        Ok(picks)
+    }
+}
+
+/// Hypothesis `h`'s picks from all its logits `row` (without the logits
+/// bias; used as scratch), given its M and log-sum: each token's score
+/// `((v + bias - M) - log_sum) + h.score`, processed (banned: -inf; a
+/// forced token: 0 + h.score, all others -inf), the `2 * num_beams` best,
+/// ties lower token first. What [`BeamScorer::fast_picks`] gives when it
+/// gives picks.
+fn score_all(row: &mut [f32], max: f32, log_sum: f32, h: &Hyp, rules: Rules) -> Vec<(usize, f32)> {
+    if let Some(bias) = rules.bias {
+        add_logits_bias(row, bias);
+    }
+    row.iter_mut().for_each(|v| *v = (*v - max) - log_sum);
+    process(rules.opts, rules.eos, &h.seq, row);
+    row.iter_mut().for_each(|v| *v += h.score);
+    let k = picks_per_row(rules.opts);
+    top_k(row, k).into_iter().map(|t| (t, row[t])).collect()
 }
 
 /// Each unfinished input's next hypotheses from its rows' picks (in the
@@ -552,6 +901,123 @@ fn beam_step(s: &mut Search, top: &[(usize, f32)], opts: &SearchOptions, eos: u3
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
+    /// The tiles' picks ([`BeamScorer::fast_picks`]) equal scoring every
+    /// token ([`score_all`]) whenever they are given, for hypotheses with
+    /// n-gram bans, banned tokens, a forced token, -1e9 scores, ties among
+    /// the best logits, a NaN and an all -inf column; and the tiles' M and
+    /// log-sum are those of the whole column (f64, without the banned
+    /// tokens when renormalizing).
+    #[test]
+    fn tile_picks_equal_scoring_every_token() {
+        let (n, w) = (1000, 37);
+        let mut next = xorshift(12345);
+        let bias: Vec<f32> = (0..n).map(|_| (next() % 64) as f32 / 128.0).collect();
+        let mut logits: Vec<f32> = (0..n * w)
+            .map(|_| (next() % 8192) as f32 / 1024.0 - 4.0)
+            .collect();
+        // Column 3: its best logit twice (a tie at the top); 5: a NaN; 6:
+        // all -inf.
+        logits[100 * w + 3] = 9.0;
+        logits[700 * w + 3] = 9.0;
+        logits[400 * w + 5] = f32::NAN;
+        (0..n).for_each(|v| logits[v * w + 6] = f32::NEG_INFINITY);
+        let hyps: Vec<Hyp> = (0..w)
+            .map(|c| Hyp {
+                // Short tokens, so that n-grams repeat; column 8 one token
+                // short of max_length (forced </s>).
+                seq: (0..if c == 8 { 49 } else { 3 + c % 7 })
+                    .map(|_| (next() % 12) as u32)
+                    .collect(),
+                score: if c == 2 {
+                    NEG
+                } else {
+                    -((next() % 2000) as f32) / 100.0
+                },
+            })
+            .collect();
+        let threads = Threads::new(2);
+        for (renormalize, ngram) in [(false, 0), (true, 0), (false, 2), (true, 2)] {
+            let opts = SearchOptions {
+                num_beams: 4,
+                max_length: 50,
+                no_repeat_ngram_size: ngram,
+                banned: vec![7, 300],
+                forced_eos: Some(0),
+                renormalize,
+                ..Default::default()
+            };
+            let rules = Rules {
+                opts: &opts,
+                eos: 0,
+                n_vocab: n,
+                bias: Some(&bias),
+            };
+            let mut scorer = BeamScorer::default();
+            scorer.start(hyps.iter(), rules, &threads);
+            {
+                // The tiles in order, the first half as thread 0's, the
+                // rest as thread 1's (as a product's threads split them).
+                let f = scorer.tile_fn(rules.bias);
+                let tiles = n.div_ceil(TILE_ROWS);
+                for i in 0..tiles {
+                    let vocab = i * TILE_ROWS..((i + 1) * TILE_ROWS).min(n);
+                    let mut tile = logits[vocab.start * w..vocab.end * w].to_vec();
+                    f(usize::from(i >= tiles / 2), vocab, &mut tile);
+                }
+            }
+            scorer.normalize(rules);
+            let mut fast = 0;
+            for (c, h) in hyps.iter().enumerate() {
+                let mut row: Vec<f32> = (0..n).map(|v| logits[v * w + c]).collect();
+                // M and the log-sum against f64.
+                let mut banned = Vec::new();
+                each_banned(&opts, 0, &h.seq, |t| banned.push(t));
+                let x: Vec<f32> = row.iter().zip(&bias).map(|(v, b)| v + b).collect();
+                let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                if c != 5 && c != 6 {
+                    let sum: f64 = (0..n)
+                        .filter(|t| !(renormalize && banned.contains(t)))
+                        .map(|t| f64::from(x[t] - m).exp())
+                        .sum();
+                    assert_eq!(scorer.max[c], m, "column {c}");
+                    assert!(
+                        (f64::from(scorer.log_sum[c]) - sum.ln()).abs() < 1e-5,
+                        "column {c}"
+                    );
+                }
+                let want = score_all(&mut row, scorer.max[c], scorer.log_sum[c], h, rules);
+                if let Some(got) = scorer.fast_picks(c, h, rules) {
+                    let bits = |p: &[(usize, f32)]| {
+                        p.iter().map(|&(t, v)| (t, v.to_bits())).collect::<Vec<_>>()
+                    };
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "column {c} ({renormalize}, {ngram})"
+                    );
+                    fast += 1;
+                }
+            }
+            // Most are given; the NaN, -inf, and -1e9 ones cannot be.
+            assert!(fast >= w - 5, "{fast} of {w} from the tiles");
+            for c in [2, 5, 6] {
+                assert!(
+                    scorer.fast_picks(c, &hyps[c], rules).is_none(),
+                    "column {c}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn top_k_is_descending_and_stable() {

@@ -18,6 +18,7 @@
 //! only `crate::dispatch`, after checking the CPU, can call it.
 
 pub(crate) mod attend;
+mod columns;
 pub(crate) mod convert;
 mod float;
 pub(crate) mod gemm;

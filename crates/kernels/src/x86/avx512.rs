@@ -15,10 +15,14 @@
 //! with 32 registers); the f32 GEMM panels of the encoders (`gemm`), which
 //! also read f16 weights directly when a product has few rows; and
 //! the activations, softmax exponentials and layer norm (`math`: the
-//! portable source vectorized over 16 lanes). The same exact integers and
+//! portable source vectorized over 16 lanes), the column reductions of
+//! beam search's logit tiles and the f32 attention (`columns`,
+//! `attend_f32`: likewise), with the tile store as a transposition in
+//! registers. The same exact integers and
 //! the same f32 operation chains, so the same bits as the scalar
 //! reference.
 
+mod columns;
 mod gemm;
 mod gemm_bf16;
 mod math;
@@ -40,6 +44,11 @@ pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::Activate,
     Kernel::SiluMul,
     Kernel::ExpShiftedSum,
+    Kernel::AttendF32,
+    Kernel::AddBiasMax,
+    Kernel::ExpSums,
+    Kernel::RescaledSums,
+    Kernel::StoreColumns,
     Kernel::LayerNorm,
 ];
 
@@ -68,9 +77,60 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         by,
     };
     t.layer_norm = Entry { f: layer_norm, by };
+    t.attend_f32 = Entry { f: attend_f32, by };
+    t.add_bias_max = Entry {
+        f: add_bias_max,
+        by,
+    };
+    t.exp_sums = Entry { f: exp_sums, by };
+    t.rescaled_sums = Entry {
+        f: rescaled_sums,
+        by,
+    };
+    t.store_columns = Entry {
+        f: store_columns,
+        by,
+    };
 }
 
-// SAFETY (the four below): reachable only through a table
+/// As `crate::attend_f32::attend`, vectorized over 16 lanes.
+fn attend_f32(a: &crate::attend_f32::Heads, scores: &mut Vec<f32>, out: &mut [f32]) {
+    // SAFETY: see below.
+    unsafe { columns::attend_f32(a, scores, out) }
+}
+
+/// As `crate::columns::add_bias_max`, over 16 lanes.
+fn add_bias_max(values: &mut [f32], width: usize, bias: Option<&[f32]>, max: &mut [f32]) {
+    // SAFETY: see below.
+    unsafe { columns::add_bias_max(values, width, bias, max) }
+}
+
+/// As `crate::columns::exp_sums`, over 16 lanes.
+fn exp_sums(values: &[f32], width: usize, max: &[f32], sums: &mut [f32]) {
+    // SAFETY: see below.
+    unsafe { columns::exp_sums(values, width, max, sums) }
+}
+
+/// As `crate::columns::rescaled_sums`, over 16 lanes.
+fn rescaled_sums(
+    block_max: &[f32],
+    block_sums: &[f32],
+    width: usize,
+    max: &[f32],
+    sums: &mut [f32],
+) {
+    // SAFETY: see below.
+    unsafe { columns::rescaled_sums(block_max, block_sums, width, max, sums) }
+}
+
+/// As `crate::columns::store_columns`, transposing in registers.
+fn store_columns(part: &[[f32; 16]], span: usize, out: &mut [f32], width: usize, c0: usize) {
+    // SAFETY: see below; the wrapper `crate::columns::store_columns`
+    // checked the tile's bounds, the kernel's contract.
+    unsafe { columns::store_columns(part, span, out, width, c0) }
+}
+
+// SAFETY (the four below, and the four above): reachable only through a table
 // `override_table` filled, which its caller does only on a CPU with
 // AVX-512 (and AVX2, FMA).
 

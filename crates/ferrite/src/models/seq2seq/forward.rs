@@ -12,12 +12,14 @@
 //! row-independent matrix products this makes every row's values the same
 //! bits whatever else is in the batch and whatever the thread count.
 
-use ferrite_kernels::math::{softmax, Activation};
+use ferrite_kernels::attend_f32;
+use ferrite_kernels::columns::store_columns;
+use ferrite_kernels::math::Activation;
 
 use super::weights::{apply, apply_same_input, each_row};
-use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Seq2Seq};
+use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Proj, Seq2Seq};
 use crate::parallel::{DisjointSlice, Threads};
-use crate::tensor::QuantizedActs;
+use crate::tensor::{QuantizedActs, TILE_ROWS};
 use crate::Error;
 
 /// One input after the encoder.
@@ -98,6 +100,25 @@ fn resize(v: &mut Vec<f32>, n: usize) {
     v.resize(n, 0.0);
 }
 
+// The f32 output layer's tiles are transposed sixteen rows at a time.
+const _: () = assert!(TILE_ROWS <= 16);
+
+/// A receiver of logit tiles: `f(thread, vocab, tile)` gets the logits of
+/// vocabulary entries `vocab` (at most [`TILE_ROWS`], starting at a
+/// multiple of it) for every row of the step, entry `v`'s for row `r` at
+/// `tile[(v - vocab.start) * rows + r]`; `thread` is the calling thread's
+/// index (`0..threads.count()`). Called from the step's threads, each tile
+/// once.
+pub type TileFn<'f> = dyn Fn(usize, std::ops::Range<usize>, &mut [f32]) + Sync + 'f;
+
+/// What [`Seq2Seq::step_unbiased`] does with the logits.
+pub enum Head<'a> {
+    /// Stores them, `(rows, n_vocab)`.
+    Logits(&'a mut Vec<f32>),
+    /// Hands them over tile by tile, never storing them all.
+    Tiles(&'a TileFn<'a>),
+}
+
 /// Where one query row's keys and values are, and its score biases.
 struct KeySpan<'a> {
     /// Rows of `ld` values (every head's, one after the other).
@@ -108,27 +129,6 @@ struct KeySpan<'a> {
     /// Added to score `j` of head `h` at `h * n + j` (T5 relative
     /// positions), `(n_heads, n)`.
     bias: Option<&'a [f32]>,
-}
-
-/// `q . k` summed in eight lanes folded in order, then the tail: one fixed
-/// order for every call.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    let mut s = 0.0;
-    for l in lanes {
-        s += l;
-    }
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
-    }
-    s
 }
 
 /// Heads `heads` of one query row `q` (`(n_heads, head_dim)`): per head,
@@ -148,30 +148,25 @@ fn attend_heads(
     out: &mut [f32],
 ) {
     let (n, first) = (span.n, heads.start * hd);
-    let width = heads.len() * hd;
-    scores.clear();
-    scores.resize(heads.len() * n, 0.0);
-    for j in 0..n {
-        let k = &span.keys[j * ld + first..j * ld + first + width];
-        for (i, h) in heads.clone().enumerate() {
-            let b = span.bias.map_or(0.0, |b| b[h * n + j]);
-            let (qh, kh) = (&q[h * hd..(h + 1) * hd], &k[i * hd..(i + 1) * hd]);
-            scores[i * n + j] = dot(qh, kh) * scale + b;
-        }
-    }
-    for s in scores.chunks_exact_mut(n.max(1)) {
-        softmax(s);
-    }
-    out.fill(0.0);
-    for j in 0..n {
-        let v = &span.values[j * ld + first..j * ld + first + width];
-        for (i, (o, v)) in out.chunks_exact_mut(hd).zip(v.chunks_exact(hd)).enumerate() {
-            let w = scores[i * n + j];
-            for (o, &x) in o.iter_mut().zip(v) {
-                *o += w * x;
-            }
-        }
-    }
+    // The kernel reads head `i`'s key j at keys[j * ld + i * hd], from the
+    // first of these heads; its biases from head heads.start's.
+    let (keys, values) = (
+        &span.keys[first.min(span.keys.len())..],
+        &span.values[first.min(span.values.len())..],
+    );
+    let bias = span.bias.map(|b| &b[heads.start * n..]);
+    let q = &q[first..heads.end * hd];
+    let a = attend_f32::Heads {
+        q,
+        keys,
+        values,
+        ld,
+        n,
+        hd,
+        bias,
+        scale,
+    };
+    attend_f32::attend(&a, scores, out);
 }
 
 /// Attention of every head of `m` query rows (`q`, `(m, n_heads *
@@ -215,7 +210,8 @@ fn attend_rows<'a>(
 }
 
 impl Seq2Seq {
-    fn dim(&self) -> usize {
+    /// Width of the hidden states.
+    pub fn dim(&self) -> usize {
         self.config.dim
     }
 
@@ -497,7 +493,7 @@ impl Seq2Seq {
         ws: &mut Workspace,
         logits: &mut Vec<f32>,
     ) -> Result<(), Error> {
-        self.step_unbiased(rows, threads, ws, logits)?;
+        self.step_unbiased(rows, threads, ws, Head::Logits(logits))?;
         if let Some(b) = &self.logits_bias {
             each_row(logits, self.config.n_vocab, threads, |row| {
                 add_logits_bias(row, b)
@@ -510,12 +506,16 @@ impl Seq2Seq {
     /// caller adds it with [`add_logits_bias`], e.g. row by row together
     /// with its own work on the row while the row is in cache (beam
     /// search), rather than in a pass of its own over every row.
+    /// `head` says what becomes of the logits: stored, or handed over tile
+    /// by tile ([`Head`]). Afterwards [`Seq2Seq::last_hidden`] holds the
+    /// rows' final hidden states, from which [`Seq2Seq::logits_of`] gives
+    /// any rows' logits again.
     pub fn step_unbiased(
         &self,
         rows: &mut [StepRow],
         threads: &Threads,
         ws: &mut Workspace,
-        logits: &mut Vec<f32>,
+        head: Head,
     ) -> Result<(), Error> {
         let (dim, m) = (self.dim(), rows.len());
         let c = &self.config;
@@ -552,11 +552,86 @@ impl Seq2Seq {
             if c.output_scale != 1.0 {
                 x.iter_mut().for_each(|v| *v *= c.output_scale);
             }
-            resize(logits, m * c.n_vocab);
-            apply(&self.lm_head, &x, m, logits, None, &mut ws.acts, threads)
+            match head {
+                Head::Logits(logits) => self.logits_of(&x, m, logits, threads, ws),
+                Head::Tiles(f) => self.logit_tiles(&x, m, f, threads, ws),
+            }
         })();
         ws.x = x;
         result
+    }
+
+    /// The final hidden states (`(rows, dim)`, normalized and scaled as the
+    /// output layer takes them) of the last [`Seq2Seq::step_unbiased`].
+    pub fn last_hidden<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
+        &ws.x
+    }
+
+    /// The logits (without the logits bias) of `m` rows of final hidden
+    /// states `hidden`, `(m, n_vocab)`, into `logits`.
+    pub fn logits_of(
+        &self,
+        hidden: &[f32],
+        m: usize,
+        logits: &mut Vec<f32>,
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        resize(logits, m * self.config.n_vocab);
+        apply(
+            &self.lm_head,
+            hidden,
+            m,
+            logits,
+            None,
+            &mut ws.acts,
+            threads,
+        )
+    }
+
+    /// The logits of the `m` rows of `hidden` handed to `f` by tiles, as
+    /// [`Head::Tiles`] says. A quantized output layer computes them tile by
+    /// tile ([`Linear::matmul_tiles`]); an f32 one computes them all, then
+    /// copies each tile out.
+    fn logit_tiles(
+        &self,
+        hidden: &[f32],
+        m: usize,
+        f: &TileFn,
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        match &self.lm_head {
+            Proj::Quant(w) => w.matmul_tiles(&hidden[..m * w.cols], &mut ws.acts, threads, f),
+            Proj::F32(_) => {
+                let mut all = std::mem::take(&mut ws.up);
+                let result = self.logits_of(hidden, m, &mut all, threads, ws);
+                if result.is_ok() {
+                    let (n, all) = (self.config.n_vocab, &all[..]);
+                    threads.split_indexed(n.div_ceil(TILE_ROWS), |thread, tiles| {
+                        let mut buf = vec![0f32; TILE_ROWS * m];
+                        let mut part = [[0f32; 16]; 16];
+                        for i in tiles {
+                            let rows = i * TILE_ROWS..((i + 1) * TILE_ROWS).min(n);
+                            let tile = &mut buf[..rows.len() * m];
+                            // Sixteen tokens' values of these rows at a
+                            // time, transposed into the tile.
+                            for t0 in (0..m).step_by(16) {
+                                let part = &mut part[..(m - t0).min(16)];
+                                for (t, p) in part.iter_mut().enumerate() {
+                                    let from = (t0 + t) * n + rows.start;
+                                    p[..rows.len()].copy_from_slice(&all[from..from + rows.len()]);
+                                }
+                                store_columns(part, rows.len(), tile, m, t0);
+                            }
+                            f(thread, rows, tile);
+                        }
+                    });
+                }
+                ws.up = all;
+                result
+            }
+        }
     }
 
     /// Decoder self-attention of each row over its cache (after storing

@@ -43,6 +43,56 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         by,
     };
     t.f16_to_f32 = Entry { f: f16_to_f32, by };
+    t.attend_f32 = Entry { f: attend_f32, by };
+    t.add_bias_max = Entry {
+        f: add_bias_max,
+        by,
+    };
+    t.exp_sums = Entry { f: exp_sums, by };
+    t.rescaled_sums = Entry {
+        f: rescaled_sums,
+        by,
+    };
+    t.store_columns = Entry {
+        f: store_columns,
+        by,
+    };
+}
+
+/// As `crate::attend_f32::attend`, vectorized over 8 lanes.
+fn attend_f32(a: &crate::attend_f32::Heads, scores: &mut Vec<f32>, out: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::columns::attend_f32(a, scores, out) }
+}
+
+/// As `crate::columns::add_bias_max`, over 8 lanes.
+fn add_bias_max(values: &mut [f32], width: usize, bias: Option<&[f32]>, max: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::columns::add_bias_max(values, width, bias, max) }
+}
+
+/// As `crate::columns::exp_sums`, over 8 lanes.
+fn exp_sums(values: &[f32], width: usize, max: &[f32], sums: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::columns::exp_sums(values, width, max, sums) }
+}
+
+/// As `crate::columns::rescaled_sums`, over 8 lanes.
+fn rescaled_sums(
+    block_max: &[f32],
+    block_sums: &[f32],
+    width: usize,
+    max: &[f32],
+    sums: &mut [f32],
+) {
+    // SAFETY: see above.
+    unsafe { super::columns::rescaled_sums(block_max, block_sums, width, max, sums) }
+}
+
+/// As `crate::columns::store_columns`.
+fn store_columns(part: &[[f32; 16]], span: usize, out: &mut [f32], width: usize, c0: usize) {
+    // SAFETY: see above.
+    unsafe { super::columns::store_columns(part, span, out, width, c0) }
 }
 
 // SAFETY (every wrapper below): these functions are reachable only through
