@@ -707,7 +707,7 @@ enum Layout {
 
 /// Weight rows per tile of [`Linear::matmul_tiles`] (a multiple of every
 /// kernel's group rows, so that tiles start on groups).
-pub const TILE_ROWS: usize = 16;
+pub const TILE_ROWS: usize = ferrite_kernels::columns::TILE;
 
 impl Linear {
     /// The product of `x` (`n_tokens x cols`) with this matrix, tile by

@@ -1,16 +1,17 @@
 //! Reductions over the rows of a matrix, one result per column: the
-//! log-softmax and top-k of many hypotheses' next-token logits at once,
+//! log-softmax statistics of many hypotheses' next-token logits at once,
 //! stored vocabulary-major (`values[v * width + c]` is token `v`'s logit
-//! for hypothesis `c`, as [`store_columns`] writes a product's output).
-//! Every column is reduced on its own by the same chain of operations in
-//! row order, so a column's results do not depend on the width (how many
-//! hypotheses share the matrix) or on which lane computes it.
+//! for hypothesis `c`, as [`store_columns`] writes a product's output), in
+//! tiles of [`TILE`] rows ([`tile_stats`]) whose sums are then brought
+//! together ([`rescaled_sums`]). Every column is reduced on its own by one
+//! fixed order of operations, so a column's results do not depend on the
+//! width (how many hypotheses share the matrix) or on which lane computes
+//! it.
 //!
-//! The loops are written once as scalar code over sixteen columns at a
-//! time (`column_fns!`), compiled per kernel set like `crate::math`'s
-//! (the compiler vectorizes over the sixteen columns; the last, narrower
-//! chunk runs the same operations lane by lane), so every set gives the
-//! scalar build's bits.
+//! The loops are written once as scalar code (`column_fns!`), compiled per
+//! kernel set like `crate::math`'s (the compiler vectorizes them, across
+//! sixteen columns, or for fewer columns across sixteen rows of one), so
+//! every set gives the scalar build's bits.
 
 /// Columns handled together by the loops below.
 pub const LANES: usize = 16;
@@ -36,6 +37,7 @@ pub fn insert_top(top: &mut Top, k: usize, row: usize, score: f32) {
 macro_rules! column_fns {
     () => {
         use $crate::columns::LANES;
+        const _: () = assert!(LANES == $crate::columns::TILE);
 
         /// The columns `c0..c0 + w` (`w <= LANES`) of every row, lane by
         /// lane: `f(row, lane, value)`.
@@ -58,97 +60,134 @@ macro_rules! column_fns {
             (&mut row[c0..c0 + LANES]).try_into().expect("16 columns")
         }
 
-        /// See `crate::columns::add_bias_max`.
+        /// Pairwise sum of sixteen values: adjacent pairs, then pairs of
+        /// those, and so on (the order `tile_stats` defines).
         #[inline(always)]
-        pub fn add_bias_max(
+        fn tree_sum(mut e: [f32; LANES]) -> f32 {
+            let mut step = 1;
+            while step < LANES {
+                for i in (0..LANES).step_by(2 * step) {
+                    e[i] += e[i + step];
+                }
+                step *= 2;
+            }
+            e[0]
+        }
+
+        /// Sixteen columns of a tile and their shifts, for `tile_stats`'
+        /// exponentials (0 past the tile's rows) summed as `tree_sum`
+        /// does: pairs of rows, quadruples, octets.
+        struct Tile<'a> {
+            values: &'a [f32],
+            width: usize,
+            c0: usize,
+            rows: usize,
+            shift: [f32; LANES],
+        }
+
+        impl Tile<'_> {
+            #[inline(always)]
+            fn exps(&self, r: usize) -> [f32; LANES] {
+                let mut e = [0f32; LANES];
+                if r < self.rows {
+                    let start = r * self.width + self.c0;
+                    let row = &self.values[start..start + LANES];
+                    for i in 0..LANES {
+                        e[i] = $crate::math::exp(row[i] - self.shift[i]);
+                    }
+                }
+                e
+            }
+
+            #[inline(always)]
+            fn pair(&self, r: usize) -> [f32; LANES] {
+                add(self.exps(r), self.exps(r + 1))
+            }
+
+            #[inline(always)]
+            fn quad(&self, r: usize) -> [f32; LANES] {
+                add(self.pair(r), self.pair(r + 2))
+            }
+
+            #[inline(always)]
+            fn oct(&self, r: usize) -> [f32; LANES] {
+                add(self.quad(r), self.quad(r + 4))
+            }
+        }
+
+        #[inline(always)]
+        fn add(a: [f32; LANES], b: [f32; LANES]) -> [f32; LANES] {
+            let mut s = a;
+            for i in 0..LANES {
+                s[i] += b[i];
+            }
+            s
+        }
+
+        /// See `crate::columns::tile_stats`.
+        #[inline(always)]
+        pub fn tile_stats(
             values: &mut [f32],
             width: usize,
             bias: Option<&[f32]>,
             max: &mut [f32],
+            sums: &mut [f32],
         ) {
+            let rows = values.len() / width;
+            let bias_of = |r: usize| bias.map(|b| b[r]);
             for c0 in (0..width).step_by(LANES) {
                 let w = (width - c0).min(LANES);
-                let rows = values.chunks_exact_mut(width).enumerate();
                 if w < LANES {
-                    // The last, narrower chunk: column by column.
+                    // Fewer columns than lanes: column by column, its
+                    // sixteen rows side by side.
                     for c in c0..width {
-                        let mut m = max[c];
-                        for (r, row) in values.chunks_exact_mut(width).enumerate() {
-                            if let Some(bias) = bias {
-                                row[c] += bias[r];
+                        let mut x = [f32::NEG_INFINITY; LANES];
+                        let mut m = f32::NEG_INFINITY;
+                        for (r, x) in x.iter_mut().enumerate().take(rows) {
+                            let v = &mut values[r * width + c];
+                            if let Some(b) = bias_of(r) {
+                                *v += b;
                             }
-                            m = m.max(row[c]);
+                            *x = *v;
+                            m = m.max(*v);
                         }
-                        max[c] = m;
+                        let shift = if m == f32::NEG_INFINITY { 0.0 } else { m };
+                        let mut e = [0f32; LANES];
+                        for i in 0..LANES {
+                            e[i] = $crate::math::exp(x[i] - shift);
+                        }
+                        (max[c], sums[c]) = (m, tree_sum(e));
                     }
                     continue;
                 }
-                let mut m: [f32; LANES] = max[c0..c0 + LANES].try_into().expect("16 columns");
-                if let Some(bias) = bias {
-                    for (r, row) in rows {
-                        let (row, b) = (lanes_mut(row, c0), bias[r]);
-                        for i in 0..LANES {
-                            row[i] += b;
-                            m[i] = m[i].max(row[i]);
+                // Sixteen columns: the rows one after the other, each
+                // row's sixteen columns side by side.
+                let mut m = [f32::NEG_INFINITY; LANES];
+                for r in 0..rows {
+                    let row = lanes_mut(&mut values[r * width..(r + 1) * width], c0);
+                    if let Some(b) = bias_of(r) {
+                        for v in row.iter_mut() {
+                            *v += b;
                         }
                     }
-                } else {
-                    for (_, row) in rows {
-                        let row = lanes_mut(row, c0);
-                        for i in 0..LANES {
-                            m[i] = m[i].max(row[i]);
-                        }
+                    for i in 0..LANES {
+                        m[i] = m[i].max(row[i]);
                     }
                 }
+                let mut shift = [0f32; LANES];
+                for i in 0..LANES {
+                    shift[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] };
+                }
+                let t = Tile {
+                    values: &*values,
+                    width,
+                    c0,
+                    rows,
+                    shift,
+                };
+                let total = add(t.oct(0), t.oct(8));
                 max[c0..c0 + LANES].copy_from_slice(&m);
-            }
-        }
-
-        /// See `crate::columns::exp_sums`.
-        #[inline(always)]
-        pub fn exp_sums(values: &[f32], width: usize, max: &[f32], sums: &mut [f32]) {
-            for c0 in (0..width).step_by(LANES) {
-                let w = (width - c0).min(LANES);
-                // A column whose maximum is -inf holds only -inf (or NaN):
-                // its exponentials are 0 (e^(v - 0)).
-                let mut m = [0f32; LANES];
-                for (m, &x) in m.iter_mut().zip(&max[c0..c0 + w]) {
-                    *m = if x == f32::NEG_INFINITY { 0.0 } else { x };
-                }
-                let mut s = [0f32; LANES];
-                s[..w].copy_from_slice(&sums[c0..c0 + w]);
-                if w == LANES {
-                    for (_, row) in chunks(values, width, c0) {
-                        let row: &[f32; LANES] = row.try_into().expect("a full chunk");
-                        for i in 0..LANES {
-                            s[i] += $crate::math::exp(row[i] - m[i]);
-                        }
-                    }
-                } else {
-                    // Fewer columns than lanes: per column, the
-                    // exponentials of sixteen rows at once, then added in
-                    // row order (the same operations).
-                    let rows = values.len() / width;
-                    for i in 0..w {
-                        let (c, m) = (c0 + i, m[i]);
-                        let mut r0 = 0;
-                        while r0 < rows {
-                            let n = (rows - r0).min(LANES);
-                            let mut e = [m; LANES];
-                            for (j, e) in e.iter_mut().enumerate().take(n) {
-                                *e = values[(r0 + j) * width + c];
-                            }
-                            for e in e.iter_mut() {
-                                *e = $crate::math::exp(*e - m);
-                            }
-                            for &e in &e[..n] {
-                                s[i] += e;
-                            }
-                            r0 += n;
-                        }
-                    }
-                }
-                sums[c0..c0 + w].copy_from_slice(&s[..w]);
+                sums[c0..c0 + LANES].copy_from_slice(&total);
             }
         }
 
@@ -237,31 +276,32 @@ mod portable {
     crate::columns::column_fns!();
 }
 
-/// Adds `bias[r]` to every value of row `r` (if there is a bias), and
-/// raises `max[c]` to the largest value of column `c` (NaNs
-/// passed over, as by `f32::max`). `values` is rows of `width` values.
-pub fn add_bias_max(values: &mut [f32], width: usize, bias: Option<&[f32]>, max: &mut [f32]) {
+/// Rows per tile of [`tile_stats`].
+pub const TILE: usize = 16;
+
+/// A tile of at most [`TILE`] rows of `width` values: adds `bias[r]` to
+/// every value of row `r` (if there is a bias), then sets, per column `c`,
+/// `max[c]` to its largest value (NaNs passed over, as by `f32::max`; -inf
+/// if none) and `sums[c]` to the sum of `e^(v - max[c])` over its values
+/// (`e^(v - 0)` if `max[c]` is -inf), added as a pairwise tree over
+/// sixteen slots (adjacent rows, then adjacent pairs, ...; missing rows 0):
+/// the same operations whatever the width.
+pub fn tile_stats(
+    values: &mut [f32],
+    width: usize,
+    bias: Option<&[f32]>,
+    max: &mut [f32],
+    sums: &mut [f32],
+) {
     assert!(
-        width > 0 && values.len().is_multiple_of(width),
-        "whole rows"
+        width > 0 && values.len().is_multiple_of(width) && values.len() / width <= TILE,
+        "at most 16 whole rows"
     );
-    assert!(max.len() >= width, "one maximum per column");
+    assert!(max.len() >= width && sums.len() >= width, "one per column");
     if let Some(b) = bias {
         assert!(b.len() >= values.len() / width, "one bias per row");
     }
-    (crate::table::active().add_bias_max.f)(values, width, bias, max)
-}
-
-/// `sums[c] += e^(v - max[c])` for every value `v` of column `c`, row by
-/// row (`crate::math::exp`); a column whose maximum is -inf (so that its
-/// values are -inf, or NaN) takes `e^(v - 0)`: 0 for -inf.
-pub fn exp_sums(values: &[f32], width: usize, max: &[f32], sums: &mut [f32]) {
-    assert!(
-        width > 0 && values.len().is_multiple_of(width),
-        "whole rows"
-    );
-    assert!(max.len() >= width && sums.len() >= width, "one per column");
-    (crate::table::active().exp_sums.f)(values, width, max, sums)
+    (crate::table::active().tile_stats.f)(values, width, bias, max, sums)
 }
 
 /// `sums[c] += s_b * e^(m_b - max[c])` for every row `b` of `block_max`
@@ -299,7 +339,7 @@ pub fn store_columns(part: &[[f32; 16]], span: usize, out: &mut [f32], width: us
 
 /// The portable versions, for tests comparing kernel sets.
 pub mod reference {
-    pub use super::portable::{add_bias_max, exp_sums, rescaled_sums, store_columns};
+    pub use super::portable::{rescaled_sums, store_columns, tile_stats};
 }
 
 #[cfg(test)]
@@ -335,42 +375,48 @@ mod tests {
                     eprintln!("SKIPPED {set:?}: not supported by this CPU");
                     continue;
                 };
-                // Bias and maximum.
+                // Tiles of 16 rows (and a last shorter one): bias, maxima
+                // and pairwise sums against a plain loop per column.
                 let mut got = m.clone();
-                let mut max = vec![f32::NEG_INFINITY; width];
-                (t.add_bias_max.f)(&mut got, width, Some(&bias), &mut max);
-                for c in 0..width {
-                    let mut want_max = f32::NEG_INFINITY;
-                    for r in 0..rows {
-                        let v = m[r * width + c] + bias[r];
-                        assert_eq!(got[r * width + c].to_bits(), v.to_bits());
-                        want_max = want_max.max(v);
+                let (mut max, mut sums) = (vec![0f32; width], vec![0f32; width]);
+                for (ti, tile) in got.chunks_mut(TILE * width).enumerate() {
+                    let n = tile.len() / width;
+                    let b = &bias[ti * TILE..ti * TILE + n];
+                    (t.tile_stats.f)(tile, width, Some(b), &mut max, &mut sums);
+                    for c in 0..width {
+                        let mut want_max = f32::NEG_INFINITY;
+                        let mut x = [f32::NEG_INFINITY; 16];
+                        for r in 0..n {
+                            let v = m[(ti * TILE + r) * width + c] + b[r];
+                            assert_eq!(tile[r * width + c].to_bits(), v.to_bits());
+                            want_max = want_max.max(v);
+                            x[r] = v;
+                        }
+                        let shift = if want_max == f32::NEG_INFINITY {
+                            0.0
+                        } else {
+                            want_max
+                        };
+                        let mut e = x.map(|v| crate::math::exp(v - shift));
+                        for step in [1, 2, 4, 8] {
+                            for i in (0..16).step_by(2 * step) {
+                                e[i] += e[i + step];
+                            }
+                        }
+                        let what = format!("{set:?} width {width} tile {ti} column {c}");
+                        assert_eq!(max[c].to_bits(), want_max.to_bits(), "{what}");
+                        if e[0].is_nan() {
+                            // (NaN's sign and payload are not specified.)
+                            assert!(sums[c].is_nan(), "{what}");
+                        } else {
+                            assert_eq!(sums[c].to_bits(), e[0].to_bits(), "{what}");
+                        }
                     }
-                    assert_eq!(max[c], want_max, "{set:?} width {width} column {c}");
                 }
-                // Sums of exponentials, in row order.
                 let finite: Vec<f32> = got
                     .iter()
                     .map(|&v| if v.is_finite() { v } else { 0.0 })
                     .collect();
-                let mut sums = vec![0.5f32; width];
-                (t.exp_sums.f)(&finite, width, &max, &mut sums);
-                for c in 0..width {
-                    let mut s = 0.5f32;
-                    let m = if max[c] == f32::NEG_INFINITY {
-                        0.0
-                    } else {
-                        max[c]
-                    };
-                    for r in 0..rows {
-                        s += crate::math::exp(finite[r * width + c] - m);
-                    }
-                    assert_eq!(
-                        sums[c].to_bits(),
-                        s.to_bits(),
-                        "{set:?} width {width} column {c}"
-                    );
-                }
                 // Blocks' sums brought to a common maximum.
                 let bm: Vec<f32> = finite.iter().map(|&v| v * 0.5).collect();
                 let mut bm_inf = bm.clone();

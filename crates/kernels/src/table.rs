@@ -49,10 +49,8 @@ pub type LayerNormFn = fn(&mut [f32], &[f32], &[f32], f32);
 pub type ExpSumFn = fn(&mut [f32], f32) -> f32;
 /// `crate::attend_f32::attend`.
 pub type AttendF32Fn = fn(&crate::attend_f32::Heads, &mut Vec<f32>, &mut [f32]);
-/// `crate::columns::add_bias_max`.
-pub type AddBiasMaxFn = fn(&mut [f32], usize, Option<&[f32]>, &mut [f32]);
-/// `crate::columns::exp_sums`.
-pub type ExpSumsFn = fn(&[f32], usize, &[f32], &mut [f32]);
+/// `crate::columns::tile_stats`.
+pub type TileStatsFn = fn(&mut [f32], usize, Option<&[f32]>, &mut [f32], &mut [f32]);
 /// `crate::columns::rescaled_sums`.
 pub type RescaledSumsFn = fn(&[f32], &[f32], usize, &[f32], &mut [f32]);
 /// `crate::columns::store_columns`.
@@ -77,8 +75,7 @@ pub struct KernelTable {
     pub layer_norm: Entry<LayerNormFn>,
     pub exp_shifted_sum: Entry<ExpSumFn>,
     pub attend_f32: Entry<AttendF32Fn>,
-    pub add_bias_max: Entry<AddBiasMaxFn>,
-    pub exp_sums: Entry<ExpSumsFn>,
+    pub tile_stats: Entry<TileStatsFn>,
     pub rescaled_sums: Entry<RescaledSumsFn>,
     pub store_columns: Entry<StoreColumnsFn>,
     pub quantize_q8: Entry<QuantizeQ8Fn>,
@@ -98,8 +95,7 @@ pub enum Kernel {
     LayerNorm,
     ExpShiftedSum,
     AttendF32,
-    AddBiasMax,
-    ExpSums,
+    TileStats,
     RescaledSums,
     StoreColumns,
     QuantizeQ8,
@@ -108,7 +104,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 15] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
         Kernel::ScoresF16,
@@ -118,8 +114,7 @@ impl Kernel {
         Kernel::LayerNorm,
         Kernel::ExpShiftedSum,
         Kernel::AttendF32,
-        Kernel::AddBiasMax,
-        Kernel::ExpSums,
+        Kernel::TileStats,
         Kernel::RescaledSums,
         Kernel::StoreColumns,
         Kernel::QuantizeQ8,
@@ -141,8 +136,7 @@ impl KernelTable {
             Kernel::LayerNorm => self.layer_norm.by,
             Kernel::ExpShiftedSum => self.exp_shifted_sum.by,
             Kernel::AttendF32 => self.attend_f32.by,
-            Kernel::AddBiasMax => self.add_bias_max.by,
-            Kernel::ExpSums => self.exp_sums.by,
+            Kernel::TileStats => self.tile_stats.by,
             Kernel::RescaledSums => self.rescaled_sums.by,
             Kernel::StoreColumns => self.store_columns.by,
             Kernel::QuantizeQ8 => self.quantize_q8.by,
@@ -192,12 +186,8 @@ impl KernelTable {
                 f: crate::attend_f32::reference::attend,
                 by,
             },
-            add_bias_max: Entry {
-                f: crate::columns::reference::add_bias_max,
-                by,
-            },
-            exp_sums: Entry {
-                f: crate::columns::reference::exp_sums,
+            tile_stats: Entry {
+                f: crate::columns::reference::tile_stats,
                 by,
             },
             rescaled_sums: Entry {

@@ -499,8 +499,7 @@ impl BeamScorer {
                     &mut tops.segment(thread, 1)[0],
                 )
             };
-            columns::add_bias_max(tile, w, bias.map(|b| &b[vocab.clone()]), max);
-            columns::exp_sums(tile, w, max, sum);
+            columns::tile_stats(tile, w, bias.map(|b| &b[vocab.clone()]), max, sum);
             // The best raw logits: a hypothesis' tile is scanned only if
             // its maximum would enter (NaNs, passed over here, make the
             // sum NaN, and finish then scores that hypothesis again).

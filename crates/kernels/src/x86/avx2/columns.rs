@@ -14,20 +14,14 @@ mod attend_body {
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn add_bias_max(
+pub(crate) unsafe fn tile_stats(
     values: &mut [f32],
     width: usize,
     bias: Option<&[f32]>,
     max: &mut [f32],
+    sums: &mut [f32],
 ) {
-    body::add_bias_max(values, width, bias, max)
-}
-
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn exp_sums(values: &[f32], width: usize, max: &[f32], sums: &mut [f32]) {
-    body::exp_sums(values, width, max, sums)
+    body::tile_stats(values, width, bias, max, sums)
 }
 
 /// # Safety

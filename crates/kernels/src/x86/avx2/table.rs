@@ -44,11 +44,7 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     };
     t.f16_to_f32 = Entry { f: f16_to_f32, by };
     t.attend_f32 = Entry { f: attend_f32, by };
-    t.add_bias_max = Entry {
-        f: add_bias_max,
-        by,
-    };
-    t.exp_sums = Entry { f: exp_sums, by };
+    t.tile_stats = Entry { f: tile_stats, by };
     t.rescaled_sums = Entry {
         f: rescaled_sums,
         by,
@@ -65,16 +61,16 @@ fn attend_f32(a: &crate::attend_f32::Heads, scores: &mut Vec<f32>, out: &mut [f3
     unsafe { super::columns::attend_f32(a, scores, out) }
 }
 
-/// As `crate::columns::add_bias_max`, over 8 lanes.
-fn add_bias_max(values: &mut [f32], width: usize, bias: Option<&[f32]>, max: &mut [f32]) {
+/// As `crate::columns::tile_stats`, over 8 lanes.
+fn tile_stats(
+    values: &mut [f32],
+    width: usize,
+    bias: Option<&[f32]>,
+    max: &mut [f32],
+    sums: &mut [f32],
+) {
     // SAFETY: see above.
-    unsafe { super::columns::add_bias_max(values, width, bias, max) }
-}
-
-/// As `crate::columns::exp_sums`, over 8 lanes.
-fn exp_sums(values: &[f32], width: usize, max: &[f32], sums: &mut [f32]) {
-    // SAFETY: see above.
-    unsafe { super::columns::exp_sums(values, width, max, sums) }
+    unsafe { super::columns::tile_stats(values, width, bias, max, sums) }
 }
 
 /// As `crate::columns::rescaled_sums`, over 8 lanes.
