@@ -229,6 +229,19 @@ pub fn generate(
         // (the decoder start; HF scores all but the first -1e9): only the
         // first is run, and the others are scored from its logits (the
         // same values) and take copies of its cache.
+        // At the forced last position every hypothesis' picks are known
+        // without logits, and nothing follows: no step is run.
+        let known: Option<Vec<Vec<(usize, f32)>>> = searches
+            .iter()
+            .filter(|s| !s.done)
+            .flat_map(|s| &s.running)
+            .map(|h| forced_picks(h, rules))
+            .collect();
+        if let Some(known) = known {
+            picks = known;
+            choose(&mut searches, &picks, rules, threads);
+            continue;
+        }
         let first_step = nb > 1
             && searches
                 .iter()
@@ -589,16 +602,8 @@ impl BeamScorer {
         let (opts, keep) = (rules.opts, self.keep);
         let k = picks_per_row(opts);
         let mut picked = Vec::with_capacity(k + 1);
-        if let Some(e) = forced(opts, &h.seq) {
-            // Every score -inf but the forced token's, 0 + the beam's: it
-            // first, then the first tokens (ties, lower first).
-            if !h.score.is_finite() || e >= rules.n_vocab {
-                return None;
-            }
-            picked.push((e, 0.0 + h.score));
-            let rest = (0..rules.n_vocab).filter(|&t| t != e).take(k - 1);
-            picked.extend(rest.map(|t| (t, f32::NEG_INFINITY)));
-            return Some(picked);
+        if forced(opts, &h.seq).is_some() {
+            return forced_picks(h, rules);
         }
         // The best raw logits of the whole column, then in token order.
         let mut cands = Vec::with_capacity(keep + 1);
@@ -667,6 +672,22 @@ impl BeamScorer {
         });
         Ok(picks)
     }
+}
+
+/// The picks of hypothesis `h` at a forced token, which need no logits:
+/// every score is -inf but the forced token's, 0 + the beam's (greedy: 0),
+/// so it comes first, then the first other tokens (ties, lower first).
+/// `None` if `h` has no forced token here, or its score is not finite.
+fn forced_picks(h: &Hyp, rules: Rules) -> Option<Vec<(usize, f32)>> {
+    let e = forced(rules.opts, &h.seq)?;
+    if !h.score.is_finite() || e >= rules.n_vocab {
+        return None;
+    }
+    let k = picks_per_row(rules.opts);
+    let mut picked = vec![(e, if k == 1 { 0.0 } else { 0.0 + h.score })];
+    let rest = (0..rules.n_vocab).filter(|&t| t != e).take(k - 1);
+    picked.extend(rest.map(|t| (t, f32::NEG_INFINITY)));
+    Some(picked)
 }
 
 /// Hypothesis `h`'s picks from all its logits `row` (without the logits
