@@ -643,10 +643,7 @@ pub fn matmul_many(
     }
     let n_tokens = x.len() / cols;
     debug_assert_eq!(x.len(), n_tokens * cols);
-    acts.quantize(act_type, x, cols, threads)?;
-    if let Some(gs) = first.w.int8_groups {
-        acts.round_as_int8(gs, x.len());
-    }
+    first.w.quantize_input(x, acts, threads)?;
     let acts = &*acts;
     // (weights, output) of each job, and the first global unit of each; on
     // the stack, so that decoding allocates nothing. Threads split units
@@ -710,6 +707,22 @@ enum Layout {
 pub const TILE_ROWS: usize = ferrite_kernels::columns::TILE;
 
 impl Linear {
+    /// `x` (`n_tokens x cols`) in the format this matrix's kernel takes,
+    /// into `acts` (and rounded as llama2.c's int8 matmul does, for such
+    /// a model).
+    fn quantize_input(
+        &self,
+        x: &[f32],
+        acts: &mut QuantizedActs,
+        threads: &Threads,
+    ) -> Result<(), Error> {
+        acts.quantize(self.kernel.act_type, x, self.cols, threads)?;
+        if let Some(gs) = self.int8_groups {
+            acts.round_as_int8(gs, x.len());
+        }
+        Ok(())
+    }
+
     /// The product of `x` (`n_tokens x cols`) with this matrix, tile by
     /// tile instead of stored: the values of weight rows `rows` (at most
     /// [`TILE_ROWS`], starting at a multiple of it) for every token are
@@ -733,10 +746,7 @@ impl Linear {
             "tiles start on groups"
         );
         let n_tokens = x.len() / self.cols;
-        acts.quantize(self.kernel.act_type, x, self.cols, threads)?;
-        if let Some(gs) = self.int8_groups {
-            acts.round_as_int8(gs, x.len());
-        }
+        self.quantize_input(x, acts, threads)?;
         let acts = &*acts;
         threads.split_indexed(self.rows.div_ceil(TILE_ROWS), |thread, tiles| {
             let mut buf = vec![0f32; TILE_ROWS * n_tokens];

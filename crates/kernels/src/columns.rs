@@ -39,8 +39,8 @@ macro_rules! column_fns {
         use $crate::columns::LANES;
         const _: () = assert!(LANES == $crate::columns::TILE);
 
-        /// The columns `c0..c0 + w` (`w <= LANES`) of every row, lane by
-        /// lane: `f(row, lane, value)`.
+        /// Columns `c0..c0 + w` (`w <= LANES`, as many as there are) of
+        /// every row, with the row's index.
         #[inline(always)]
         fn chunks(
             values: &[f32],

@@ -772,28 +772,22 @@ const TOP_K_CHUNK: usize = 16;
 
 /// Indices of `scores` sorted by descending score (ties: lower index first).
 fn top_k(scores: &[f32], k: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = Vec::with_capacity(k + 1);
+    let mut top: columns::Top = Vec::with_capacity(k + 1);
     for (c, chunk) in scores.chunks(TOP_K_CHUNK).enumerate() {
         // Once k are held, a chunk whose every value is <= the k-th best
-        // (no NaN) would be skipped value by value below: skip it whole,
-        // in one vectorizable pass.
-        if idx.len() == k {
-            let floor = scores[idx[k - 1]];
+        // (no NaN) would be passed over value by value below: skip it
+        // whole, in one vectorizable pass.
+        if k > 0 && top.len() == k {
+            let floor = top[k - 1].1;
             if chunk.iter().fold(true, |all, &v| all & (v <= floor)) {
                 continue;
             }
         }
         for (j, &v) in chunk.iter().enumerate() {
-            if idx.len() == k && v <= scores[idx[k - 1]] {
-                continue;
-            }
-            // Insert after every element >= v (stable for ties).
-            let at = idx.partition_point(|&j| scores[j] >= v);
-            idx.insert(at, c * TOP_K_CHUNK + j);
-            idx.truncate(k);
+            columns::insert_top(&mut top, k, c * TOP_K_CHUNK + j, v);
         }
     }
-    idx
+    top.into_iter().map(|(i, _)| i).collect()
 }
 
 /// Beam search's step, from the `2 * num_beams` best continuations of
