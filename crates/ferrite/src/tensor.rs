@@ -562,6 +562,28 @@ const ROW_BLOCK: usize = 16;
 /// Tokens per call of a many-row kernel (`dot8n`, `dot16n`).
 const CHUNK: usize = 32;
 
+/// `out[i] += bias[i]`, as a fixed-size loop (one vector add, inlined)
+/// for a block of [`ROW_BLOCK`] rows.
+#[inline(always)]
+fn add_bias(out: &mut [f32], bias: &[f32]) {
+    match (
+        <&mut [f32; ROW_BLOCK]>::try_from(&mut *out),
+        <&[f32; ROW_BLOCK]>::try_from(bias),
+    ) {
+        (Ok(o), Ok(b)) => o.iter_mut().zip(b).for_each(|(o, &b)| *o += b),
+        _ => out.iter_mut().zip(bias).for_each(|(o, &b)| *o += b),
+    }
+}
+
+/// `dst` (sixteen values long) = `src`, as one fixed-size copy the
+/// compiler inlines (a slice copy of unknown length is a `memcpy` call).
+#[inline(always)]
+fn store_16(dst: &mut [f32], src: &[f32; 16]) {
+    if let Ok(dst) = <&mut [f32; 16]>::try_from(dst) {
+        *dst = *src;
+    }
+}
+
 /// Most products [`matmul_many`] runs in one parallel step (more are run
 /// in groups of this many).
 const MAX_JOBS: usize = 4;
@@ -683,7 +705,7 @@ pub fn matmul_many(
                         // only, so these output indices are written by
                         // this thread only.
                         let o = unsafe { out.segment(t * w.rows + r0, r1 - r0) };
-                        o.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
+                        add_bias(o, bias);
                     }
                 }
                 r0 = r1;
@@ -840,15 +862,17 @@ impl Linear {
                             continue;
                         }
                         for (t, res) in (t0..t1).zip(part.iter()) {
-                            // SAFETY: rows g..g+span belong to this thread's
-                            // range only, so these output indices are
-                            // written by this thread only.
-                            let dst = unsafe { out.segment(t * self.rows + g, span) };
                             // Copies of constant length, inlined (a `span`
-                            // long one was a memmove call per token).
+                            // long one was a memcpy call per token).
                             if span == 16 {
-                                dst.copy_from_slice(&res[..16]);
+                                // SAFETY: rows g..g+16 belong to this
+                                // thread's range only, so these output
+                                // indices are written by this thread only.
+                                let dst = unsafe { out.segment(t * self.rows + g, 16) };
+                                store_16(dst, res);
                             } else {
+                                // SAFETY: as above, for rows g..g+8.
+                                let dst = unsafe { out.segment(t * self.rows + g, 8) };
                                 dst.copy_from_slice(&res[..8]);
                             }
                         }
