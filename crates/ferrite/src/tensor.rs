@@ -13,7 +13,7 @@ use ferrite_kernels::columns::store_columns;
 use ferrite_kernels::dot::interleave::{self, RowOf, MAX_GROUP_ROWS};
 use ferrite_kernels::dot::{vec_dot_kernel, GroupKernels, VecDotKernel};
 use ferrite_kernels::quant::{
-    act_panels, dequantize, quantize, ActBlockFacts, BlockQ8_0, ACT_PANEL_ROWS,
+    dequantize, quantize, quantize_acts_row, ActBlockFacts, BlockQ8_0, ACT_PANEL_ROWS,
 };
 use ferrite_kernels::GgmlType;
 
@@ -409,6 +409,14 @@ pub struct QuantizedActs {
     panels: Vec<ActBlockFacts>,
 }
 
+/// The bytes of `buf`.
+fn as_bytes_mut(buf: &mut [u64]) -> &mut [u8] {
+    let len = buf.len() * 8;
+    // SAFETY: a u64 slice is valid as bytes of 8x the length; u8 has no
+    // alignment or validity requirements and the borrow is unique.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), len) }
+}
+
 impl QuantizedActs {
     /// Quantizes `n_tokens` rows of `cols` values from `x` into format `ty`,
     /// the rows split across `threads` (each row is quantized on its own,
@@ -420,13 +428,73 @@ impl QuantizedActs {
         cols: usize,
         threads: &Threads,
     ) -> Result<(), Error> {
-        self.panels.clear();
-        self.quantize_rows(ty, x, cols, threads)?;
         let n_tokens = x.len() / cols.max(1);
-        if ty == GgmlType::Q8_0 && n_tokens >= ACT_PANEL_ROWS {
-            let mut panels = std::mem::take(&mut self.panels);
-            act_panels(self.rows(0..n_tokens), self.row_bytes, &mut panels);
-            self.panels = panels;
+        if ty == GgmlType::Q8_0 && cols > 0 && n_tokens >= ACT_PANEL_ROWS {
+            return self.quantize_q8_0_panels(x, cols, threads);
+        }
+        self.panels.clear();
+        self.quantize_rows(ty, x, cols, threads)
+    }
+
+    /// [`QuantizedActs::quantize`] into Q8_0 with the panels of every
+    /// whole sixteen rows, made in the same pass over the values
+    /// ([`quantize_acts_row`]: the bytes [`quantize`] writes and the facts
+    /// [`act_panels`](ferrite_kernels::quant::act_panels) works out of
+    /// them). Threads take whole panels (and the rows after the last one
+    /// singly), so each writes its own part of both.
+    fn quantize_q8_0_panels(
+        &mut self,
+        x: &[f32],
+        cols: usize,
+        threads: &Threads,
+    ) -> Result<(), Error> {
+        let ty = GgmlType::Q8_0;
+        let n_tokens = x.len() / cols;
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .ok_or_else(|| Error::Input(format!("{cols} values are not whole {ty} blocks")))?
+            as usize;
+        let words = (n_tokens * row_bytes).div_ceil(8);
+        if self.buf.len() < words {
+            self.buf.resize(words, 0);
+        }
+        self.ty = Some(ty);
+        self.cols = cols;
+        self.row_bytes = row_bytes;
+        let per_row = row_bytes / std::mem::size_of::<BlockQ8_0>();
+        let whole = n_tokens / ACT_PANEL_ROWS;
+        let panel_len = ACT_PANEL_ROWS * per_row;
+        self.panels
+            .resize(whole * panel_len, ActBlockFacts::default());
+        let bytes = DisjointSlice::new(&mut as_bytes_mut(&mut self.buf)[..n_tokens * row_bytes]);
+        let panels = DisjointSlice::new(&mut self.panels[..]);
+        let unit = |u: usize| {
+            if u < whole {
+                let first = u * ACT_PANEL_ROWS;
+                // SAFETY: each unit is one thread's; panel u's rows and
+                // facts are written by this unit only.
+                let (rows, facts) = unsafe {
+                    (
+                        bytes.segment(first * row_bytes, ACT_PANEL_ROWS * row_bytes),
+                        panels.segment(u * panel_len, panel_len),
+                    )
+                };
+                for (r, dst) in rows.chunks_exact_mut(row_bytes).enumerate() {
+                    let src = &x[(first + r) * cols..(first + r + 1) * cols];
+                    quantize_acts_row(src, dst, &mut facts[r..]);
+                }
+            } else {
+                let t = whole * ACT_PANEL_ROWS + (u - whole);
+                // SAFETY: row t (after the panels) is this unit's only.
+                let dst = unsafe { bytes.segment(t * row_bytes, row_bytes) };
+                quantize_acts_row(&x[t * cols..(t + 1) * cols], dst, &mut []);
+            }
+        };
+        let units = whole + (n_tokens - whole * ACT_PANEL_ROWS);
+        if n_tokens * cols <= INLINE_QUANTIZE {
+            (0..units).for_each(unit);
+        } else {
+            threads.split(units, |range| range.for_each(unit));
         }
         Ok(())
     }
@@ -520,10 +588,7 @@ impl QuantizedActs {
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        let len = self.buf.len() * 8;
-        // SAFETY: a u64 slice is valid as bytes of 8x the length; u8 has no
-        // alignment or validity requirements and the borrow is unique.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<u8>(), len) }
+        as_bytes_mut(&mut self.buf)
     }
 
     fn bytes(&self) -> &[u8] {
@@ -562,25 +627,27 @@ const ROW_BLOCK: usize = 16;
 /// Tokens per call of a many-row kernel (`dot8n`, `dot16n`).
 const CHUNK: usize = 32;
 
-/// `out[i] += bias[i]`, as a fixed-size loop (one vector add, inlined)
-/// for a block of [`ROW_BLOCK`] rows.
+/// `dst` (sixteen values long) = `src` (plus `bias`, sixteen values, if
+/// any), as one fixed-size loop the compiler inlines (a slice copy of
+/// unknown length is a `memcpy` call).
 #[inline(always)]
-fn add_bias(out: &mut [f32], bias: &[f32]) {
-    match (
-        <&mut [f32; ROW_BLOCK]>::try_from(&mut *out),
-        <&[f32; ROW_BLOCK]>::try_from(bias),
-    ) {
-        (Ok(o), Ok(b)) => o.iter_mut().zip(b).for_each(|(o, &b)| *o += b),
-        _ => out.iter_mut().zip(bias).for_each(|(o, &b)| *o += b),
-    }
-}
-
-/// `dst` (sixteen values long) = `src`, as one fixed-size copy the
-/// compiler inlines (a slice copy of unknown length is a `memcpy` call).
-#[inline(always)]
-fn store_16(dst: &mut [f32], src: &[f32; 16]) {
-    if let Ok(dst) = <&mut [f32; 16]>::try_from(dst) {
-        *dst = *src;
+fn store_16(dst: &mut [f32], src: &[f32; 16], bias: Option<&[f32]>) {
+    let Ok(dst) = <&mut [f32; 16]>::try_from(dst) else {
+        return;
+    };
+    match bias.map(<&[f32; 16]>::try_from) {
+        Some(Ok(b)) => {
+            for ((d, &s), &b) in dst.iter_mut().zip(src).zip(b) {
+                *d = s + b;
+            }
+        }
+        Some(Err(_)) => {
+            // (Not sixteen biases: callers pass a block's sixteen.)
+            for ((d, &s), &b) in dst.iter_mut().zip(src).zip(bias.unwrap_or_default()) {
+                *d = s + b;
+            }
+        }
+        None => *dst = *src,
     }
 }
 
@@ -695,19 +762,13 @@ pub fn matmul_many(
             let mut r0 = (lo - starts[i]) * unit;
             while r0 < end {
                 let r1 = (r0 + ROW_BLOCK).min(end);
-                w.block_products(r0..r1, n_tokens, acts, out, Layout::ByToken);
-                if let Some(bias) = w.bias.as_deref().and_then(|b| b.get(r0..r1)) {
-                    // The bias after the products, as llama.cpp adds it
-                    // (one f32 add per output value, the same in every
-                    // batch and thread split), while the block is in cache.
-                    for t in 0..n_tokens {
-                        // SAFETY: rows r0..r1 belong to this thread's range
-                        // only, so these output indices are written by
-                        // this thread only.
-                        let o = unsafe { out.segment(t * w.rows + r0, r1 - r0) };
-                        add_bias(o, bias);
-                    }
-                }
+                // The bias added to each product as it is stored, as
+                // llama.cpp adds it (one f32 add per output value, the
+                // same in every batch and thread split).
+                let layout = Layout::ByToken {
+                    bias: w.bias.as_deref(),
+                };
+                w.block_products(r0..r1, n_tokens, acts, out, layout);
                 r0 = r1;
             }
         }
@@ -717,9 +778,10 @@ pub fn matmul_many(
 
 /// Where [`Linear::block_products`] writes row `r`'s value for token `t`.
 #[derive(Clone, Copy)]
-enum Layout {
-    /// At `t * rows + r` (the whole product, token by token).
-    ByToken,
+enum Layout<'b> {
+    /// At `t * rows + r` (the whole product, token by token), plus
+    /// `bias[r]` if there is a bias.
+    ByToken { bias: Option<&'b [f32]> },
     /// At `(r - first) * n_tokens + t` (a tile of rows, row by row).
     ByRow { first: usize },
 }
@@ -776,6 +838,7 @@ impl Linear {
                 let rows = i * TILE_ROWS..((i + 1) * TILE_ROWS).min(self.rows);
                 let tile = &mut buf[..rows.len() * n_tokens];
                 let out = DisjointSlice::new(&mut *tile);
+                // (Bias added below, tile by tile.)
                 let layout = Layout::ByRow { first: rows.start };
                 self.block_products(rows.clone(), n_tokens, acts, &out, layout);
                 if let Some(bias) = self.bias.as_deref().and_then(|b| b.get(rows.clone())) {
@@ -805,8 +868,17 @@ impl Linear {
         layout: Layout,
     ) {
         let at = |t: usize, r: usize| match layout {
-            Layout::ByToken => t * self.rows + r,
+            Layout::ByToken { .. } => t * self.rows + r,
             Layout::ByRow { first } => (r - first) * n_tokens + t,
+        };
+        let bias = match layout {
+            Layout::ByToken { bias } => bias,
+            Layout::ByRow { .. } => None,
+        };
+        // Row r's value as stored: plus its bias, if any.
+        let biased = |r: usize, v: f32| match bias {
+            Some(b) => v + b[r],
+            None => v,
         };
         let w = self.bytes.bytes();
         let rb = self.row_bytes;
@@ -869,11 +941,13 @@ impl Linear {
                                 // thread's range only, so these output
                                 // indices are written by this thread only.
                                 let dst = unsafe { out.segment(t * self.rows + g, 16) };
-                                store_16(dst, res);
+                                store_16(dst, res, bias.map(|b| &b[g..g + 16]));
                             } else {
                                 // SAFETY: as above, for rows g..g+8.
                                 let dst = unsafe { out.segment(t * self.rows + g, 8) };
-                                dst.copy_from_slice(&res[..8]);
+                                for (i, (d, &v)) in dst.iter_mut().zip(&res[..8]).enumerate() {
+                                    *d = biased(g + i, v);
+                                }
                             }
                         }
                     }
@@ -917,7 +991,7 @@ impl Linear {
                         // SAFETY: rows r..end belong to this thread's range
                         // only, so these output indices are written by this
                         // thread only.
-                        unsafe { out.write(at(t, r), res[r - g]) };
+                        unsafe { out.write(at(t, r), biased(r, res[r - g])) };
                     }
                     r = end;
                 }
@@ -931,7 +1005,7 @@ impl Linear {
                         // SAFETY: rows r..r+4 belong to this thread's range
                         // only, so these output indices are written by this
                         // thread only.
-                        unsafe { out.write(at(t, r + i), v) };
+                        unsafe { out.write(at(t, r + i), biased(r + i, v)) };
                     }
                     r += 4;
                 }
@@ -940,7 +1014,7 @@ impl Linear {
                 let v = (self.kernel.dot)(&w[r * rb..(r + 1) * rb], a);
                 // SAFETY: row r belongs to exactly one thread's range, so
                 // its index for token t is written by this thread only.
-                unsafe { out.write(at(t, r), v) };
+                unsafe { out.write(at(t, r), biased(r, v)) };
             }
         }
     }

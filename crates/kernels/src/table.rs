@@ -57,6 +57,9 @@ pub type RescaledSumsFn = fn(&[f32], &[f32], usize, &[f32], &mut [f32]);
 pub type StoreColumnsFn = fn(&[[f32; 16]], usize, &mut [f32], usize, usize);
 /// 8-bit quantization of one 32-value activation block (Q8_0 / Q8_1).
 pub type QuantizeQ8Fn = fn(&[f32; QK]) -> (f32, [i8; QK]);
+/// `crate::quant::q8_0::quantize_acts_row` (arguments checked by the
+/// wrapper).
+pub type QuantizeActsRowFn = fn(&[f32], &mut [u8], &mut [crate::quant::q8_0::ActBlockFacts]);
 /// Q8_K quantization of one 256-value activation block.
 pub type QuantizeQ8KFn = fn(&[f32; QK_K]) -> BlockQ8K;
 /// f16 -> f32 row conversion (`dst.len()` values, `src` long enough).
@@ -79,6 +82,7 @@ pub struct KernelTable {
     pub rescaled_sums: Entry<RescaledSumsFn>,
     pub store_columns: Entry<StoreColumnsFn>,
     pub quantize_q8: Entry<QuantizeQ8Fn>,
+    pub quantize_acts_row: Entry<QuantizeActsRowFn>,
     pub quantize_q8k: Entry<QuantizeQ8KFn>,
     pub f16_to_f32: Entry<F16ToF32Fn>,
 }
@@ -99,12 +103,13 @@ pub enum Kernel {
     RescaledSums,
     StoreColumns,
     QuantizeQ8,
+    QuantizeActsRow,
     QuantizeQ8K,
     F16ToF32,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 15] = [
+    pub const ALL: [Kernel; 16] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
         Kernel::ScoresF16,
@@ -118,6 +123,7 @@ impl Kernel {
         Kernel::RescaledSums,
         Kernel::StoreColumns,
         Kernel::QuantizeQ8,
+        Kernel::QuantizeActsRow,
         Kernel::QuantizeQ8K,
         Kernel::F16ToF32,
     ];
@@ -140,6 +146,7 @@ impl KernelTable {
             Kernel::RescaledSums => self.rescaled_sums.by,
             Kernel::StoreColumns => self.store_columns.by,
             Kernel::QuantizeQ8 => self.quantize_q8.by,
+            Kernel::QuantizeActsRow => self.quantize_acts_row.by,
             Kernel::QuantizeQ8K => self.quantize_q8k.by,
             Kernel::F16ToF32 => self.f16_to_f32.by,
         }
@@ -200,6 +207,10 @@ impl KernelTable {
             },
             quantize_q8: Entry {
                 f: crate::quant::q8_0::quantize_q8_scalar,
+                by,
+            },
+            quantize_acts_row: Entry {
+                f: crate::quant::q8_0::quantize_acts_row_scalar,
                 by,
             },
             quantize_q8k: Entry {

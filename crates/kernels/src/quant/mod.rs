@@ -36,7 +36,7 @@ pub use q5_0::BlockQ5_0;
 pub use q5_1::BlockQ5_1;
 pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
-pub use q8_0::{act_panels, ActBlockFacts, BlockQ8_0, ACT_PANEL_ROWS};
+pub use q8_0::{act_panels, quantize_acts_row, ActBlockFacts, BlockQ8_0, ACT_PANEL_ROWS};
 pub use q8_1::BlockQ8_1;
 pub use q8_k::BlockQ8K;
 

@@ -97,6 +97,68 @@ pub fn act_panels(acts: &[u8], row_bytes: usize, out: &mut Vec<ActBlockFacts>) {
     }
 }
 
+/// One row of activations quantized to Q8_0 as the many-row kernels take
+/// them: `x` (whole 32-value blocks) into `out` (34 bytes per block, as
+/// [`BlockQ8_0::from_f32`] writes them) and, if `facts` is not empty, each
+/// block's [`ActBlockFacts`] (as [`act_panels`] works them out) at
+/// `facts[b * ACT_PANEL_ROWS]`, a row's place in its panel: the
+/// quantization and the panel in one pass over the values.
+///
+/// # Panics
+/// If `x` is not whole blocks, `out` not as long as their bytes, or
+/// `facts` neither empty nor long enough for every block.
+pub fn quantize_acts_row(x: &[f32], out: &mut [u8], facts: &mut [ActBlockFacts]) {
+    let n = x.len() / QK;
+    assert!(
+        x.len() == n * QK && out.len() == n * std::mem::size_of::<BlockQ8_0>(),
+        "whole blocks"
+    );
+    assert!(
+        facts.is_empty() || n == 0 || facts.len() > (n - 1) * ACT_PANEL_ROWS,
+        "a panel place for every block"
+    );
+    (crate::table::active().quantize_acts_row.f)(x, out, facts)
+}
+
+/// [`quantize_acts_row`] with each block quantized by `q` (a set's
+/// [`quantize_q8`]); the arguments checked by the caller.
+#[inline(always)]
+pub(crate) fn quantize_acts_row_with(
+    x: &[f32],
+    out: &mut [u8],
+    facts: &mut [ActBlockFacts],
+    q: impl Fn(&[f32; QK]) -> (f32, [i8; QK]),
+) {
+    let size = std::mem::size_of::<BlockQ8_0>();
+    for (b, (x, o)) in x
+        .chunks_exact(QK)
+        .zip(out.chunks_exact_mut(size))
+        .enumerate()
+    {
+        let Ok(x) = <&[f32; QK]>::try_from(x) else {
+            continue;
+        };
+        let (d, qs) = q(x);
+        let d = f16_le_from(d);
+        o[..2].copy_from_slice(&d);
+        for (o, &q) in o[2..].iter_mut().zip(&qs) {
+            *o = q as u8;
+        }
+        if let Some(f) = facts.get_mut(b * ACT_PANEL_ROWS) {
+            *f = ActBlockFacts {
+                d: f16_le(d),
+                offset: -128 * qs.iter().map(|&q| i32::from(q)).sum::<i32>(),
+                qs,
+            };
+        }
+    }
+}
+
+/// The scalar reference of [`quantize_acts_row`].
+pub(crate) fn quantize_acts_row_scalar(x: &[f32], out: &mut [u8], facts: &mut [ActBlockFacts]) {
+    quantize_acts_row_with(x, out, facts, quantize_q8_scalar)
+}
+
 impl BlockQ8_0 {
     /// The scale as f32.
     pub fn d(&self) -> f32 {
@@ -131,12 +193,12 @@ mod simd_tests {
         let mut next = crate::xorshift(0x2545_f491_4f6c_dd1du64);
         let mut blocks: Vec<[f32; QK]> = Vec::new();
         for case in 0..20_000 {
-            let scale = [1e-30f32, 1e-3, 1.0, 3.0, 1e6, 3e38][case % 6];
+            let scale = [1e-30f32, 1e-3, 1.0, 3.0, 1e6, 3e38, 1e-38][case % 7];
             let mut x = [0f32; QK];
             for v in x.iter_mut() {
                 *v = ((next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale;
             }
-            if case % 7 == 0 {
+            if case % 5 == 0 {
                 // Exact ties after scaling: amax 127 makes id exactly 1.
                 x[0] = 127.0;
                 for (i, v) in x.iter_mut().enumerate().skip(1) {
@@ -168,6 +230,77 @@ mod simd_tests {
                     set.name()
                 );
                 assert_eq!(q0, q1, "{} {x:?}", set.name());
+            }
+        }
+    }
+
+    /// Rows quantized with their panel facts by every set: the same bytes
+    /// as `BlockQ8_0::from_f32` block by block, and the same facts as
+    /// `act_panels` of those bytes, at the row's panel place, for rows of
+    /// finite values at every scale (ties, zeros, values so small that
+    /// `1 / d` overflows, so large that `d` overflows f16) and with NaNs
+    /// and infinities in some blocks.
+    #[test]
+    fn rows_with_facts_match_blocks_and_panels() {
+        let mut next = crate::xorshift(0x51_7cc1_b727_220au64);
+        let size = std::mem::size_of::<BlockQ8_0>();
+        for (case, n) in [1usize, 2, 3, 16, 5, 8, 16, 7].into_iter().enumerate() {
+            let (rows, cols) = (ACT_PANEL_ROWS, n * QK);
+            let mut x = vec![0f32; rows * cols];
+            for (i, v) in x.iter_mut().enumerate() {
+                let scale = [1e-30f32, 1e-3, 1.0, 3e38, 1e-38, 0.0, 2.0][(i / QK + case) % 7];
+                *v = ((next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale;
+            }
+            if case % 2 == 1 {
+                x[3] = f32::NAN;
+                x[cols + 40 % cols] = f32::NEG_INFINITY;
+                // Exact ties after scaling in another block.
+                let b = &mut x[2 * cols..2 * cols + QK];
+                b[0] = 127.0;
+                for (i, v) in b.iter_mut().enumerate().skip(1) {
+                    *v = (i as f32 - 16.0) + 0.5;
+                }
+            }
+            let mut want = vec![0u8; rows * n * size];
+            for (xb, ob) in x.chunks_exact(QK).zip(want.chunks_exact_mut(size)) {
+                let blk = BlockQ8_0::from_f32(xb.try_into().unwrap());
+                ob[..2].copy_from_slice(&blk.d);
+                ob[2..]
+                    .iter_mut()
+                    .zip(&blk.qs)
+                    .for_each(|(o, &q)| *o = q as u8);
+            }
+            let mut want_facts = Vec::new();
+            act_panels(&want, n * size, &mut want_facts);
+            for set in crate::dispatch::KernelSet::ALL {
+                let Some(t) = set.table() else {
+                    eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                    continue;
+                };
+                let mut got = vec![0u8; rows * n * size];
+                let mut facts = vec![ActBlockFacts::default(); rows * n];
+                for (r, (xr, or)) in x
+                    .chunks_exact(cols)
+                    .zip(got.chunks_exact_mut(n * size))
+                    .enumerate()
+                {
+                    (t.quantize_acts_row.f)(xr, or, &mut facts[r..]);
+                }
+                assert_eq!(got, want, "{} case {case}", set.name());
+                // Compared as bits: the scales are f16 values, never NaN.
+                let bits = |f: &[ActBlockFacts]| -> Vec<(u32, i32, [i8; QK])> {
+                    f.iter().map(|f| (f.d.to_bits(), f.offset, f.qs)).collect()
+                };
+                assert_eq!(
+                    bits(&facts),
+                    bits(&want_facts),
+                    "{} case {case}",
+                    set.name()
+                );
+                // No facts wanted: the same bytes.
+                let mut alone = vec![0u8; n * size];
+                (t.quantize_acts_row.f)(&x[..cols], &mut alone, &mut []);
+                assert_eq!(alone, want[..n * size], "{} case {case}", set.name());
             }
         }
     }

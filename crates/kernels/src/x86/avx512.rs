@@ -18,7 +18,8 @@
 //! portable source vectorized over 16 lanes), the column reductions of
 //! beam search's logit tiles and the f32 attention (`columns`,
 //! `attend_f32`: likewise), with the tile store as a transposition in
-//! registers. The same exact integers and
+//! registers; the Q8_0 activation rows with their panels
+//! (`quantize`: a block per two registers). The same exact integers and
 //! the same f32 operation chains, so the same bits as the scalar
 //! reference.
 
@@ -26,6 +27,7 @@ mod columns;
 mod gemm;
 mod gemm_bf16;
 mod math;
+mod quantize;
 
 use std::ops::Range;
 
@@ -49,6 +51,7 @@ pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::RescaledSums,
     Kernel::StoreColumns,
     Kernel::LayerNorm,
+    Kernel::QuantizeActsRow,
 ];
 
 /// Replaces the entries of `t` (AVX2's table) that this set does better.
@@ -86,6 +89,16 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         f: store_columns,
         by,
     };
+    t.quantize_acts_row = Entry {
+        f: quantize_acts_row,
+        by,
+    };
+}
+
+/// As `crate::quant::q8_0::quantize_acts_row`, a block per two registers.
+fn quantize_acts_row(x: &[f32], out: &mut [u8], facts: &mut [crate::quant::q8_0::ActBlockFacts]) {
+    // SAFETY: see below.
+    unsafe { quantize::quantize_acts_row(x, out, facts) }
 }
 
 /// As `crate::attend_f32::attend`, vectorized over 16 lanes.
@@ -125,7 +138,7 @@ fn store_columns(part: &[[f32; 16]], span: usize, out: &mut [f32], width: usize,
     unsafe { columns::store_columns(part, span, out, width, c0) }
 }
 
-// SAFETY (the four below, and the four above): reachable only through a table
+// SAFETY (the four below, and the five above): reachable only through a table
 // `override_table` filled, which its caller does only on a CPU with
 // AVX-512 (and AVX2, FMA).
 

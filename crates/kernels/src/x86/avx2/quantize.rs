@@ -11,7 +11,7 @@ use crate::quant::{BlockQ8K, QK, QK_K};
 
 /// `(d, q)` of a block of finite values, or `None` if a value is NaN or
 /// infinite (the caller then runs the scalar reference, whose `fold` gives
-/// NaNs an order-dependent meaning).
+/// NaNs an order-dependent meaning) or `1 / d` overflows.
 ///
 /// # Safety
 ///
@@ -38,6 +38,12 @@ pub(crate) unsafe fn q8_block(x: &[f32; QK]) -> Option<(f32, [i8; QK])> {
     let amax = _mm_cvtss_f32(m);
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    if !id.is_finite() {
+        // `1 / d` overflowed (all values below about 3.7e-37): the products
+        // are infinite, which the scalar reference casts to ±127 and the
+        // vector conversion would not.
+        return None;
+    }
     let idv = _mm256_set1_ps(id);
     let one = _mm256_set1_ps(1.0);
     let half = _mm256_set1_ps(0.5);

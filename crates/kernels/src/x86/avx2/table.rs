@@ -38,6 +38,10 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         by,
     };
     t.quantize_q8 = Entry { f: quantize_q8, by };
+    t.quantize_acts_row = Entry {
+        f: quantize_acts_row,
+        by,
+    };
     t.quantize_q8k = Entry {
         f: quantize_q8k,
         by,
@@ -155,6 +159,11 @@ fn quantize_q8(x: &[f32; QK]) -> (f32, [i8; QK]) {
     // SAFETY: see above.
     unsafe { super::quantize::q8_block(x) }
         .unwrap_or_else(|| crate::quant::q8_0::quantize_q8_scalar(x))
+}
+
+/// `crate::quant::q8_0::quantize_acts_row` with this set's blocks.
+fn quantize_acts_row(x: &[f32], out: &mut [u8], facts: &mut [crate::quant::q8_0::ActBlockFacts]) {
+    crate::quant::q8_0::quantize_acts_row_with(x, out, facts, quantize_q8)
 }
 
 /// As `quantize_q8`: non-finite blocks go to the scalar reference.
