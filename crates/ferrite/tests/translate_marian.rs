@@ -141,6 +141,13 @@ fn batched_is_bit_identical_to_alone() {
 }
 
 #[test]
+fn forked_caches_share_rows_and_stale_ones_are_refused() {
+    let input = &golden_inputs()[0];
+    seq2seq::assert_forks_share_and_stale_caches_fail(translator(), input);
+    seq2seq::assert_forks_share_and_stale_caches_fail(&q8_0_translator(), input);
+}
+
+#[test]
 fn q8_0_batched_is_bit_identical_to_alone() {
     // Q8_0 products take the many-row kernels (`dot8n`) for several rows
     // and the one-row ones (`dot8`) for one: the same bits either way.

@@ -45,12 +45,15 @@ macro_rules! attend_f32_fns {
                 hd,
                 bias,
                 scale,
+                rows,
             } = *a;
+            // Position j's row of keys and values.
+            let row = |j: usize| rows.map_or(j, |r| r[j] as usize);
             let heads = out.len() / hd;
             scores.clear();
             scores.resize(heads * n, 0.0);
             for j in 0..n {
-                let k = &keys[j * ld..j * ld + heads * hd];
+                let k = &keys[row(j) * ld..row(j) * ld + heads * hd];
                 for i in 0..heads {
                     let b = bias.map_or(0.0, |b| b[i * n + j]);
                     let (qh, kh) = (&q[i * hd..(i + 1) * hd], &k[i * hd..(i + 1) * hd]);
@@ -62,7 +65,7 @@ macro_rules! attend_f32_fns {
             }
             out.fill(0.0);
             for j in 0..n {
-                let v = &values[j * ld..j * ld + heads * hd];
+                let v = &values[row(j) * ld..row(j) * ld + heads * hd];
                 for (i, (o, v)) in out.chunks_exact_mut(hd).zip(v.chunks_exact(hd)).enumerate() {
                     let w = scores[i * n + j];
                     for (o, &x) in o.iter_mut().zip(v) {
@@ -81,8 +84,10 @@ mod portable {
 
 /// Heads of one query row and the cached positions they attend to: head
 /// `i`'s query is `q[i * hd..(i + 1) * hd]`, its key and value at position
-/// `j < n` are `keys[j * ld + i * hd..]` and `values[j * ld + i * hd..]`
-/// (`hd` values each), and its score biases (if any) `bias[i * n + j]`.
+/// `j < n` are `keys[r * ld + i * hd..]` and `values[r * ld + i * hd..]`
+/// (`hd` values each) of row `r = rows[j]` (`r = j` if `rows` is `None`:
+/// positions stored in order), and its score biases (if any)
+/// `bias[i * n + j]`.
 #[derive(Clone, Copy, Debug)]
 pub struct Heads<'a> {
     pub q: &'a [f32],
@@ -93,6 +98,7 @@ pub struct Heads<'a> {
     pub hd: usize,
     pub bias: Option<&'a [f32]>,
     pub scale: f32,
+    pub rows: Option<&'a [u32]>,
 }
 
 /// Attention of the first `out.len() / a.hd` heads of `a`, head `i`'s
@@ -107,13 +113,21 @@ pub fn attend(a: &Heads, scores: &mut Vec<f32>, out: &mut [f32]) {
         n,
         hd,
         bias,
+        rows,
         ..
     } = *a;
     assert!(hd > 0 && out.len().is_multiple_of(hd), "whole heads");
     let heads = out.len() / hd;
     assert!(q.len() >= heads * hd, "a query per head");
     if n > 0 {
-        let last = (n - 1) * ld + heads * hd;
+        let last_row = match rows {
+            Some(r) => {
+                assert!(r.len() >= n, "a row per position");
+                r[..n].iter().max().map_or(0, |&r| r as usize)
+            }
+            None => n - 1,
+        };
+        let last = last_row * ld + heads * hd;
         assert!(keys.len() >= last && values.len() >= last, "n positions");
     }
     if let Some(b) = bias {
@@ -141,13 +155,27 @@ mod tests {
                 .map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0)
                 .collect()
         };
-        for (heads, hd, n) in [(1, 8, 1), (2, 64, 33), (4, 13, 7), (8, 64, 20), (3, 32, 0)] {
+        for (heads, hd, n) in [
+            (1, 8, 1),
+            (2, 64, 33),
+            (4, 13, 7),
+            (8, 64, 20),
+            (3, 32, 0),
+            (2, 96, 9),
+            (1, 128, 16),
+            (2, 16, 8),
+        ] {
             let ld = heads * hd + 5;
             let q = rnd(heads * hd);
             let keys = rnd(n.max(1) * ld);
             let values = rnd(n.max(1) * ld);
             let bias = rnd(heads * n);
-            for bias in [None, Some(&bias[..])] {
+            // Positions stored out of order (rows given), or in order.
+            let shuffled: Vec<u32> = (0..n as u32).map(|j| (j * 7 + 3) % n as u32).collect();
+            let cases = [None, Some(&bias[..])]
+                .into_iter()
+                .flat_map(|b| [(b, None), (b, Some(&shuffled[..]))]);
+            for (bias, rows) in cases {
                 let a = super::Heads {
                     q: &q,
                     keys: &keys,
@@ -157,10 +185,32 @@ mod tests {
                     hd,
                     bias,
                     scale: 0.125,
+                    rows,
                 };
                 let mut want = vec![0f32; heads * hd];
                 let mut scratch = Vec::new();
                 super::reference::attend(&a, &mut scratch, &mut want);
+                if let Some(rows) = rows {
+                    // The same as the rows gathered into position order.
+                    let gather = |m: &[f32]| -> Vec<f32> {
+                        let mut g: Vec<f32> = rows
+                            .iter()
+                            .flat_map(|&r| m[r as usize * ld..(r as usize + 1) * ld].to_vec())
+                            .collect();
+                        g.resize(n.max(1) * ld, 0.0);
+                        g
+                    };
+                    let (gk, gv) = (gather(&keys), gather(&values));
+                    let in_order = super::Heads {
+                        keys: &gk,
+                        values: &gv,
+                        rows: None,
+                        ..a
+                    };
+                    let mut ordered = vec![0f32; heads * hd];
+                    super::reference::attend(&in_order, &mut scratch, &mut ordered);
+                    assert_eq!(ordered, want, "rows heads {heads} hd {hd} n {n}");
+                }
                 for set in KernelSet::ALL {
                     let Some(t) = set.table() else {
                         eprintln!("SKIPPED {set:?}: not supported by this CPU");

@@ -5,8 +5,9 @@
 //! unfinished input as rows of one [`Seq2Seq::step`]; an input's choices
 //! depend only on its own rows, so its output is the same alone or in any
 //! batch. Beam search keeps `num_beams` running hypotheses per input, each
-//! with its own self-attention cache ([`HypCache`]); a hypothesis that two
-//! continuations extend is forked by cloning its cache.
+//! with its own self-attention cache ([`HypCache`]: the rows of the search's
+//! key/value arena that hold its positions); a hypothesis that two
+//! continuations extend is forked by copying that list of rows.
 //!
 //! The rules (HF `GenerationMixin._beam_search`, transformers 5):
 //! - scores are log-softmaxed logits, then the logits processors: n-gram
@@ -209,6 +210,13 @@ pub fn generate(
             done: false,
         })
         .collect();
+    // Room for every step's keys and values (a step runs at most num_beams
+    // rows per input, and there are at most max_length - 1 steps).
+    let most_rows = inputs
+        .len()
+        .saturating_mul(nb)
+        .saturating_mul(opts.max_length);
+    model.start_search(ws, most_rows);
     let mut logits = Vec::new();
     let mut picks = Vec::new();
     let n_vocab = c.n_vocab;

@@ -188,3 +188,73 @@ pub fn assert_batch_independent(tr: &Translator, inputs: &[Vec<u32>]) {
         assert_eq!(all, tr.generate_ids(inputs, &opts(1)).expect("generates"));
     }
 }
+
+/// A hypothesis forked from another (its cache copied: the same arena
+/// rows) and stepped in the same batch gives the bits of a fresh cache
+/// fed the same tokens one row at a time; after `start_search` the old
+/// caches are refused with an error.
+pub fn assert_forks_share_and_stale_caches_fail(tr: &Translator, input: &[u32]) {
+    let m = &tr.model;
+    let threads = Threads::new(2);
+    let mut ws = Workspace::default();
+    let src = m.encode(&[input], &threads, &mut ws).expect("encodes");
+    let start = m.config.decoder_start;
+    let (x, y) = (5u32, 7u32);
+    m.start_search(&mut ws, 8);
+    let mut logits = Vec::new();
+    let mut a = m.new_cache();
+    let mut rows = [StepRow {
+        token: start,
+        cache: &mut a,
+        source: &src[0],
+    }];
+    m.step(&mut rows, &threads, &mut ws, &mut logits)
+        .expect("steps");
+    let mut b = a.clone();
+    let mut rows = [
+        StepRow {
+            token: x,
+            cache: &mut a,
+            source: &src[0],
+        },
+        StepRow {
+            token: y,
+            cache: &mut b,
+            source: &src[0],
+        },
+    ];
+    let mut forked = Vec::new();
+    m.step(&mut rows, &threads, &mut ws, &mut forked)
+        .expect("steps");
+    let n_vocab = m.config.n_vocab;
+    for (i, tok) in [x, y].into_iter().enumerate() {
+        // In a workspace of its own: nothing shared with the forks.
+        let mut own = Workspace::default();
+        let mut fresh = m.new_cache();
+        let mut alone = Vec::new();
+        for t in [start, tok] {
+            let mut rows = [StepRow {
+                token: t,
+                cache: &mut fresh,
+                source: &src[0],
+            }];
+            m.step(&mut rows, &Threads::new(1), &mut own, &mut alone)
+                .expect("steps");
+        }
+        assert_eq!(
+            alone,
+            forked[i * n_vocab..(i + 1) * n_vocab],
+            "fork {i} differs from its own history"
+        );
+    }
+    m.start_search(&mut ws, 8);
+    let mut rows = [StepRow {
+        token: x,
+        cache: &mut a,
+        source: &src[0],
+    }];
+    let err = m
+        .step(&mut rows, &threads, &mut ws, &mut logits)
+        .expect_err("a cache of an earlier search is refused");
+    assert!(err.to_string().contains("earlier search"), "{err}");
+}

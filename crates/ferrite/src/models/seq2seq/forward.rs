@@ -3,8 +3,9 @@
 //! computes every decoder layer's cross-attention keys and values once;
 //! [`Seq2Seq::step`] feeds one token to each of many hypotheses at once
 //! (rows of one product), each with its own self-attention cache
-//! ([`HypCache`], cloneable so beam search can fork it) and its input's
-//! cross-attention keys and values.
+//! ([`HypCache`]: the rows of its positions in the workspace's key/value
+//! arena, [`KvArena`], so that beam search forks it by copying a list of
+//! rows) and its input's cross-attention keys and values.
 //!
 //! Attention runs per (row, head) in one fixed order: scores, softmax,
 //! weighted sum of values added in position order (a row's heads together,
@@ -32,45 +33,35 @@ pub struct Encoded {
     pub cross: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
-/// A hypothesis's decoder self-attention cache: per layer, the keys and
-/// values of every token fed so far, `(len, dim)` each.
-#[derive(Debug, Default)]
+/// A hypothesis's decoder self-attention cache: which rows of the
+/// workspace's [`KvArena`] hold its keys and values, one per position fed
+/// so far. A hypothesis that two continuations extend is forked by
+/// copying this list; the rows themselves are shared.
+#[derive(Clone, Debug, Default)]
 pub struct HypCache {
+    /// Positions fed so far.
     pub len: usize,
-    pub keys: Vec<Vec<f32>>,
-    pub values: Vec<Vec<f32>>,
+    /// The arena row of each position.
+    rows: Vec<u32>,
+    /// The search ([`Seq2Seq::start_search`]) whose arena holds the rows.
+    search: u64,
 }
 
-impl Clone for HypCache {
-    /// A copy with the original's spare capacity: a forked beam appends a
-    /// token at once, which would otherwise reallocate (copy again) every
-    /// layer's keys and values.
-    fn clone(&self) -> Self {
-        let copy = |layers: &Vec<Vec<f32>>| -> Vec<Vec<f32>> {
-            layers
-                .iter()
-                .map(|l| {
-                    let mut v = Vec::with_capacity(l.capacity());
-                    v.extend_from_slice(l);
-                    v
-                })
-                .collect()
-        };
-        HypCache {
-            len: self.len,
-            keys: copy(&self.keys),
-            values: copy(&self.values),
-        }
-    }
-
-    /// The same copy into an existing cache, reusing its buffers (a
-    /// dropped beam's, as long as the others: no allocation, and no fresh
-    /// pages for the kernel to zero).
-    fn clone_from(&mut self, source: &Self) {
-        self.len = source.len;
-        self.keys.clone_from(&source.keys);
-        self.values.clone_from(&source.values);
-    }
+/// The decoder self-attention keys and values of every hypothesis of a
+/// search, per layer: each step appends one row (`n_heads * head_dim`
+/// values) per hypothesis run, and hypotheses list the rows of their
+/// positions ([`HypCache`]), so that forks share their common past instead
+/// of copying it, and the hypotheses of one input read it from cache one
+/// after the other.
+#[derive(Default)]
+pub struct KvArena {
+    /// Bumped by [`Seq2Seq::start_search`]; caches of an earlier search
+    /// are refused.
+    search: u64,
+    /// Rows stored (the same in every layer).
+    rows: usize,
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
 }
 
 /// One row of a decoder step: the token fed, the hypothesis's cache and
@@ -94,6 +85,7 @@ pub struct Workspace {
     proj: Vec<f32>,
     up: Vec<f32>,
     gate: Vec<f32>,
+    kv: KvArena,
 }
 
 fn resize(v: &mut Vec<f32>, n: usize) {
@@ -129,6 +121,8 @@ struct KeySpan<'a> {
     /// Added to score `j` of head `h` at `h * n + j` (T5 relative
     /// positions), `(n_heads, n)`.
     bias: Option<&'a [f32]>,
+    /// Row of position `j` (`j` itself if `None`).
+    rows: Option<&'a [u32]>,
 }
 
 /// Heads `heads` of one query row `q` (`(n_heads, head_dim)`): per head,
@@ -165,6 +159,7 @@ fn attend_heads(
         hd,
         bias,
         scale,
+        rows: span.rows,
     };
     attend_f32::attend(&a, scores, out);
 }
@@ -173,15 +168,16 @@ fn attend_heads(
 /// head_dim)`) into `out` (same shape), split across threads by row (by
 /// row and head when there are too few rows to keep every thread busy).
 /// `span(row, bias)` gives that row's keys, values (rows of `n_heads *
-/// head_dim`), number of positions, and whether it filled `bias` with the
-/// score biases (`(n_heads, positions)`).
+/// head_dim`), number of positions, whether it filled `bias` with the
+/// score biases (`(n_heads, positions)`), and the positions' rows (if not
+/// in order).
 fn attend_rows<'a>(
     c: &super::Seq2SeqConfig,
     q: &[f32],
     m: usize,
     out: &mut [f32],
     threads: &Threads,
-    span: impl Fn(usize, &mut Vec<f32>) -> (&'a [f32], &'a [f32], usize, bool) + Sync,
+    span: impl Fn(usize, &mut Vec<f32>) -> (&'a [f32], &'a [f32], usize, bool, Option<&'a [u32]>) + Sync,
 ) {
     let (hd, qd, nh) = (c.head_dim, c.n_heads * c.head_dim, c.n_heads);
     // Heads per work item: all of a row's, or one when rows are few.
@@ -193,12 +189,13 @@ fn attend_rows<'a>(
         for item in items {
             let (r, g) = (item / groups, item % groups);
             let heads = g * per..((g + 1) * per).min(nh);
-            let (keys, values, n, biased) = span(r, &mut bias);
+            let (keys, values, n, biased, rows) = span(r, &mut bias);
             let span = KeySpan {
                 keys,
                 values,
                 n,
                 bias: biased.then_some(&bias[..]),
+                rows,
             };
             let qr = &q[r * qd..(r + 1) * qd];
             // SAFETY: (row, head group) items are split across threads,
@@ -437,7 +434,7 @@ impl Seq2Seq {
                     }
                 }
             }
-            (&k[first * qd..], &v[first * qd..], n, rel.is_some())
+            (&k[first * qd..], &v[first * qd..], n, rel.is_some(), None)
         });
         apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
     }
@@ -477,10 +474,27 @@ impl Seq2Seq {
 
     /// A new, empty hypothesis cache.
     pub fn new_cache(&self) -> HypCache {
-        HypCache {
-            len: 0,
-            keys: vec![Vec::new(); self.decoder.len()],
-            values: vec![Vec::new(); self.decoder.len()],
+        HypCache::default()
+    }
+
+    /// Starts a new search in `ws`: empties its arena of keys and values
+    /// (caches made before are refused from now on) and makes room for
+    /// `rows` rows per layer (the hypotheses a search will run, summed
+    /// over its steps), keeping at most twice that from earlier searches.
+    pub fn start_search(&self, ws: &mut Workspace, rows: usize) {
+        let kv = &mut ws.kv;
+        kv.search += 1;
+        kv.rows = 0;
+        let want = rows.saturating_mul(self.qdim());
+        for layers in [&mut kv.keys, &mut kv.values] {
+            layers.resize_with(self.decoder.len(), Vec::new);
+            for l in layers.iter_mut() {
+                l.clear();
+                if l.capacity() / 2 > want {
+                    *l = Vec::new();
+                }
+                l.reserve(want);
+            }
         }
     }
 
@@ -529,8 +543,32 @@ impl Seq2Seq {
                     )));
                 }
             }
+            if row.cache.len > 0 && row.cache.search != ws.kv.search {
+                return Err(Error::Input(
+                    "a decoder cache from an earlier search (Seq2Seq::start_search \
+                     has emptied the arena since)"
+                        .into(),
+                ));
+            }
             self.embed_row(row.token, row.cache.len, &mut x[r * dim..(r + 1) * dim])?;
         }
+        // Each row's keys and values go to arena row base + r, every layer.
+        let base = ws.kv.rows;
+        if base + m > u32::MAX as usize {
+            return Err(Error::Input(
+                "too many decoder positions in one search".into(),
+            ));
+        }
+        for layers in [&mut ws.kv.keys, &mut ws.kv.values] {
+            layers.resize_with(self.decoder.len(), Vec::new);
+        }
+        for (r, row) in rows.iter_mut().enumerate() {
+            let cache = &mut *row.cache;
+            cache.search = ws.kv.search;
+            cache.rows.truncate(cache.len);
+            cache.rows.push((base + r) as u32);
+        }
+        ws.kv.rows += m;
         let result = (|| {
             for (l, layer) in self.decoder.iter().enumerate() {
                 self.residual(&mut x, &layer.self_norm, ws, threads, |this, h, ws| {
@@ -648,23 +686,18 @@ impl Seq2Seq {
         let (qd, m) = (self.qdim(), rows.len());
         let rel = self.relative();
         self.project_qkv(w, h, m, threads, ws)?;
-        for (r, row) in rows.iter_mut().enumerate() {
-            row.cache.keys[l].extend_from_slice(&ws.k[r * qd..(r + 1) * qd]);
-            row.cache.values[l].extend_from_slice(&ws.v[r * qd..(r + 1) * qd]);
+        // This step's rows: base..base + m of the arena (see step_unbiased).
+        let base = ws.kv.rows - m;
+        for (layer, new) in [(&mut ws.kv.keys[l], &ws.k), (&mut ws.kv.values[l], &ws.v)] {
+            layer.resize(base * qd, 0.0);
+            layer.extend_from_slice(&new[..m * qd]);
         }
         let c = &self.config;
-        let caches: Vec<(&[f32], &[f32], usize)> = rows
-            .iter()
-            .map(|row| {
-                (
-                    &row.cache.keys[l][..],
-                    &row.cache.values[l][..],
-                    row.cache.len,
-                )
-            })
-            .collect();
+        let (keys, values) = (&ws.kv.keys[l][..], &ws.kv.values[l][..]);
         attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, bias| {
-            let (keys, values, pos) = caches[r];
+            // The row's positions, this one last.
+            let positions = &rows[r].cache.rows[..];
+            let pos = positions.len() - 1;
             if let Some(rb) = rel {
                 bias.clear();
                 for h in 0..c.n_heads {
@@ -676,7 +709,7 @@ impl Seq2Seq {
                     }
                 }
             }
-            (keys, values, pos + 1, rel.is_some())
+            (keys, values, pos + 1, rel.is_some(), Some(positions))
         });
         apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
     }
@@ -702,7 +735,7 @@ impl Seq2Seq {
         attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, _| {
             let src = rows[r].source;
             let (keys, values) = &src.cross[l];
-            (&keys[..], &values[..], src.len, false)
+            (&keys[..], &values[..], src.len, false, None)
         });
         apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
     }
