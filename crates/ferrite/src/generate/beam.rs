@@ -442,6 +442,10 @@ struct BeamScorer {
     tile_sum: Vec<f32>,
     /// Per thread, per hypothesis: the best (token, logit + bias).
     tops: Vec<Vec<columns::Top>>,
+    /// Per thread, per hypothesis: the `keep`-th best of `tops` once it
+    /// holds `keep`, else NaN (a tile whose maximum is not above it has
+    /// nothing to add; NaN compares false, so such a tile is scanned).
+    floors: Vec<Vec<f32>>,
     /// (token, hypothesis) of every token a hypothesis bans, in token
     /// order, and its logit + bias once seen.
     watch: Vec<(usize, usize)>,
@@ -495,6 +499,11 @@ impl BeamScorer {
             t.iter_mut().for_each(Vec::clear);
             t.resize(w, Vec::new());
         }
+        self.floors.resize(threads.count(), Vec::new());
+        for f in &mut self.floors {
+            f.clear();
+            f.resize(w, f32::NAN);
+        }
     }
 
     /// The receiver of the output layer's tiles (see the type's notes).
@@ -506,31 +515,38 @@ impl BeamScorer {
         let tile_max = DisjointSlice::new(&mut self.tile_max);
         let tile_sum = DisjointSlice::new(&mut self.tile_sum);
         let tops = DisjointSlice::new(&mut self.tops);
+        let floors = DisjointSlice::new(&mut self.floors);
         let watch = &self.watch;
         let watched = DisjointSlice::new(&mut self.watched);
         move |thread, vocab, tile| {
             let i = vocab.start / TILE_ROWS;
             // SAFETY: tile i is handed over once, so its maxima and sums
             // are written by this call only; tops[thread] by this thread
-            // only.
-            let (max, sum, top) = unsafe {
+            // only (and floors[thread]).
+            let (max, sum, top, floor) = unsafe {
                 (
                     tile_max.segment(i * w, w),
                     tile_sum.segment(i * w, w),
                     &mut tops.segment(thread, 1)[0],
+                    &mut floors.segment(thread, 1)[0],
                 )
             };
             columns::tile_stats(tile, w, bias.map(|b| &b[vocab.clone()]), max, sum);
             // The best raw logits: a hypothesis' tile is scanned only if
             // its maximum would enter (NaNs, passed over here, make the
             // sum NaN, and finish then scores that hypothesis again).
-            for (c, (top, &m)) in top.iter_mut().zip(max.iter()).enumerate() {
-                if top.len() >= keep && top.get(keep - 1).is_some_and(|&(_, f)| m <= f) {
+            for (c, (&m, f)) in max.iter().zip(floor.iter_mut()).enumerate() {
+                if m <= *f {
                     continue;
                 }
+                let top = &mut top[c];
                 for (r, row) in tile.chunks_exact(w).enumerate() {
                     columns::insert_top(top, keep, vocab.start + r, row[c]);
                 }
+                *f = match top.get(keep.wrapping_sub(1)) {
+                    Some(&(_, k)) if top.len() >= keep => k,
+                    _ => f32::NAN,
+                };
             }
             let first = watch.partition_point(|&(t, _)| t < vocab.start);
             for (j, &(t, c)) in watch.iter().enumerate().skip(first) {
