@@ -12,6 +12,7 @@ use std::sync::Arc;
 use ferrite_kernels::columns::store_columns;
 use ferrite_kernels::dot::interleave::{self, RowOf, MAX_GROUP_ROWS};
 use ferrite_kernels::dot::{vec_dot_kernel, GroupKernels, VecDotKernel};
+use ferrite_kernels::math::{activate, Activation};
 use ferrite_kernels::quant::{
     dequantize, quantize, quantize_acts_row, ActBlockFacts, BlockQ8_0, ACT_PANEL_ROWS,
 };
@@ -627,27 +628,22 @@ const ROW_BLOCK: usize = 16;
 /// Tokens per call of a many-row kernel (`dot8n`, `dot16n`).
 const CHUNK: usize = 32;
 
-/// `dst` (sixteen values long) = `src` (plus `bias`, sixteen values, if
-/// any), as one fixed-size loop the compiler inlines (a slice copy of
-/// unknown length is a `memcpy` call).
+/// `res[i] += bias[i]` for the first `bias.len()` values (sixteen or
+/// eight: a fixed-size loop, inlined).
 #[inline(always)]
-fn store_16(dst: &mut [f32], src: &[f32; 16], bias: Option<&[f32]>) {
-    let Ok(dst) = <&mut [f32; 16]>::try_from(dst) else {
-        return;
-    };
-    match bias.map(<&[f32; 16]>::try_from) {
-        Some(Ok(b)) => {
-            for ((d, &s), &b) in dst.iter_mut().zip(src).zip(b) {
-                *d = s + b;
-            }
-        }
-        Some(Err(_)) => {
-            // (Not sixteen biases: callers pass a block's sixteen.)
-            for ((d, &s), &b) in dst.iter_mut().zip(src).zip(bias.unwrap_or_default()) {
-                *d = s + b;
-            }
-        }
-        None => *dst = *src,
+fn add_bias(res: &mut [f32; 16], bias: &[f32]) {
+    match <&[f32; 16]>::try_from(bias) {
+        Ok(b) => res.iter_mut().zip(b).for_each(|(v, &b)| *v += b),
+        Err(_) => res.iter_mut().zip(bias).for_each(|(v, &b)| *v += b),
+    }
+}
+
+/// `dst` (sixteen values long) = `src`, as one fixed-size copy the
+/// compiler inlines (a slice copy of unknown length is a `memcpy` call).
+#[inline(always)]
+fn store_16(dst: &mut [f32], src: &[f32; 16]) {
+    if let Ok(dst) = <&mut [f32; 16]>::try_from(dst) {
+        *dst = *src;
     }
 }
 
@@ -660,11 +656,13 @@ const MAX_JOBS: usize = 4;
 pub struct MatmulJob<'a> {
     pub w: &'a Linear,
     pub out: &'a mut [f32],
+    /// Applied to each output value (after the bias) as it is stored.
+    pub act: Option<Activation>,
 }
 
 impl<'a> MatmulJob<'a> {
     pub fn new(w: &'a Linear, out: &'a mut [f32]) -> MatmulJob<'a> {
-        MatmulJob { w, out }
+        MatmulJob { w, out, act: None }
     }
 }
 
@@ -688,7 +686,21 @@ impl Linear {
         acts: &mut QuantizedActs,
         threads: &Threads,
     ) -> Result<(), Error> {
-        matmul_many(&mut [MatmulJob { w: self, out }], x, acts, threads)
+        self.matmul_act(x, out, None, acts, threads)
+    }
+
+    /// [`Linear::matmul`] with `act` applied to each output value (after
+    /// the bias) while the product's values are in cache: the values of an
+    /// activation pass over the output afterwards, without that pass.
+    pub fn matmul_act(
+        &self,
+        x: &[f32],
+        out: &mut [f32],
+        act: Option<Activation>,
+        acts: &mut QuantizedActs,
+        threads: &Threads,
+    ) -> Result<(), Error> {
+        matmul_many(&mut [MatmulJob { w: self, out, act }], x, acts, threads)
     }
 }
 
@@ -722,6 +734,7 @@ pub fn matmul_many(
                 &mut [MatmulJob {
                     w: job.w,
                     out: &mut *job.out,
+                    act: job.act,
                 }],
                 x,
                 acts,
@@ -747,11 +760,14 @@ pub fn matmul_many(
     }
     starts[jobs.len()] = total;
     let mut outs = jobs.iter_mut();
-    let targets: [Option<(&Linear, DisjointSlice<f32>)>; MAX_JOBS] =
-        std::array::from_fn(|_| outs.next().map(|j| (j.w, DisjointSlice::new(&mut *j.out))));
+    type Target<'t> = (&'t Linear, DisjointSlice<'t, f32>, Option<Activation>);
+    let targets: [Option<Target>; MAX_JOBS] = std::array::from_fn(|_| {
+        outs.next()
+            .map(|j| (j.w, DisjointSlice::new(&mut *j.out), j.act))
+    });
     threads.split(total, |range| {
         // Walk this thread's units job by job, in blocks of rows.
-        for (i, (w, out)) in targets.iter().flatten().enumerate() {
+        for (i, (w, out, act)) in targets.iter().flatten().enumerate() {
             let lo = range.start.max(starts[i]);
             let hi = range.end.min(starts[i + 1]);
             if lo >= hi {
@@ -764,9 +780,11 @@ pub fn matmul_many(
                 let r1 = (r0 + ROW_BLOCK).min(end);
                 // The bias added to each product as it is stored, as
                 // llama.cpp adds it (one f32 add per output value, the
-                // same in every batch and thread split).
+                // same in every batch and thread split), then the
+                // activation.
                 let layout = Layout::ByToken {
                     bias: w.bias.as_deref(),
+                    act: *act,
                 };
                 w.block_products(r0..r1, n_tokens, acts, out, layout);
                 r0 = r1;
@@ -780,8 +798,11 @@ pub fn matmul_many(
 #[derive(Clone, Copy)]
 enum Layout<'b> {
     /// At `t * rows + r` (the whole product, token by token), plus
-    /// `bias[r]` if there is a bias.
-    ByToken { bias: Option<&'b [f32]> },
+    /// `bias[r]` if there is a bias, then through `act` if there is one.
+    ByToken {
+        bias: Option<&'b [f32]>,
+        act: Option<Activation>,
+    },
     /// At `(r - first) * n_tokens + t` (a tile of rows, row by row).
     ByRow { first: usize },
 }
@@ -871,14 +892,20 @@ impl Linear {
             Layout::ByToken { .. } => t * self.rows + r,
             Layout::ByRow { first } => (r - first) * n_tokens + t,
         };
-        let bias = match layout {
-            Layout::ByToken { bias } => bias,
-            Layout::ByRow { .. } => None,
+        let (bias, act) = match layout {
+            Layout::ByToken { bias, act } => (bias, act),
+            Layout::ByRow { .. } => (None, None),
         };
-        // Row r's value as stored: plus its bias, if any.
-        let biased = |r: usize, v: f32| match bias {
-            Some(b) => v + b[r],
-            None => v,
+        // Row r's value as stored: plus its bias, if any, then activated.
+        let biased = |r: usize, v: f32| {
+            let mut v = match bias {
+                Some(b) => v + b[r],
+                None => v,
+            };
+            if let Some(act) = act {
+                activate(act, std::slice::from_mut(&mut v));
+            }
+            v
         };
         let w = self.bytes.bytes();
         let rb = self.row_bytes;
@@ -933,6 +960,17 @@ impl Linear {
                             }
                             continue;
                         }
+                        if let Some(b) = bias {
+                            let b = &b[g..g + span];
+                            for res in part.iter_mut() {
+                                add_bias(res, b);
+                            }
+                        }
+                        if let Some(act) = act {
+                            // The chunk's values at once (with an 8-row
+                            // group, half are unused: activated, not stored).
+                            activate(act, part.as_flattened_mut());
+                        }
                         for (t, res) in (t0..t1).zip(part.iter()) {
                             // Copies of constant length, inlined (a `span`
                             // long one was a memcpy call per token).
@@ -941,13 +979,11 @@ impl Linear {
                                 // thread's range only, so these output
                                 // indices are written by this thread only.
                                 let dst = unsafe { out.segment(t * self.rows + g, 16) };
-                                store_16(dst, res, bias.map(|b| &b[g..g + 16]));
+                                store_16(dst, res);
                             } else {
                                 // SAFETY: as above, for rows g..g+8.
                                 let dst = unsafe { out.segment(t * self.rows + g, 8) };
-                                for (i, (d, &v)) in dst.iter_mut().zip(&res[..8]).enumerate() {
-                                    *d = biased(g + i, v);
-                                }
+                                dst.copy_from_slice(&res[..8]);
                             }
                         }
                     }

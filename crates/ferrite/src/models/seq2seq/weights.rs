@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use ferrite_kernels::math::{activate, Activation};
+use ferrite_kernels::math::Activation;
 use ferrite_kernels::quant::quantize;
 use ferrite_kernels::GgmlType;
 
@@ -110,11 +110,9 @@ pub fn apply(
     match p {
         Proj::F32(d) => dense(d, x, m, out, act, threads),
         Proj::Quant(w) => {
-            // The bias is added by the product's threads.
-            w.matmul(x, out, acts, threads)?;
-            if let Some(act) = act {
-                each_row(out, n, threads, |row| activate(act, row));
-            }
+            // The bias and the activation are applied by the product's
+            // threads, as each value is stored.
+            w.matmul_act(x, out, act, acts, threads)?;
         }
     }
     Ok(())
