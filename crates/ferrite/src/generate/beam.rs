@@ -211,11 +211,12 @@ pub fn generate(
         })
         .collect();
     // Room for every step's keys and values (a step runs at most num_beams
-    // rows per input, and there are at most max_length - 1 steps).
-    let most_rows = inputs
-        .len()
-        .saturating_mul(nb)
-        .saturating_mul(opts.max_length);
+    // rows per input, and there are at most max_length - 1 steps, and no
+    // more than the model has positions).
+    let steps = c
+        .max_positions
+        .map_or(opts.max_length, |p| opts.max_length.min(p));
+    let most_rows = inputs.len().saturating_mul(nb).saturating_mul(steps);
     model.start_search(ws, most_rows);
     let mut logits = Vec::new();
     let mut picks = Vec::new();

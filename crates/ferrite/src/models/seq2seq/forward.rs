@@ -480,7 +480,8 @@ impl Seq2Seq {
     /// Starts a new search in `ws`: empties its arena of keys and values
     /// (caches made before are refused from now on) and makes room for
     /// `rows` rows per layer (the hypotheses a search will run, summed
-    /// over its steps), keeping at most twice that from earlier searches.
+    /// over its steps; a hint), keeping at most twice that from earlier
+    /// searches.
     pub fn start_search(&self, ws: &mut Workspace, rows: usize) {
         let kv = &mut ws.kv;
         kv.search += 1;
@@ -493,7 +494,9 @@ impl Seq2Seq {
                 if l.capacity() / 2 > want {
                     *l = Vec::new();
                 }
-                l.reserve(want);
+                // Room is only a hint: if it cannot be had (an absurd
+                // max_length), the rows grow as steps make them.
+                let _ = l.try_reserve(want);
             }
         }
     }
