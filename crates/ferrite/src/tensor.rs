@@ -437,6 +437,23 @@ impl QuantizedActs {
         self.quantize_rows(ty, x, cols, threads)
     }
 
+    /// Room for `n_tokens` rows of `cols` values in format `ty`, recorded
+    /// as the current contents; returns the bytes per row.
+    fn prepare(&mut self, ty: GgmlType, n_tokens: usize, cols: usize) -> Result<usize, Error> {
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .ok_or_else(|| Error::Input(format!("{cols} values are not whole {ty} blocks")))?
+            as usize;
+        let words = (n_tokens * row_bytes).div_ceil(8);
+        if self.buf.len() < words {
+            self.buf.resize(words, 0);
+        }
+        self.ty = Some(ty);
+        self.cols = cols;
+        self.row_bytes = row_bytes;
+        Ok(row_bytes)
+    }
+
     /// [`QuantizedActs::quantize`] into Q8_0 with the panels of every
     /// whole sixteen rows, made in the same pass over the values
     /// ([`quantize_acts_row`]: the bytes [`quantize`] writes and the facts
@@ -451,17 +468,7 @@ impl QuantizedActs {
     ) -> Result<(), Error> {
         let ty = GgmlType::Q8_0;
         let n_tokens = x.len() / cols;
-        let row_bytes = ty
-            .bytes_for(cols as u64)
-            .ok_or_else(|| Error::Input(format!("{cols} values are not whole {ty} blocks")))?
-            as usize;
-        let words = (n_tokens * row_bytes).div_ceil(8);
-        if self.buf.len() < words {
-            self.buf.resize(words, 0);
-        }
-        self.ty = Some(ty);
-        self.cols = cols;
-        self.row_bytes = row_bytes;
+        let row_bytes = self.prepare(ty, n_tokens, cols)?;
         let per_row = row_bytes / std::mem::size_of::<BlockQ8_0>();
         let whole = n_tokens / ACT_PANEL_ROWS;
         let panel_len = ACT_PANEL_ROWS * per_row;
@@ -509,17 +516,7 @@ impl QuantizedActs {
         threads: &Threads,
     ) -> Result<(), Error> {
         let n_tokens = x.len() / cols;
-        let row_bytes = ty
-            .bytes_for(cols as u64)
-            .ok_or_else(|| Error::Input(format!("{cols} values are not whole {ty} blocks")))?
-            as usize;
-        let words = (n_tokens * row_bytes).div_ceil(8);
-        if self.buf.len() < words {
-            self.buf.resize(words, 0);
-        }
-        self.ty = Some(ty);
-        self.cols = cols;
-        self.row_bytes = row_bytes;
+        let row_bytes = self.prepare(ty, n_tokens, cols)?;
         let bytes = &mut self.bytes_mut()[..n_tokens * row_bytes];
         // The first row on its own: it fails exactly when any row would
         // (a type without quantization), and then nothing runs in threads.
