@@ -114,7 +114,8 @@ pub fn batch_size(n: usize) -> Result<usize, String> {
 /// Loads an embedding model by path or short name, for bf16 products if
 /// `bf16`.
 pub fn load(model: Option<&str>, bf16: bool) -> Result<Embedder, String> {
-    let path = model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL))?;
+    let path =
+        model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL)).map_err(|e| e.to_string())?;
     let mut embedder = Embedder::open(&path).map_err(|e| e.to_string())?;
     if bf16 {
         embedder.use_bf16().map_err(|e| format!("--bf16: {e}"))?;

@@ -240,6 +240,18 @@ impl Decoder {
         }
     }
 
+    /// Bytes of the key/value cache of one sequence of `n_ctx` positions
+    /// (what [`Decoder::new_cache`] allocates).
+    pub fn kv_bytes(&self, n_ctx: usize) -> usize {
+        let per_value = match self.kv_type() {
+            KvType::F16 => 2,
+            KvType::F32 => 4,
+        };
+        (0..self.blocks.len())
+            .map(|l| self.cache_capacity(l, n_ctx) * self.shape.kv_dim() * 2 * per_value)
+            .sum()
+    }
+
     /// How far back a cache of `n_ctx` positions can be truncated: ring
     /// layers keep `capacity - window + 1` positions of slack; `None` when
     /// no layer's ring wraps.

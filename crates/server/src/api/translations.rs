@@ -131,7 +131,7 @@ pub async fn handle(
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::bad_param("input", e.to_string()))?;
+    .map_err(|e| ApiError::from_lib(&e, "input"))?;
     let data: Vec<Value> = out
         .iter()
         .enumerate()

@@ -10,8 +10,8 @@ use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{find_stop, held_back};
 use ferrite::tokenize::{StreamDecoder, Tokenizer};
 
-use super::json::{mask_logits, JsonState};
 use super::request::{Event, FinishReason, GenParams, TokenLogprob};
+use ferrite::generate::json::{mask_logits, JsonState};
 
 /// A choice being decoded.
 pub struct Choice<'t> {
