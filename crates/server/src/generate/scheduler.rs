@@ -301,6 +301,7 @@ impl<'t> Scheduler<'t> {
                 cache.clone(),
                 &act.req.params,
                 &self.m.tokenizer,
+                &self.m.end_tokens,
             ));
         }
         choices.push(Choice::new(
@@ -308,6 +309,7 @@ impl<'t> Scheduler<'t> {
             cache,
             &act.req.params,
             &self.m.tokenizer,
+            &self.m.end_tokens,
         ));
         act.stage = Stage::Decode(choices);
         for c in 0..n {
@@ -328,13 +330,13 @@ impl<'t> Scheduler<'t> {
             end_tokens: &m.end_tokens,
             params: &act.req.params,
         };
-        let before = choice.generated;
+        let before = choice.generated();
         let events = &act.req.events;
         let finished = choice.advance(logits, &ends, &mut |ev| {
             // A closed receiver is noticed at the next step.
             let _ = events.send(ev);
         });
-        if choice.generated > before {
+        if choice.generated() > before {
             let now = Instant::now();
             act.completion_tokens += 1;
             m.metrics.generated_tokens.inc();
