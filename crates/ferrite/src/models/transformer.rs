@@ -26,13 +26,13 @@
 
 use std::ops::Range;
 
-use ferrite_kernels::math::{activate, layer_norm, silu_mul, Activation};
+use ferrite_kernels::math::{activate, silu_mul, Activation};
 use ferrite_kernels::GgmlType;
 
 use crate::generate::kv_cache::{KvCache, KvType};
 use crate::layers::activation::geglu_in_place;
 use crate::layers::attention::{attention, AttnShape, Positions};
-use crate::layers::norm::{rms_norm, rms_norm_in_place};
+pub use crate::layers::norm::Norm;
 use crate::layers::rope::Rope;
 use crate::models::decoder::{
     add_in_place, DecoderDims, DecoderState, Logits, Workspace, MAX_CHUNK,
@@ -41,43 +41,6 @@ use crate::models::CausalLm;
 use crate::parallel::Threads;
 use crate::tensor::{matmul_many, Embedding, Linear, MatmulJob};
 use crate::Error;
-
-/// A normalization with its weights; rows are `weight.len()` values.
-pub enum Norm {
-    /// `x / sqrt(mean(x^2) + eps) * weight` (Llama, Gemma, Qwen).
-    Rms { weight: Vec<f32>, eps: f32 },
-    /// `(x - mean) / sqrt(var + eps) * weight + bias` (GPT-2).
-    Layer {
-        weight: Vec<f32>,
-        bias: Vec<f32>,
-        eps: f32,
-    },
-}
-
-impl Norm {
-    /// Normalizes each row of `x` into `out`.
-    pub fn apply(&self, x: &[f32], out: &mut [f32]) {
-        match self {
-            Norm::Rms { weight, eps } => rms_norm(x, weight, *eps, out),
-            Norm::Layer { .. } => {
-                out.copy_from_slice(x);
-                self.apply_in_place(out);
-            }
-        }
-    }
-
-    /// Normalizes each row of `x` in place.
-    pub fn apply_in_place(&self, x: &mut [f32]) {
-        match self {
-            Norm::Rms { weight, eps } => rms_norm_in_place(x, weight, *eps),
-            Norm::Layer { weight, bias, eps } => {
-                for row in x.chunks_exact_mut(weight.len()) {
-                    layer_norm(row, weight, bias, *eps);
-                }
-            }
-        }
-    }
-}
 
 /// The query, key and value projections.
 pub enum Qkv {
