@@ -66,7 +66,7 @@ trait Prefill {
 /// `groups.len() / G` bytes, cut to whole blocks) with activation row `t`
 /// (bytes `t * act_row..` of `acts`; a missing or short row stops where
 /// `dot8` would), group `g` in `out[t][8g..8g + 8]`. Rows are taken `N`
-/// at a time where `N` rows have the block, one at a time otherwise.
+/// at a time while `N` rows have the block, then one at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn many<K: Prefill, const G: usize, const N: usize, O: AsMut<[f32]>>(
@@ -88,31 +88,25 @@ unsafe fn many<K: Prefill, const G: usize, const N: usize, O: AsMut<[f32]>>(
                 let at = g * per_group + b * step;
                 K::decode(&groups[at..at + step], d);
             }
-            // The rows that have block b (all, but for a cut last row).
-            let mut live = [0usize; TOKENS];
-            let mut k = 0;
-            for (t, r) in rows[..chunk.len()].iter().enumerate() {
-                if r.len() > b {
-                    live[k] = t;
-                    k += 1;
+            let rows = &rows[..chunk.len()];
+            // Rows with block b, N at a time, while there are N (all rows
+            // have it but a cut last one).
+            let mut done = 0;
+            for (acc, r) in acc.chunks_exact_mut(N).zip(rows.chunks_exact(N)) {
+                if r.iter().any(|r| r.len() <= b) {
+                    break;
                 }
+                let terms = K::terms::<G, N>(&dec, std::array::from_fn(|j| &r[j][b]));
+                for (acc, terms) in acc.iter_mut().zip(&terms) {
+                    add_terms(acc, terms);
+                }
+                done += N;
             }
-            let mut i = 0;
-            while i + N <= k {
-                let t: [usize; N] = std::array::from_fn(|j| live[i + j]);
-                let terms = K::terms::<G, N>(&dec, t.map(|t| &rows[t][b]));
-                for (t, terms) in t.iter().zip(&terms) {
-                    for (acc, term) in acc[*t].iter_mut().zip(terms) {
-                        *acc = _mm256_add_ps(*acc, *term);
-                    }
-                }
-                i += N;
-            }
-            for &t in &live[i..k] {
-                let [terms] = K::terms::<G, 1>(&dec, [&rows[t][b]]);
-                for (acc, term) in acc[t].iter_mut().zip(&terms) {
-                    *acc = _mm256_add_ps(*acc, *term);
-                }
+            for (acc, r) in acc[done..].iter_mut().zip(&rows[done..]) {
+                // Rows shorter than the groups stop where `dot8` would.
+                let Some(a) = r.get(b) else { continue };
+                let [terms] = K::terms::<G, 1>(&dec, [a]);
+                add_terms(acc, &terms);
             }
         }
         for (o, acc) in chunk.iter_mut().zip(&acc) {
@@ -122,6 +116,16 @@ unsafe fn many<K: Prefill, const G: usize, const N: usize, O: AsMut<[f32]>>(
                 unsafe { _mm256_storeu_ps(part.as_mut_ptr(), *a) };
             }
         }
+    }
+}
+
+/// Each group's term added to its row's sum (a function, not a closure:
+/// see [`Q4K::terms`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn add_terms<const G: usize>(acc: &mut [__m256; G], terms: &[__m256; G]) {
+    for (acc, term) in acc.iter_mut().zip(terms) {
+        *acc = _mm256_add_ps(*acc, *term);
     }
 }
 
@@ -182,8 +186,10 @@ impl Prefill for Q4K {
         for g in 0..8 {
             let mut pairs = [[_mm256_setzero_si256(); G]; N];
             for p in 0..8 {
-                let xb: [__m256i; N] =
-                    std::array::from_fn(|j| _mm256_set1_epi32(x4(&a[j].qs, 32 * g + 4 * p)));
+                let mut xb = [_mm256_setzero_si256(); N];
+                for (xb, a) in xb.iter_mut().zip(&a) {
+                    *xb = _mm256_set1_epi32(x4(&a.qs, 32 * g + 4 * p));
+                }
                 for (k, d) in dec.iter().enumerate() {
                     let v = d.q[8 * g + p];
                     for j in 0..N {
@@ -198,22 +204,26 @@ impl Prefill for Q4K {
                 }
             }
         }
-        std::array::from_fn(|j| {
+        // (Loops, not closures: a closure does not take the target
+        // features, and an intrinsic it calls is not inlined.)
+        let mut terms = [[_mm256_setzero_ps(); G]; N];
+        for j in 0..N {
             // msum += m * (bsum[2g] + bsum[2g + 1]), as one madd per group.
-            let bs: [__m256i; 8] = std::array::from_fn(|g| {
+            let mut bs = [_mm256_setzero_si256(); 8];
+            for (g, bs) in bs.iter_mut().enumerate() {
                 let pair = i32::from(u16::from_le_bytes(a[j].bsums[2 * g]))
                     | (i32::from(u16::from_le_bytes(a[j].bsums[2 * g + 1])) << 16);
-                _mm256_set1_epi32(pair)
-            });
-            std::array::from_fn(|k| {
-                let d = &dec[k];
+                *bs = _mm256_set1_epi32(pair);
+            }
+            for (k, d) in dec.iter().enumerate() {
                 let mut msum = _mm256_setzero_si256();
                 for (m, bs) in d.min.iter().zip(&bs) {
                     msum = _mm256_add_epi32(msum, _mm256_madd_epi16(*m, *bs));
                 }
-                with_min_f32(a[j].d(), d.d, d.dmin, isum[j][k], msum)
-            })
-        })
+                terms[j][k] = with_min_f32(a[j].d(), d.d, d.dmin, isum[j][k], msum);
+            }
+        }
+        terms
     }
 }
 
@@ -275,10 +285,12 @@ impl Prefill for Q6K {
             for half in 0..2 {
                 for pair in 0..2 {
                     let i4 = 4 * half + 2 * pair;
-                    let xb = |k: usize| -> [__m256i; N] {
-                        std::array::from_fn(|j| _mm256_set1_epi32(x4(&a[j].qs, 32 * r + 4 * k)))
-                    };
-                    let (x0, x1) = (xb(i4), xb(i4 + 1));
+                    let (mut x0, mut x1) =
+                        ([_mm256_setzero_si256(); N], [_mm256_setzero_si256(); N]);
+                    for j in 0..N {
+                        x0[j] = _mm256_set1_epi32(x4(&a[j].qs, 32 * r + 4 * i4));
+                        x1[j] = _mm256_set1_epi32(x4(&a[j].qs, 32 * r + 4 * i4 + 4));
+                    }
                     for (k, d) in dec.iter().enumerate() {
                         let (v0, v1) = (d.q[8 * r + i4], d.q[8 * r + i4 + 1]);
                         for j in 0..N {
@@ -295,20 +307,21 @@ impl Prefill for Q6K {
                 }
             }
         }
-        std::array::from_fn(|j| {
+        let mut terms = [[_mm256_setzero_ps(); G]; N];
+        for j in 0..N {
             let sums = group_sum_pairs(&a[j].qs);
             let d_x = _mm256_set1_ps(a[j].d());
-            std::array::from_fn(|k| {
-                let d = &dec[k];
+            for (k, d) in dec.iter().enumerate() {
                 let mut bsum = _mm256_setzero_si256();
                 for (p, s) in d.sc_pairs.iter().zip(&sums) {
                     bsum = _mm256_add_epi32(bsum, _mm256_madd_epi16(*p, _mm256_set1_epi32(*s)));
                 }
                 let isum = _mm256_sub_epi32(isum[j][k], _mm256_slli_epi32::<5>(bsum));
                 // q6_k_term: (d * d_x) * isum.
-                _mm256_mul_ps(_mm256_mul_ps(d.d, d_x), _mm256_cvtepi32_ps(isum))
-            })
-        })
+                terms[j][k] = _mm256_mul_ps(_mm256_mul_ps(d.d, d_x), _mm256_cvtepi32_ps(isum));
+            }
+        }
+        terms
     }
 }
 
@@ -322,21 +335,23 @@ unsafe fn group_sum_pairs(x: &[i8; 256]) -> [i32; 8] {
     let ones8 = _mm256_set1_epi8(1);
     let ones16 = _mm256_set1_epi16(1);
     // Run r: i32 lanes 0..4 sum fours of group 2r, lanes 4..8 of 2r + 1.
-    let fours: [__m256i; 8] = std::array::from_fn(|r| {
+    let mut fours = [_mm256_setzero_si256(); 8];
+    for (r, f) in fours.iter_mut().enumerate() {
         let pairs = _mm256_maddubs_epi16(ones8, load_i8(&x[32 * r..]));
-        _mm256_madd_epi16(pairs, ones16)
-    });
+        *f = _mm256_madd_epi16(pairs, ones16);
+    }
     // Per four runs: the low half holds their even groups, the high half
     // their odd ones, run by run.
-    let quad = |f: &[__m256i]| {
+    let mut quads = [_mm256_setzero_si256(); 2];
+    for (f, quad) in fours.chunks_exact(4).zip(&mut quads) {
         let h = _mm256_hadd_epi32(_mm256_hadd_epi32(f[0], f[1]), _mm256_hadd_epi32(f[2], f[3]));
         let odd = _mm256_permute2x128_si256::<0x01>(h, h);
-        _mm256_or_si256(
+        *quad = _mm256_or_si256(
             _mm256_and_si256(h, _mm256_set1_epi32(0xffff)),
             _mm256_slli_epi32::<16>(odd),
-        )
-    };
-    let (lo, hi) = (quad(&fours[..4]), quad(&fours[4..]));
+        );
+    }
+    let [lo, hi] = quads;
     let mut out = [0i32; 8];
     // SAFETY: `out` is 32 writable bytes; `storeu` has no alignment
     // requirement.
@@ -374,11 +389,17 @@ unsafe fn small_terms<K: Small, const G: usize, const N: usize>(
 ) -> [[__m256; G]; N] {
     const { assert!(K::BITS <= 5) };
     let ones = _mm256_set1_epi16(1);
-    let mut sums: [[__m256i; G]; N] = std::array::from_fn(|j| [a[j].start; G]);
+    let mut sums = [[_mm256_setzero_si256(); G]; N];
+    for (sums, a) in sums.iter_mut().zip(&a) {
+        *sums = [a.start; G];
+    }
     let mut pairs = [[_mm256_setzero_si256(); G]; N];
     for c in 0..4 {
-        let x_lo: [__m256i; N] = std::array::from_fn(|j| _mm256_set1_epi32(x4(a[j].x, 4 * c)));
-        let x_hi: [__m256i; N] = std::array::from_fn(|j| _mm256_set1_epi32(x4(a[j].x, 16 + 4 * c)));
+        let (mut x_lo, mut x_hi) = ([_mm256_setzero_si256(); N], [_mm256_setzero_si256(); N]);
+        for j in 0..N {
+            x_lo[j] = _mm256_set1_epi32(x4(a[j].x, 4 * c));
+            x_hi[j] = _mm256_set1_epi32(x4(a[j].x, 16 + 4 * c));
+        }
         for (g, q) in q.iter().enumerate() {
             for j in 0..N {
                 let p = _mm256_add_epi16(
@@ -397,18 +418,39 @@ unsafe fn small_terms<K: Small, const G: usize, const N: usize>(
             }
         }
     }
-    std::array::from_fn(|j| {
-        std::array::from_fn(|g| {
+    let mut terms = [[_mm256_setzero_ps(); G]; N];
+    for j in 0..N {
+        for g in 0..G {
             // `term_from`'s operations.
             let [d_w, m_w] = w[g];
             let term = _mm256_mul_ps(_mm256_mul_ps(d_w, a[j].d), _mm256_cvtepi32_ps(sums[j][g]));
-            if K::MIN {
+            terms[j][g] = if K::MIN {
                 _mm256_add_ps(term, _mm256_mul_ps(m_w, a[j].s))
             } else {
                 term
-            }
-        })
-    })
+            };
+        }
+    }
+    terms
+}
+
+/// A panel's activation block as [`small_terms`] takes it (`shift`:
+/// `7 - log2(OFFSET)`, the panel's sum being `-128 * sum(x)`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn panel_act<K: Small>(f: &ActBlockFacts, shift: __m128i) -> SmallAct<'_> {
+    let start = if K::OFFSET == 0 {
+        _mm256_setzero_si256()
+    } else {
+        _mm256_sra_epi32(_mm256_set1_epi32(f.offset), shift)
+    };
+    let d = _mm256_set1_ps(f.d);
+    SmallAct {
+        x: &f.qs,
+        start,
+        d,
+        s: d,
+    }
 }
 
 /// [`many`] for the 32-value formats: `out[t]` = the `dot8` results of
@@ -442,33 +484,17 @@ unsafe fn small_many<K: Small, const G: usize, O: AsMut<[f32]>>(
             .filter(|_| whole && n <= per_row);
         let mut acc = [[_mm256_setzero_ps(); G]; TOKENS];
         for b in 0..n {
-            let w: [&[u8]; G] = std::array::from_fn(|g| {
+            let mut q = [[_mm256_setzero_si256(); 8]; G];
+            let mut scales = [[_mm256_setzero_ps(); 2]; G];
+            for g in 0..G {
                 let at = g * per_group + b * step;
-                &groups[at..at + step]
-            });
-            let q = w.map(|w| K::values(w));
-            let scales = w.map(|w| w_scales::<K>(w));
-            let add = |acc: &mut [__m256; G], terms: &[__m256; G]| {
-                for (acc, term) in acc.iter_mut().zip(terms) {
-                    *acc = _mm256_add_ps(*acc, *term);
-                }
-            };
+                q[g] = K::values(&groups[at..at + step]);
+                scales[g] = w_scales::<K>(&groups[at..at + step]);
+            }
             if let Some(panel) = panel {
                 for (acc, f) in acc.iter_mut().zip(&panel[b * TOKENS..(b + 1) * TOKENS]) {
-                    let start = if K::OFFSET == 0 {
-                        _mm256_setzero_si256()
-                    } else {
-                        _mm256_sra_epi32(_mm256_set1_epi32(f.offset), shift)
-                    };
-                    let d = _mm256_set1_ps(f.d);
-                    let a = SmallAct {
-                        x: &f.qs,
-                        start,
-                        d,
-                        s: d,
-                    };
-                    let [terms] = small_terms::<K, G, 1>(&q, &scales, [a]);
-                    add(acc, &terms);
+                    let [terms] = small_terms::<K, G, 1>(&q, &scales, [panel_act::<K>(f, shift)]);
+                    add_terms(acc, &terms);
                 }
                 continue;
             }
@@ -493,7 +519,7 @@ unsafe fn small_many<K: Small, const G: usize, O: AsMut<[f32]>>(
                     },
                 };
                 let [terms] = small_terms::<K, G, 1>(&q, &scales, [a]);
-                add(acc, &terms);
+                add_terms(acc, &terms);
             }
         }
         for (o, acc) in chunk.iter_mut().zip(&acc) {
