@@ -21,6 +21,7 @@
 # on and every AVX-512, AVX-VNNI and AMX option off, as on a Zen 3.
 #   AVX2=1 scripts/bench-vs-llamacpp.sh gemma3-270m
 # (AVX2=1 BUILD_ONLY=1 only builds that llama-bench and prints its path.)
+# FERRITE_BIN=path runs that ferrite binary instead of building this tree's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -113,8 +114,12 @@ if [ -z "$llama_bin" ]; then
   which_build="native build $bin (-DGGML_NATIVE=ON)"
 fi
 
-cargo build --release -p ferrite-cli --quiet
-ferrite=$repo/target/release/ferrite
+if [ -n "${FERRITE_BIN:-}" ]; then
+  ferrite=$FERRITE_BIN # another build, e.g. a baseline's
+else
+  cargo build --release -p ferrite-cli --quiet
+  ferrite=$repo/target/release/ferrite
+fi
 
 # Each is completed by the thread count.
 llama_cmd=("$llama_bin/llama-bench" -m "$model" -p "$N_PROMPT" -n "$N_GEN" -r "$REPS" -o json -t)
