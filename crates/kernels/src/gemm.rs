@@ -264,6 +264,8 @@ pub unsafe fn gemm_panels_scalar(a: Acts, w: &PackedWeights, panels: Range<usize
 }
 
 /// The panels' lines as raw pointers for the SIMD kernels.
+// Only the x86 kernels read it so far.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn panel_ptr(w: &PackedWeights, p: usize) -> *const f32 {
     w.panel(p).as_ptr().cast()
 }
