@@ -19,6 +19,7 @@
 //! for the CPU feature it needs.
 
 mod one_row;
+mod quantize;
 mod rows8;
 
 use std::arch::aarch64::*;
@@ -26,7 +27,7 @@ use std::arch::asm;
 
 use crate::dispatch::KernelSet;
 use crate::dot::{scalar_vec_dot_kernel, VecDotKernel};
-use crate::table::{Kernel, KernelTable};
+use crate::table::{Entry, Kernel, KernelTable};
 use crate::GgmlType;
 
 /// How a kernel set forms exact i32 sums of signed byte products.
@@ -233,8 +234,10 @@ pub(crate) fn overrides(set: KernelSet, w: GgmlType) -> bool {
 
 /// The entries of `crate::table::KernelTable` `set` provides itself.
 pub(crate) fn claims(set: KernelSet) -> &'static [Kernel] {
-    let _ = set;
-    &[]
+    match set {
+        KernelSet::Neon => &[Kernel::QuantizeQ8, Kernel::QuantizeActsRow],
+        _ => &[],
+    }
 }
 
 /// Replaces the entries of `t` (the next slower set's table) that `set`
@@ -244,5 +247,15 @@ pub(crate) fn claims(set: KernelSet) -> &'static [Kernel] {
 ///
 /// The CPU must support `set`'s features: the entries execute them.
 pub(crate) unsafe fn override_table(set: KernelSet, t: &mut KernelTable) {
-    let _ = (set, t);
+    let by = set;
+    if set == KernelSet::Neon {
+        t.quantize_q8 = Entry {
+            f: quantize::quantize_q8,
+            by,
+        };
+        t.quantize_acts_row = Entry {
+            f: quantize::quantize_acts_row,
+            by,
+        };
+    }
 }
