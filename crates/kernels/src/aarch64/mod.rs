@@ -21,6 +21,7 @@
 mod one_row;
 mod quantize;
 mod rows8;
+mod rows8_k;
 
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -215,10 +216,10 @@ pub(crate) unsafe fn vec_dot_kernel(set: KernelSet, w: GgmlType) -> Option<VecDo
     if let Some(f) = one_row::kernel(set, w) {
         k.dot = f;
     }
-    if let Some(f) = rows8::kernel8(set, w) {
+    if let Some(f) = rows8::kernel8(set, w).or_else(|| rows8_k::kernel8(set, w)) {
         k.dot8 = Some(f);
     }
-    if let Some(f) = rows8::kernel8n(set, w) {
+    if let Some(f) = rows8::kernel8n(set, w).or_else(|| rows8_k::kernel8n(set, w)) {
         k.dot8n = Some(f);
     }
     Some(k)
@@ -228,8 +229,12 @@ pub(crate) unsafe fn vec_dot_kernel(set: KernelSet, w: GgmlType) -> Option<VecDo
 /// does not.
 pub(crate) fn overrides(set: KernelSet, w: GgmlType) -> bool {
     one_row::kernel(set, w).is_some()
-        || rows8::kernel8(set, w).is_some()
-        || rows8::kernel8n(set, w).is_some()
+        || rows8::kernel8(set, w)
+            .or_else(|| rows8_k::kernel8(set, w))
+            .is_some()
+        || rows8::kernel8n(set, w)
+            .or_else(|| rows8_k::kernel8n(set, w))
+            .is_some()
 }
 
 /// The entries of `crate::table::KernelTable` `set` provides itself.

@@ -514,6 +514,8 @@ macro_rules! entries {
     };
 }
 
+pub(super) use entries;
+
 entries!(
     neon,
     "neon",
