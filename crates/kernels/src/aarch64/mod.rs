@@ -18,6 +18,7 @@
 //! intrinsics are not stable Rust yet. Each such helper is `unsafe` only
 //! for the CPU feature it needs.
 
+mod gemm;
 mod one_row;
 mod quantize;
 mod rows8;
@@ -240,7 +241,13 @@ pub(crate) fn overrides(set: KernelSet, w: GgmlType) -> bool {
 /// The entries of `crate::table::KernelTable` `set` provides itself.
 pub(crate) fn claims(set: KernelSet) -> &'static [Kernel] {
     match set {
-        KernelSet::Neon => &[Kernel::QuantizeQ8, Kernel::QuantizeActsRow],
+        KernelSet::Neon => &[
+            Kernel::QuantizeQ8,
+            Kernel::QuantizeActsRow,
+            Kernel::GemmPanels,
+            Kernel::GemmF16Panels,
+            Kernel::F16ToF32,
+        ],
         _ => &[],
     }
 }
@@ -262,5 +269,37 @@ pub(crate) unsafe fn override_table(set: KernelSet, t: &mut KernelTable) {
             f: quantize::quantize_acts_row,
             by,
         };
+        t.gemm_panels = Entry {
+            f: gemm::gemm_panels,
+            by,
+        };
+        t.gemm_f16_panels = Entry {
+            f: gemm_f16_panels,
+            by,
+        };
+        t.f16_to_f32 = Entry {
+            f: gemm::f16_to_f32,
+            by,
+        };
     }
+}
+
+/// As `crate::gemm_f16::gemm_f16_panels`: the panels converted with
+/// `fcvtl`, then NEON's f32 micro-kernel (the same bits as the scalar
+/// reference's conversion and chains of fused multiply-adds).
+///
+/// # Safety
+/// As `crate::gemm_f16::gemm_f16_panels_scalar`.
+unsafe fn gemm_f16_panels(
+    a: crate::gemm::Acts,
+    w: &crate::gemm_f16::PackedF16,
+    panels: std::ops::Range<usize>,
+    out: crate::gemm::OutPtr,
+) {
+    let kernels = (
+        gemm::f16_to_f32 as crate::table::F16ToF32Fn,
+        gemm::gemm_panels as crate::table::GemmPanelsFn,
+    );
+    // SAFETY: the caller's contract, passed on.
+    unsafe { crate::gemm_f16::gemm_f16_panels_converting(a, w, panels, out, kernels) }
 }
