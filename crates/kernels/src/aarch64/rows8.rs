@@ -33,7 +33,6 @@ use std::arch::aarch64::*;
 use super::{f16x8, load_at, load_i8_at, smmla, Mul8, Neon, Sdot};
 use crate::dispatch::KernelSet;
 use crate::dot::{pass_rows, whole_blocks, Dot8Fn, Dot8NFn};
-use crate::quant::float::f16_le;
 use crate::quant::{Block, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
 
@@ -89,9 +88,21 @@ trait Act8: Block {
     fn qs(&self) -> &[i8; 32];
 }
 
+/// Two f16 values (little-endian bytes) as f32 with one `fcvtl` (exact,
+/// as `f16_le`).
+#[inline(always)]
+fn f16_pair(a: [u8; 2], b: [u8; 2]) -> [f32; 2] {
+    let bits = u64::from(u16::from_le_bytes(a)) | u64::from(u16::from_le_bytes(b)) << 16;
+    // SAFETY: NEON is part of every aarch64 target.
+    unsafe {
+        let v = super::f16x4(vcreate_u16(bits));
+        [vgetq_lane_f32::<0>(v), vgetq_lane_f32::<1>(v)]
+    }
+}
+
 impl Act8 for BlockQ8_0 {
     fn scales(&self) -> [f32; 2] {
-        [f16_le(self.d), 0.0]
+        f16_pair(self.d, [0; 2])
     }
     fn qs(&self) -> &[i8; 32] {
         &self.qs
@@ -100,7 +111,7 @@ impl Act8 for BlockQ8_0 {
 
 impl Act8 for BlockQ8_1 {
     fn scales(&self) -> [f32; 2] {
-        [f16_le(self.d), f16_le(self.s)]
+        f16_pair(self.d, self.s)
     }
     fn qs(&self) -> &[i8; 32] {
         &self.qs
