@@ -464,7 +464,7 @@ fn child_prints_kernel_set() {
 fn env_override_forces_scalar() {
     let exe = std::env::current_exe().expect("test binary path");
     for (value, want) in [("scalar", "scalar"), ("bogus", active_best().name())] {
-        let out = std::process::Command::new(&exe)
+        let out = child_command(&exe)
             .args([
                 "--exact",
                 "child_prints_kernel_set",
@@ -480,6 +480,23 @@ fn env_override_forces_scalar() {
             stdout.contains(&format!("kernel set: {want}\n")),
             "FERRITE_KERNELS={value}: {stdout}"
         );
+    }
+}
+
+/// A command running `exe`, through `FERRITE_TEST_RUNNER` if set (the
+/// emulator of a cross-built test binary, e.g. `qemu-aarch64 -L
+/// /usr/aarch64-linux-gnu -cpu max`, which a child process would
+/// otherwise not run under; see `scripts/test-arm.sh`).
+fn child_command(exe: &std::path::Path) -> std::process::Command {
+    let runner = std::env::var("FERRITE_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(words).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
     }
 }
 

@@ -173,21 +173,7 @@ unsafe fn small_isums<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i {
 /// stack while a weight block is decoded once for all of them).
 const TOKENS: usize = 16;
 
-/// The activation rows of pass `c` of a many-row kernel: rows
-/// `c * TOKENS..` of `acts` (`act_row` bytes each) as whole blocks, the
-/// first `len` of them; a missing or cut row is empty or short, the rest
-/// empty.
-#[inline]
-fn pass_rows<A: Block>(acts: &[u8], act_row: usize, c: usize, len: usize) -> [&[A]; TOKENS] {
-    std::array::from_fn(|i| {
-        if i < len {
-            let start = ((c * TOKENS + i) * act_row).min(acts.len());
-            whole_blocks::<A>(&acts[start..(start + act_row).min(acts.len())])
-        } else {
-            &[]
-        }
-    })
-}
+pub(super) use crate::dot::pass_rows;
 
 /// Defines `$name::<K: $bound>(group, acts, act_row, out)`: `out[t]` =
 /// [`dot8`] of `group` with activation row `t` (bytes
