@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod queue;
 pub mod registry;
 pub mod state;
+pub mod translate;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -12,12 +12,12 @@ use ferrite::open::Found;
 use ferrite::parallel::Threads;
 use ferrite::translate::Translator;
 
-use crate::api::translations::TranslateModel;
 use crate::config::Limits;
 use crate::embed::{self, EmbedModel};
 use crate::error::{ApiError, ServeError};
 use crate::generate::{scheduler, GenModel};
 use crate::metrics::Metrics;
+use crate::translate::TranslateModel;
 
 /// A served model of some kind.
 #[derive(Clone)]

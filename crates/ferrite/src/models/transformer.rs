@@ -35,7 +35,7 @@ use crate::layers::attention::{attention, AttnShape, Positions};
 pub use crate::layers::norm::Norm;
 use crate::layers::rope::Rope;
 use crate::models::decoder::{
-    add_in_place, DecoderDims, DecoderState, Logits, Workspace, MAX_CHUNK,
+    add_in_place, check_room, DecoderDims, DecoderState, Logits, Workspace, MAX_CHUNK,
 };
 use crate::models::CausalLm;
 use crate::parallel::Threads;
@@ -550,19 +550,6 @@ impl Decoder {
         logits.resize(k * nv, 0.0);
         self.head_rows(0..k, ws, threads, logits)
     }
-}
-
-/// An error unless `cache` has room for `n` more positions.
-pub fn check_room(cache: &KvCache, n: usize) -> Result<(), Error> {
-    let room = cache.n_ctx - cache.len;
-    if n > room {
-        return Err(Error::ContextFull {
-            needed: n,
-            used: cache.len,
-            n_ctx: cache.n_ctx,
-        });
-    }
-    Ok(())
 }
 
 /// `x += norm(y)` with a post-norm, else `x += y` (`tmp`: scratch rows).
