@@ -190,7 +190,7 @@ impl<'a> Session<'a> {
         for &t in &self.tokens {
             sampler.accept(t);
         }
-        let mut decoder = self.tokenizer.stream_decoder(true);
+        let mut decoder = self.tokenizer.stream_decoder(true).continuing();
         let mut pending = String::new();
         let start = Instant::now();
         let mut generated = 0;

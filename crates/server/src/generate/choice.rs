@@ -48,7 +48,7 @@ impl<'t> Choice<'t> {
             index,
             cache: Some(cache),
             sampler: Sampler::new(opts),
-            decoder: Some(tok.stream_decoder(true)),
+            decoder: Some(tok.stream_decoder(true).continuing()),
             pending: String::new(),
             next: None,
             generated: 0,
