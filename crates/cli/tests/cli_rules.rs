@@ -7,7 +7,11 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::ok;
+use common::{ferrite, ok};
+
+fn td(rel: &str) -> String {
+    common::testdata().join(rel).to_str().unwrap().to_string()
+}
 
 /// Runs ferrite with `envs` set.
 fn ferrite_env(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
@@ -52,4 +56,18 @@ fn ferrite_kernels_names_are_checked() {
     let (stdout, _) = ok(&out);
     let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(json["kernels"], "scalar");
+}
+
+#[test]
+fn inspect_sees_an_hf_directory_chat_template() {
+    // tiny-qwen2 has chat_template.jinja (and none in tokenizer_config.json),
+    // which `chat` uses.
+    let dir = td("hf-decoders/tiny-qwen2");
+    let text = ok(&ferrite(&["inspect", &dir], None)).0;
+    assert!(text.contains("chat template yes"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&ferrite(&["inspect", &dir, "--json"], None)).0).unwrap();
+    assert_eq!(json["chat_template"], true);
+    let bert = ok(&ferrite(&["inspect", &td("embed/bert-tiny")], None)).0;
+    assert!(bert.contains("chat template no"), "{bert}");
 }

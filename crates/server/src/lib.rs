@@ -21,6 +21,7 @@ pub mod queue;
 pub mod registry;
 pub mod state;
 
+use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -40,6 +41,8 @@ pub fn run(config: ServerConfig) -> Result<(), String> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal, not in a log file or pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
