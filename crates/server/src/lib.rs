@@ -75,7 +75,7 @@ async fn serve(config: ServerConfig) -> Result<(), String> {
     tokio::spawn(async move {
         let st = loader.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            let threads = Threads::new(load_cfg.threads);
+            let threads = Threads::try_new(load_cfg.threads)?;
             Registry::load(&load_cfg.models, &load_cfg.limits, &st.metrics, &threads)
         })
         .await

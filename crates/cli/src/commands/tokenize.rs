@@ -3,12 +3,14 @@
 //! defaults: BOS/EOS added where the model asks for them, special-token
 //! texts parsed.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use ferrite::formats::gguf::GgufFile;
 use ferrite::formats::hf_decoder;
 use ferrite::model_path;
 use ferrite::tokenize::Tokenizer;
+
+use super::input;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,16 +37,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let tokenizer =
         Tokenizer::from_gguf(file.metadata()).map_err(|e| format!("{}: {e}", path.display()))?;
     let text = if args.text == "-" {
-        let mut bytes = Vec::new();
-        io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("reading standard input: {e}"))?;
-        String::from_utf8(bytes).map_err(|e| {
-            format!(
-                "standard input is not valid UTF-8 (bad byte at offset {})",
-                e.utf8_error().valid_up_to()
-            )
-        })?
+        // Byte for byte: no final newline is dropped.
+        input::utf8_text(input::input_name("-"), input::read_source("-")?)?
     } else {
         args.text
     };
