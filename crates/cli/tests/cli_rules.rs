@@ -358,6 +358,28 @@ fn a_text_file_where_the_model_belongs_is_named_as_such() {
 }
 
 #[test]
+fn tokenize_reads_embedding_models() {
+    // bert-base-uncased's vocabulary (MiniLM's, and nomic-embed's GGUF):
+    // [CLS] hello world [SEP], as `ferrite embed` tokenizes its inputs.
+    for model in ["minilm", "nomic-embed-v1.5"] {
+        let ids = ok(&ferrite(&["tokenize", model, "Hello world"], None)).0;
+        assert_eq!(ids.trim(), "[101, 7592, 2088, 102]", "{model}");
+        let pieces = ok(&ferrite(
+            &["tokenize", model, "Hello world", "--pieces"],
+            None,
+        ))
+        .0;
+        assert_eq!(
+            pieces.trim(),
+            r#"["[CLS]", "hello", "world", "[SEP]"]"#,
+            "{model}"
+        );
+    }
+    let out = ferrite(&["tokenize", "minilm", "x", "--no-parse-special"], None);
+    assert!(!out.status.success());
+}
+
+#[test]
 fn ferrite_kernels_names_are_checked() {
     let (model, tok) = llama2c();
     let out = ferrite_env(
@@ -382,6 +404,31 @@ fn ferrite_kernels_names_are_checked() {
 }
 
 #[test]
+fn translate_warns_about_lines_it_cuts_and_caps_beams() {
+    let marian = td("translation/tiny-marian");
+    // tiny-marian has 128 positions: 300 words cannot fit.
+    let long = vec!["word"; 300].join(" ");
+    let input = format!("Hello.\n{long}\n");
+    let out = ferrite(&["translate", &marian, "--beams", "1"], Some(&input));
+    let (stdout, stderr) = ok(&out);
+    assert_eq!(stdout.lines().count(), 2);
+    assert!(
+        stderr.contains("warning: input 2 is longer than 128 tokens; truncated"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("input 1 "), "{stderr}");
+    for beams in ["0", "17", "1000"] {
+        let out = ferrite(&["translate", &marian, "--beams", beams], Some("Hello.\n"));
+        assert_eq!(out.status.code(), Some(1));
+        assert_says(&out, "--beams must be 1 to 16");
+    }
+    ok(&ferrite(
+        &["translate", &marian, "--beams", "16"],
+        Some("Hello.\n"),
+    ));
+}
+
+#[test]
 fn inspect_sees_an_hf_directory_chat_template() {
     // tiny-qwen2 has chat_template.jinja (and none in tokenizer_config.json),
     // which `chat` uses.
@@ -393,4 +440,24 @@ fn inspect_sees_an_hf_directory_chat_template() {
     assert_eq!(json["chat_template"], true);
     let bert = ok(&ferrite(&["inspect", &td("embed/bert-tiny")], None)).0;
     assert!(bert.contains("chat template no"), "{bert}");
+}
+
+#[test]
+fn bf16_help_states_the_tested_bar() {
+    // The bar tests/embed_bf16.rs (crates/ferrite) holds every text to,
+    // the same in the help and in README.md.
+    let help = ok(&ferrite(&["embed", "--help"], None)).0;
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let readme = std::fs::read_to_string(common::testdata().join("../README.md")).unwrap();
+    let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("(cosine >= 0.9999 to them on MiniLM, mpnet and nomic-embed)"),
+        "{help}"
+    );
+    assert!(readme.contains("cosine >= 0.9999 to sentence-transformers' f32 vectors"));
+    assert!(!readme.contains(">= 0.99995"));
+    let test =
+        std::fs::read_to_string(common::testdata().join("../crates/ferrite/tests/embed_bf16.rs"))
+            .unwrap();
+    assert!(test.contains("assert!(min_cos >= 0.9999, "));
 }

@@ -82,7 +82,7 @@ fn bad_models_and_options_are_errors() {
 }
 
 /// The same for a T5 model (tiny-flan, task prefix typed on each line):
-/// blank, 10,000-word (cut to 512 tokens), a CRLF line and
+/// blank, 10,000-word (cut to 512 tokens, with a warning), a CRLF line and
 /// a last line without a newline each give exactly one output line; a line
 /// that is not UTF-8 is refused before any output.
 #[test]
@@ -102,6 +102,10 @@ fn t5_one_line_out_per_line_in() {
     let bytes = [&head[..], last.as_bytes()].concat();
     let (ok, out, err) = translate(&args, &bytes);
     assert!(ok, "{err}");
+    assert!(
+        err.contains("warning: input 3 is longer than 512 tokens; truncated"),
+        "{err}"
+    );
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 4, "{out}");
     assert_eq!(lines[0], "मेरी बहन हर शाम एक किताब पढ़ती है।");

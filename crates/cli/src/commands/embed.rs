@@ -71,7 +71,7 @@ pub struct Flags {
     max_tokens: Option<usize>,
     /// Multiply in bf16 (weights and layer inputs rounded to bf16, sums in
     /// f32) on CPUs with AVX512-BF16: up to twice as fast, not the f32
-    /// results (cosine >= 0.9999 to them on MiniLM and mpnet).
+    /// results (cosine >= 0.9999 to them on MiniLM, mpnet and nomic-embed).
     #[arg(long)]
     pub bf16: bool,
 }

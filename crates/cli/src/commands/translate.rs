@@ -2,7 +2,7 @@
 //! translation on the same line number out, in order. Blank lines give
 //! blank lines; a line that is not valid UTF-8 is an error naming it,
 //! before anything is translated; a line longer than the model's positions
-//! is cut to fit. Lines are translated in
+//! is cut to fit, with a warning on stderr. Lines are translated in
 //! chunks, each printed as soon as it is done, with progress on stderr for
 //! long inputs on a terminal.
 
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ferrite::models::seq2seq::weights::WeightFormat;
-use ferrite::translate::{TranslateOptions, Translator};
+use ferrite::translate::{TranslateOptions, Translator, MAX_BEAMS};
 
 use super::output_result;
 
@@ -26,7 +26,8 @@ pub struct Args {
     model: PathBuf,
     /// Sentences, one per line; `-` or nothing reads stdin.
     input: Option<String>,
-    /// Beam width (default: the model's generation config; 1 is greedy).
+    /// Beam width, 1 to 16 (default: the model's generation config; 1 is
+    /// greedy).
     #[arg(long)]
     beams: Option<usize>,
     /// Longest output in tokens, counting the start token (default: the
@@ -51,8 +52,11 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.batch_size == 0 {
         return Err("--batch-size must be at least 1".into());
     }
-    if args.beams == Some(0) {
-        return Err("--beams must be at least 1".into());
+    if args.beams.is_some_and(|b| b == 0 || b > MAX_BEAMS) {
+        return Err(format!(
+            "--beams must be 1 to {MAX_BEAMS} (1 is greedy; wider beams take longer and rarely \
+             change a translation)"
+        ));
     }
     let format = match args.weights.as_str() {
         "f32" => WeightFormat::F32,
@@ -72,6 +76,13 @@ pub fn run(args: Args) -> Result<(), String> {
         ..Default::default()
     };
     let lines = super::embed::read_lines(args.input.as_deref())?;
+    let mut cut = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if translator.is_cut(line).map_err(|e| e.to_string())? {
+            cut.push(i + 1);
+        }
+    }
+    super::input::warn_cut(&cut, translator.max_source_tokens());
     let total = lines.len();
     let show_progress = total > CHUNK && io::stderr().is_terminal();
     let mut out = BufWriter::new(io::stdout().lock());
