@@ -358,6 +358,23 @@ fn a_text_file_where_the_model_belongs_is_named_as_such() {
 }
 
 #[test]
+fn chat_refuses_a_base_model_and_says_to_run_it() {
+    for model in ["gemma3-270m", &llama2c().0] {
+        let out = ferrite(&["chat", model], Some("What is the capital of France?\n"));
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{model}: {stderr}");
+        assert!(stderr.contains("has no chat template"), "{stderr}");
+        assert!(stderr.contains(&format!("ferrite run {model}")), "{stderr}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = ferrite(
+        &["chat", "gemma3-270m", "--chat-template", "vicuna"],
+        Some(""),
+    );
+    assert_says(&out, "expected chatml or gemma");
+}
+
+#[test]
 fn tokenize_reads_embedding_models() {
     // bert-base-uncased's vocabulary (MiniLM's, and nomic-embed's GGUF):
     // [CLS] hello world [SEP], as `ferrite embed` tokenizes its inputs.

@@ -13,7 +13,8 @@
 use std::io::{self, BufRead, IsTerminal};
 
 use ferrite::generate::chat::{
-    fit_prompt, model_template, turn_end_tokens, Message, PromptBudget, PromptError,
+    fit_prompt, model_template, turn_end_tokens, ChatTemplate, Message, PromptBudget, PromptError,
+    TEMPLATE_KEY,
 };
 use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{GenerateOptions, Session, StopReason};
@@ -50,6 +51,11 @@ pub struct Args {
     /// after each reply even when stderr is not a terminal.
     #[arg(short = 'v', long)]
     verbose: bool,
+    /// Use a built-in chat template (chatml or gemma) instead of the
+    /// model's own; needed to chat with a model whose file has none (a
+    /// base model, which continues text rather than answering).
+    #[arg(long, value_name = "NAME")]
+    chat_template: Option<String>,
     #[command(flatten)]
     model_args: ModelArgs,
     #[command(flatten)]
@@ -69,10 +75,32 @@ pub fn run(args: Args) -> Result<(), String> {
     let sampler_opts = args.sampling.options(args.verbose)?;
     let max_reply = max_tokens(args.max_tokens)?;
     let show_stats = show_stats(args.verbose);
+    let builtin = match args.chat_template.as_deref() {
+        None => None,
+        Some("chatml") => Some(ChatTemplate::chatml()),
+        Some("gemma") => Some(ChatTemplate::gemma()),
+        Some(other) => {
+            return Err(format!(
+                "--chat-template '{other}': expected chatml or gemma"
+            ))
+        }
+    };
     refuse_text_file(args.model.as_deref(), "chat")?;
     let name = args.model.as_deref().unwrap_or(DEFAULT_CHAT_MODEL);
     let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
-    let template = model_template(&loaded.file, &loaded.tokenizer).map_err(|e| e.to_string())?;
+    let has_template = loaded.file.metadata().get_str(TEMPLATE_KEY).is_some();
+    let template = match builtin {
+        Some(t) => t,
+        None if !has_template => {
+            return Err(format!(
+                "{name} has no chat template: it looks like a base model, which continues \
+                 a text rather than answering in turns (its replies would not end). \
+                 `ferrite run {name} -p TEXT` continues a text; --chat-template chatml or \
+                 gemma chats with it anyway"
+            ))
+        }
+        None => model_template(&loaded.file, &loaded.tokenizer).map_err(|e| e.to_string())?,
+    };
     let mut session = Session::new(
         loaded.model.as_ref(),
         &loaded.tokenizer,
