@@ -7,6 +7,7 @@ mod commands;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use ferrite_kernels::dispatch::{KernelRequest, KernelSet};
 
 #[derive(Parser)]
 #[command(name = "ferrite", version, about = "Run transformer models on the CPU")]
@@ -39,8 +40,39 @@ enum Command {
     Serve(commands::serve::Args),
 }
 
+/// `FERRITE_KERNELS`: a name that is no kernel set is an error; a set
+/// this CPU cannot run is said, with the set that runs instead.
+fn check_kernel_request() -> Result<(), String> {
+    match KernelRequest::from_env() {
+        KernelRequest::Unknown { name, .. } => {
+            let names: Vec<&str> = KernelSet::ALL.iter().map(|s| s.name()).collect();
+            Err(format!(
+                "FERRITE_KERNELS={name}: no such kernel set (expected {}, or unset for the \
+                 fastest this CPU runs)",
+                names.join(", ")
+            ))
+        }
+        KernelRequest::Unsupported { asked, used } => {
+            eprintln!(
+                "ferrite: warning: FERRITE_KERNELS={}: this CPU cannot run the {} kernels \
+                 (they need {}); running the {} kernels",
+                asked.name(),
+                asked.name(),
+                asked.needs(),
+                used.name()
+            );
+            Ok(())
+        }
+        KernelRequest::Fastest(_) | KernelRequest::Forced(_) => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = check_kernel_request() {
+        eprintln!("ferrite: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Inspect(args) => commands::inspect::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),

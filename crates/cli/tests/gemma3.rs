@@ -52,7 +52,7 @@ fn run_greedy_continues_the_prompt() {
 }
 
 #[test]
-fn chat_uses_gemma_turns_when_the_file_has_no_template() {
+fn chat_template_gemma_gives_gemma_turns_to_a_file_without_one() {
     let path = ferrite::model_path::resolve("gemma3-270m").unwrap();
     let file = GgufFile::open(&path).unwrap();
     assert!(file.metadata().get_str("tokenizer.chat_template").is_none());
@@ -67,6 +67,8 @@ fn chat_uses_gemma_turns_when_the_file_has_no_template() {
         &[
             "chat",
             "gemma3-270m",
+            "--chat-template",
+            "gemma",
             "--verbose",
             "--temp",
             "0",

@@ -7,52 +7,97 @@ mod common;
 use common::{ferrite, ok};
 use serde_json::Value;
 
-#[test]
-fn run_prints_what_run_c_prints() {
+fn goldens() -> Value {
     let dir = common::testdata().join("llama2c");
-    let golden: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("goldens.json")).unwrap()).unwrap();
-    let runs = golden["runs"].as_array().unwrap();
-    let run = runs
-        .iter()
-        .find(|r| r["checkpoint"] == "v0-shared.bin" && r["prompt"] == "Once")
-        .unwrap();
-    let n = run["generated_tokens"]
-        .as_array()
-        .unwrap()
-        .len()
-        .to_string();
-    let model = dir.join("v0-shared.bin");
+    serde_json::from_str(&std::fs::read_to_string(dir.join("goldens.json")).unwrap()).unwrap()
+}
+
+/// `ferrite run` on a golden run's checkpoint and prompt, greedy, at most
+/// `n` tokens, with `--verbose`: (stdout, stderr).
+fn ferrite_run(run: &Value, n: usize) -> (String, String) {
+    let dir = common::testdata().join("llama2c");
+    let model = dir.join(run["checkpoint"].as_str().unwrap());
     let tok = dir.join("tokenizer.bin");
+    let n = n.to_string();
     let args = [
         "run",
         model.to_str().unwrap(),
         "-z",
         tok.to_str().unwrap(),
         "-p",
-        "Once",
+        run["prompt"].as_str().unwrap(),
         "-n",
         &n,
         "--temp",
         "0",
+        "--verbose",
     ];
     let out = ferrite(&args, None);
-    let (stdout, _) = ok(&out);
-    // run.c echoes the prompt and drops bytes that are not printable on
-    // their own (control bytes, every byte >= 0x80 of a split character);
-    // ferrite prints the continuation only, with U+FFFD for bytes that are
-    // not UTF-8, and control bytes as they are.
+    ok(&out)
+}
+
+/// Whether ferrite's continuation is the text run.c printed after the
+/// prompt. run.c echoes the prompt and drops the byte tokens (`<0xNN>`)
+/// that are not printable on their own (control bytes, every byte >= 0x80),
+/// so it prints ASCII only (the vocabulary's other pieces are ASCII);
+/// ferrite prints the continuation only, joining byte tokens into
+/// characters (U+FFFD where they do not form one).
+fn assert_same_text(run: &Value, stdout: &str) {
     let theirs = run["stdout"].as_str().unwrap();
-    let theirs = theirs.strip_prefix("Once").unwrap().trim_end();
-    let printable = |c: char| c != '\u{fffd}' && (!c.is_control() || c.is_whitespace());
+    let prompt = run["prompt"].as_str().unwrap();
+    let printable = |c: char| c.is_ascii() && (!c.is_ascii_control() || c.is_ascii_whitespace());
+    let prompt_shown: String = prompt.chars().filter(|&c| printable(c)).collect();
+    let theirs = theirs
+        .strip_prefix(prompt_shown.as_str())
+        .unwrap()
+        .trim_end();
     let ours: String = stdout.chars().filter(|&c| printable(c)).collect();
-    assert_eq!(ours.trim_end(), theirs);
+    assert_eq!(ours.trim_end(), theirs, "{prompt:?}");
+}
+
+#[test]
+fn run_prints_what_run_c_prints() {
+    let golden = goldens();
+    let runs = golden["runs"].as_array().unwrap();
+    let run = runs
+        .iter()
+        .find(|r| r["checkpoint"] == "v0-shared.bin" && r["prompt"] == "Once")
+        .unwrap();
+    let n = run["generated_tokens"].as_array().unwrap().len();
+    let (stdout, _) = ferrite_run(run, n);
+    assert_same_text(run, &stdout);
+}
+
+#[test]
+fn run_stops_where_runq_c_stops_on_bos() {
+    // runq.c (as run.c) ends generation when the model writes BOS (token
+    // 1): llama2.c's stories each start with it. Asked for far more tokens
+    // than runq.c wrote, ferrite must stop at the same place.
+    let golden = goldens();
+    let stopped: Vec<&Value> = golden["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["stopped_on_bos"] == true)
+        .collect();
+    assert!(!stopped.is_empty(), "no golden run stopped on BOS");
+    for run in stopped {
+        let n = run["generated_tokens"].as_array().unwrap().len();
+        let (stdout, stderr) = ferrite_run(run, 100);
+        assert_same_text(run, &stdout);
+        assert!(
+            stderr.contains(&format!("generated: {n} tokens"))
+                && stderr.contains("stop: end of generation"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
 fn a_file_that_is_neither_gguf_nor_a_checkpoint_is_an_error() {
-    let readme = common::testdata().join("llama2c/goldens.json");
-    let out = ferrite(&["run", readme.to_str().unwrap(), "-p", "x"], None);
+    // Binary (f32 logits), so not taken for a text file either.
+    let file = common::testdata().join("gpt2/logits-hf.f32");
+    let out = ferrite(&["run", file.to_str().unwrap(), "-p", "x"], None);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("llama2.c"), "{stderr}");

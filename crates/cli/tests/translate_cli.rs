@@ -1,6 +1,6 @@
 //! `ferrite translate` end to end on the tiny Marian and flan-t5 fixtures:
-//! one output line per input line (blank, 10,000-word, CRLF and invalid
-//! UTF-8 lines included, the last reported with a non-zero exit), training
+//! one output line per input line (blank, 10,000-word and CRLF lines;
+//! input that is not UTF-8 refused before any output), training
 //! sentences translated as HF translates them, and clear errors for a
 //! directory that is not a translation model and for bad options; and
 //! `POST /v1/translations` on `ferrite serve`, good and bad requests.
@@ -59,14 +59,16 @@ fn one_line_out_per_line_in() {
     assert_eq!(lines[1], "");
     assert_eq!(lines[3], "मेरी बहन हर शाम एक किताब पढ़ती है।");
 
-    // Invalid UTF-8: reported, a blank line in its place, exit status 1.
+    // Invalid UTF-8: an error naming the line, before any output.
     let (ok, out, err) = translate(&[model, "--beams", "1"], b"Hello!\n\xff\xfe\nHello!\n");
     assert!(!ok);
-    assert!(err.contains("line 2 is not valid UTF-8"), "{err}");
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 3);
-    assert_eq!(lines[1], "");
-    assert_eq!(lines[0], lines[2]);
+    assert!(
+        err.contains(
+            "line 2 is not valid UTF-8: byte 0xff at offset 0 of the line (7 of the input)"
+        ),
+        "{err}"
+    );
+    assert_eq!(out, "");
 }
 
 #[test]
@@ -80,35 +82,44 @@ fn bad_models_and_options_are_errors() {
 }
 
 /// The same for a T5 model (tiny-flan, task prefix typed on each line):
-/// blank, 10,000-word (cut to 512 tokens), invalid UTF-8, a CRLF line and
-/// a last line without a newline each give exactly one output line.
+/// blank, 10,000-word (cut to 512 tokens, with a warning), a CRLF line and
+/// a last line without a newline each give exactly one output line; a line
+/// that is not UTF-8 is refused before any output.
 #[test]
 fn t5_one_line_out_per_line_in() {
     let model = testdata().join("translation/tiny-flan");
+    let args = [
+        model.to_str().expect("path"),
+        "--beams",
+        "4",
+        "--max-length",
+        "64",
+    ];
     let p = "translate English to Hindi: ";
     let long = "word ".repeat(10_000);
-    let mut bytes =
-        format!("{p}My sister reads a book every evening.\r\n\n{p}{long}\n").into_bytes();
-    bytes.extend_from_slice(b"\xc3\x28\xff\n");
-    bytes.extend_from_slice(format!("{p}The river is wide and slow in the summer.").as_bytes());
-    let (ok, out, err) = translate(
-        &[
-            model.to_str().expect("path"),
-            "--beams",
-            "4",
-            "--max-length",
-            "64",
-        ],
-        &bytes,
+    let head = format!("{p}My sister reads a book every evening.\r\n\n{p}{long}\n").into_bytes();
+    let last = format!("{p}The river is wide and slow in the summer.");
+    let bytes = [&head[..], last.as_bytes()].concat();
+    let (ok, out, err) = translate(&args, &bytes);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("warning: input 3 is longer than 512 tokens; truncated"),
+        "{err}"
     );
-    assert!(!ok && err.contains("line 4 is not valid UTF-8"), "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 5, "{out}");
+    assert_eq!(lines.len(), 4, "{out}");
     assert_eq!(lines[0], "मेरी बहन हर शाम एक किताब पढ़ती है।");
     assert_eq!(lines[1], "");
     assert!(!lines[2].is_empty());
-    assert_eq!(lines[3], "");
-    assert_eq!(lines[4], "गर्मियों में नदी चौड़ी और धीमी होती है।");
+    assert_eq!(lines[3], "गर्मियों में नदी चौड़ी और धीमी होती है।");
+
+    let bad = [&head[..], b"\xc3\x28\xff\n", last.as_bytes()].concat();
+    let (ok, out, err) = translate(&args, &bad);
+    assert!(
+        !ok && err.contains("line 4 is not valid UTF-8: byte 0xc3"),
+        "{err}"
+    );
+    assert_eq!(out, "");
 }
 
 /// `POST /v1/translations` on `ferrite serve` with the tiny Marian and a

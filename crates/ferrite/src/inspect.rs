@@ -213,10 +213,12 @@ fn inspect_safetensors(path: &Path) -> Result<Report, FormatError> {
     } else {
         (None, None)
     };
-    let chat_template = dir.join("tokenizer_config.json").is_file()
-        && read_json(&dir.join("tokenizer_config.json"))?
-            .get("chat_template")
-            .is_some();
+    // Where the HF decoder reader takes it from (formats::hf_decoder).
+    let chat_template = dir.join("chat_template.jinja").is_file()
+        || (dir.join("tokenizer_config.json").is_file()
+            && read_json(&dir.join("tokenizer_config.json"))?
+                .get("chat_template")
+                .is_some());
 
     let tensors = st
         .tensors

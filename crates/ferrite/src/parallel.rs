@@ -95,7 +95,9 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(n_threads: usize) -> Pool {
+    /// Starts `n_threads - 1` workers; if the OS refuses one, those already
+    /// started are stopped again and the error returned.
+    fn new(n_threads: usize) -> std::io::Result<Pool> {
         let shared = Arc::new(Shared {
             n_threads,
             slot: Mutex::new(Slot {
@@ -110,20 +112,19 @@ impl Pool {
             park_lock: Mutex::new(()),
             park_cvar: Condvar::new(),
         });
-        let workers = (1..n_threads)
-            .map(|i| {
-                let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("ferrite-worker-{i}"))
-                    .spawn(move || worker_loop(&shared, i))
-                    .expect("spawning a worker thread")
-            })
-            .collect();
-        Pool {
+        let mut pool = Pool {
             shared,
-            workers,
+            workers: Vec::with_capacity(n_threads.saturating_sub(1)),
             dispatch: Mutex::new(()),
+        };
+        for i in 1..n_threads {
+            let shared = pool.shared.clone();
+            let worker = std::thread::Builder::new()
+                .name(format!("ferrite-worker-{i}"))
+                .spawn(move || worker_loop(&shared, i))?;
+            pool.workers.push(worker);
         }
+        Ok(pool)
     }
 
     fn run(&self, n_items: usize, f: &(dyn Fn(usize, Range<usize>) + Sync)) {
@@ -246,6 +247,11 @@ impl Drop for Pool {
     }
 }
 
+/// The cores this process may run on (1 if the OS does not say).
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// A handle to a pool of `count()` threads (the caller included). Cheap to
 /// clone; the workers stop when the last handle is dropped.
 #[derive(Clone)]
@@ -262,17 +268,28 @@ impl std::fmt::Debug for Threads {
 
 impl Threads {
     /// A pool of `n` threads (at least 1; 1 means run on the caller only).
+    /// Panics if the OS cannot start them; [`Threads::try_new`] says why
+    /// instead.
     pub fn new(n: usize) -> Threads {
+        Threads::try_new(n).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Threads::new`], with an error if the OS refuses to start a
+    /// thread (too many threads, no memory for their stacks).
+    pub fn try_new(n: usize) -> Result<Threads, crate::Error> {
         let n = n.max(1);
-        Threads {
-            n,
-            pool: (n > 1).then(|| Arc::new(Pool::new(n))),
-        }
+        let pool = match n {
+            1 => None,
+            _ => Some(Arc::new(Pool::new(n).map_err(|e| {
+                crate::Error::Internal(format!("cannot start {n} threads: {e}"))
+            })?)),
+        };
+        Ok(Threads { n, pool })
     }
 
     /// One thread per available core.
     pub fn all_cores() -> Threads {
-        Threads::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        Threads::new(available_cores())
     }
 
     pub fn count(&self) -> usize {

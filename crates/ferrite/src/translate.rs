@@ -94,6 +94,10 @@ impl TextCodec {
 /// Inputs run through the model together (at most).
 pub const DEFAULT_BATCH: usize = 32;
 
+/// The widest beam the server and the CLI take: search time grows with
+/// the beam, and wider beams than this rarely change a translation.
+pub const MAX_BEAMS: usize = 16;
+
 /// How to load a translation model.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
@@ -270,10 +274,21 @@ impl Translator {
         s
     }
 
+    /// The most source tokens an input keeps (the model's positions; T5:
+    /// 512); [`Translator::encode`] cuts longer ones.
+    pub fn max_source_tokens(&self) -> usize {
+        self.model.config.max_positions.unwrap_or(T5_MAX_INPUT)
+    }
+
+    /// Whether [`Translator::encode`] cuts `text` to fit.
+    pub fn is_cut(&self, text: &str) -> Result<bool, Error> {
+        Ok(self.tokenizer.encode_source(text)?.len() > self.max_source_tokens())
+    }
+
     /// Source text to input ids, cut to the model's positions if longer.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, Error> {
         let mut ids = self.tokenizer.encode_source(text)?;
-        let max = self.model.config.max_positions.unwrap_or(T5_MAX_INPUT);
+        let max = self.max_source_tokens();
         if ids.len() > max {
             ids.truncate(max - 1);
             ids.push(self.model.config.eos);

@@ -16,10 +16,12 @@
 //! way; nothing outside the tables asks which set is active.
 //!
 //! The environment variable `FERRITE_KERNELS`, read once, forces a set by
-//! name (`scalar`, `avx2`, `avx512`, `neon`, `dotprod`, `i8mm`; one the
-//! CPU lacks, or of another architecture, falls back to the
-//! fastest it has) for debugging and tests; unset, or any other value,
-//! means the fastest set available.
+//! name (`scalar`, `avx2`, `avx512`, `neon`, `dotprod`, `i8mm`) for
+//! debugging and tests; unset or empty means the fastest set available. A
+//! set the CPU lacks (or of another architecture), or a name that is no
+//! set, falls back to the fastest set; [`KernelRequest`] says which case
+//! applies, for programs to report it (the `ferrite` binary refuses an
+//! unknown name and warns about a set the CPU cannot run).
 
 use std::sync::OnceLock;
 
@@ -78,6 +80,18 @@ impl KernelSet {
             KernelSet::Neon => "neon",
             KernelSet::Dotprod => "dotprod",
             KernelSet::I8mm => "i8mm",
+        }
+    }
+
+    /// The CPU features the set needs, as the CPU manuals name them.
+    pub fn needs(self) -> &'static str {
+        match self {
+            KernelSet::Scalar => "nothing",
+            KernelSet::Avx2 => "AVX2, FMA and F16C",
+            KernelSet::Avx512 => "AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL and AVX512-VNNI",
+            KernelSet::Neon => "NEON (ASIMD)",
+            KernelSet::Dotprod => "NEON and the dot product extension (FEAT_DotProd)",
+            KernelSet::I8mm => "NEON, FEAT_DotProd and the int8 matrix multiply (FEAT_I8MM)",
         }
     }
 
@@ -181,23 +195,69 @@ fn features() -> Features {
     })
 }
 
+/// What `FERRITE_KERNELS` asks for, judged against a CPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelRequest {
+    /// Unset or empty: the fastest set the CPU runs.
+    Fastest(KernelSet),
+    /// A set the CPU runs: that set.
+    Forced(KernelSet),
+    /// A set the CPU cannot run: the fastest it can (`used`) instead.
+    Unsupported { asked: KernelSet, used: KernelSet },
+    /// No set has this name: the fastest set (`used`) instead.
+    Unknown { name: String, used: KernelSet },
+}
+
+impl KernelRequest {
+    /// The request `value` (the variable's value, `None` if unset) makes
+    /// on a CPU that runs the sets for which `supported` is true. Names
+    /// are matched without regard to case or surrounding spaces.
+    pub fn parse(value: Option<&str>, supported: impl Fn(KernelSet) -> bool) -> KernelRequest {
+        let fastest = KernelSet::ALL
+            .into_iter()
+            .rev()
+            .find(|&s| supported(s))
+            .unwrap_or(KernelSet::Scalar);
+        let name = value.map(str::trim).unwrap_or("");
+        if name.is_empty() {
+            return KernelRequest::Fastest(fastest);
+        }
+        match KernelSet::ALL
+            .into_iter()
+            .find(|s| s.name().eq_ignore_ascii_case(name))
+        {
+            Some(set) if supported(set) => KernelRequest::Forced(set),
+            Some(asked) => KernelRequest::Unsupported {
+                asked,
+                used: fastest,
+            },
+            None => KernelRequest::Unknown {
+                name: name.to_string(),
+                used: fastest,
+            },
+        }
+    }
+
+    /// The request of this process's `FERRITE_KERNELS` on this CPU.
+    pub fn from_env() -> KernelRequest {
+        let value = std::env::var("FERRITE_KERNELS").ok();
+        KernelRequest::parse(value.as_deref(), KernelSet::is_supported)
+    }
+
+    /// The set that runs.
+    pub fn set(&self) -> KernelSet {
+        match *self {
+            KernelRequest::Fastest(s) | KernelRequest::Forced(s) => s,
+            KernelRequest::Unsupported { used, .. } | KernelRequest::Unknown { used, .. } => used,
+        }
+    }
+}
+
 /// The kernel set in use: the fastest this CPU supports, unless
-/// `FERRITE_KERNELS=scalar` (read on the first call) asks for the reference.
+/// `FERRITE_KERNELS` (read on the first call) names another it runs.
 pub fn active_kernel_set() -> KernelSet {
     static ACTIVE: OnceLock<KernelSet> = OnceLock::new();
-    *ACTIVE.get_or_init(|| {
-        let forced = std::env::var("FERRITE_KERNELS").ok();
-        let named = KernelSet::ALL
-            .into_iter()
-            .find(|s| forced.as_deref() == Some(s.name()) && s.is_supported());
-        named.unwrap_or_else(|| {
-            KernelSet::ALL
-                .into_iter()
-                .rev()
-                .find(|s| s.is_supported())
-                .unwrap_or(KernelSet::Scalar)
-        })
-    })
+    *ACTIVE.get_or_init(|| KernelRequest::from_env().set())
 }
 
 /// Name of the kernel set in use ("avx512" / "avx2" / "scalar"), for logs
@@ -388,5 +448,43 @@ mod convert_tests {
         f16_to_f32_row(&src[..18], &mut a);
         crate::quant::float::f16_to_f32(&src[..18], &mut b);
         assert_eq!(a, b);
+    }
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+
+    #[test]
+    fn kernel_requests_name_what_runs() {
+        use KernelRequest::*;
+        use KernelSet::*;
+        let avx2_cpu = |s: KernelSet| s != Avx512;
+        assert_eq!(KernelRequest::parse(None, avx2_cpu), Fastest(Avx2));
+        assert_eq!(KernelRequest::parse(Some(" "), avx2_cpu), Fastest(Avx2));
+        assert_eq!(
+            KernelRequest::parse(Some("scalar"), avx2_cpu),
+            Forced(Scalar)
+        );
+        assert_eq!(KernelRequest::parse(Some("AVX2"), avx2_cpu), Forced(Avx2));
+        let unsupported = KernelRequest::parse(Some("avx512"), avx2_cpu);
+        assert_eq!(
+            unsupported,
+            Unsupported {
+                asked: Avx512,
+                used: Avx2
+            }
+        );
+        assert_eq!(unsupported.set(), Avx2);
+        let unknown = KernelRequest::parse(Some("neon"), |_| true);
+        assert_eq!(
+            unknown,
+            Unknown {
+                name: "neon".into(),
+                used: Avx512
+            }
+        );
+        let scalar_cpu = |s: KernelSet| s == Scalar;
+        assert_eq!(KernelRequest::parse(Some("avx2"), scalar_cpu).set(), Scalar);
     }
 }

@@ -22,6 +22,7 @@ pub mod registry;
 pub mod state;
 pub mod translate;
 
+use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -42,6 +43,8 @@ pub fn run(config: ServerConfig) -> Result<(), ServeError> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal, not in a log file or pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -76,7 +79,7 @@ async fn serve(config: ServerConfig) -> Result<(), ServeError> {
     tokio::spawn(async move {
         let st = loader.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            let threads = Threads::new(load_cfg.threads);
+            let threads = Threads::try_new(load_cfg.threads)?;
             Registry::load(&load_cfg.models, &load_cfg.limits, &st.metrics, &threads)
         })
         .await

@@ -41,10 +41,21 @@ impl Kind {
     }
 }
 
-/// A model and the name clients address it by.
+/// A model and the names clients address it by.
 pub struct Served {
+    /// The name it is listed and answers under.
     pub name: String,
+    /// Another name requests may use: the file name without `.gguf` of a
+    /// model loaded by short name.
+    pub alias: Option<String>,
     pub kind: Kind,
+}
+
+impl Served {
+    /// Whether a request naming `name` means this model.
+    pub fn answers_to(&self, name: &str) -> bool {
+        self.name == name || self.alias.as_deref() == Some(name)
+    }
 }
 
 /// Every served model.
@@ -58,6 +69,11 @@ pub fn api_name(arg: &str, path: &Path) -> String {
     if KNOWN_MODELS.iter().any(|m| m.short_name == arg) {
         return arg.to_string();
     }
+    file_name(arg, path)
+}
+
+/// The file or directory name of `path` without `.gguf`.
+fn file_name(arg: &str, path: &Path) -> String {
     let file = path
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -77,10 +93,13 @@ impl Registry {
         for arg in names {
             let path: PathBuf = ferrite::open::resolve(arg)?;
             let name = api_name(arg, &path);
-            if models.iter().any(|m| m.name == name) {
-                return Err(ServeError::Config(format!(
-                    "the model name '{name}' is given twice"
-                )));
+            let alias = Some(file_name(arg, &path)).filter(|a| *a != name);
+            for n in std::iter::once(&name).chain(&alias) {
+                if models.iter().any(|m| m.answers_to(n)) {
+                    return Err(ServeError::Config(format!(
+                        "the model name '{n}' is given twice"
+                    )));
+                }
             }
             let mm = metrics.for_model(&name);
             let found = ferrite::open::find(&path, &Default::default())?;
@@ -108,7 +127,7 @@ impl Registry {
                 }
             };
             tracing::info!(model = %name, path = %path.display(), kind = kind.describe(), "loaded");
-            models.push(Served { name, kind });
+            models.push(Served { name, alias, kind });
         }
         Ok(Registry { models })
     }
@@ -134,7 +153,7 @@ impl Registry {
                     ApiError::bad_param("model", format!("no served model serves {endpoint}"))
                 });
         };
-        let Some(m) = self.models.iter().find(|m| m.name == name) else {
+        let Some(m) = self.models.iter().find(|m| m.answers_to(name)) else {
             return Err(ApiError::model_not_found(name, &self.names()));
         };
         pick(&m.kind).ok_or_else(|| {

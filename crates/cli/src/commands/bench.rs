@@ -15,7 +15,6 @@ use std::time::Instant;
 
 use ferrite::models::decoder::{DecoderState, Logits};
 use ferrite::models::CausalLm;
-use ferrite::parallel::Threads;
 use ferrite_kernels::dispatch::kernel_set_name;
 
 use super::common::load;
@@ -30,8 +29,8 @@ pub struct Args {
     /// Generated tokens of the tg test (0 skips it).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     n_gen: usize,
-    /// Threads (default: one per core).
-    #[arg(short = 't', long)]
+    /// Threads, 1 to 512 (default: one per core).
+    #[arg(short = 't', long, value_parser = super::input::parse_threads, allow_negative_numbers = true)]
     threads: Option<usize>,
     /// Timed repetitions of each test, after one warm-up run.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
@@ -164,9 +163,6 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.reps == 0 {
         return Err("--repetitions must be at least 1".into());
     }
-    if args.threads == Some(0) {
-        return Err("--threads must be at least 1".into());
-    }
     if let Some(texts) = &args.texts {
         return super::bench_embed::run(super::bench_embed::EmbedBench {
             model: args.model.as_deref(),
@@ -180,7 +176,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let loaded = load(args.model.as_deref())?;
     let model = loaded.model.as_ref();
-    let threads = args.threads.map_or_else(Threads::all_cores, Threads::new);
+    let threads = super::input::threads(args.threads)?;
     let n_threads = threads.count();
     let n_ctx = args.n_prompt.max(args.n_gen).max(1);
     if n_ctx > model.n_ctx_train() {

@@ -10,7 +10,6 @@ use std::io::{self, Write};
 use std::time::Instant;
 
 use ferrite::embed::EmbedOptions;
-use ferrite::parallel::Threads;
 use ferrite_kernels::dispatch::kernel_set_name;
 
 use super::embed::{batch_size, load, read_lines};
@@ -48,7 +47,7 @@ pub fn run(b: EmbedBench) -> Result<(), String> {
         batch_size: batch_size(b.batch_size)?,
         ..EmbedOptions::default()
     };
-    let threads = b.threads.map_or_else(Threads::all_cores, Threads::new);
+    let threads = super::input::threads(b.threads)?;
     let embed = |t: &[&str]| {
         embedder
             .embed(t, &opts, &threads)

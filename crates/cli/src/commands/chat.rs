@@ -13,7 +13,8 @@
 use std::io::{self, BufRead, IsTerminal};
 
 use ferrite::generate::chat::{
-    fit_prompt, model_template, turn_end_tokens, Message, PromptBudget, PromptError,
+    fit_prompt, model_template, turn_end_tokens, ChatTemplate, Message, PromptBudget, PromptError,
+    TEMPLATE_KEY,
 };
 use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{GenerateOptions, Session, StopReason};
@@ -22,6 +23,7 @@ use super::common::{
     generate_to_stdout, load_with, max_tokens, show_stats, ModelArgs, SamplingArgs,
     DEFAULT_CHAT_MODEL,
 };
+use super::input::{input_name, read_prompt, refuse_text_file, utf8_error};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,8 +31,11 @@ pub struct Args {
     /// safetensors, tokenizer.json) or a short name (default: qwen2.5-0.5b).
     model: Option<String>,
     /// A system prompt for the conversation.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "file")]
     system: Option<String>,
+    /// Read the system prompt from this file (one final newline dropped).
+    #[arg(short = 'f', long, value_name = "FILE")]
+    file: Option<String>,
     /// Most tokens per reply (-1: no cap; a reply then ends at the end of
     /// its turn or where the context is full).
     #[arg(
@@ -46,6 +51,11 @@ pub struct Args {
     /// after each reply even when stderr is not a terminal.
     #[arg(short = 'v', long)]
     verbose: bool,
+    /// Use a built-in chat template (chatml or gemma) instead of the
+    /// model's own; needed to chat with a model whose file has none (a
+    /// base model, which continues text rather than answering).
+    #[arg(long, value_name = "NAME")]
+    chat_template: Option<String>,
     #[command(flatten)]
     model_args: ModelArgs,
     #[command(flatten)]
@@ -53,16 +63,49 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let sampler_opts = args.sampling.options()?;
+    let system = match (&args.system, &args.file) {
+        (_, Some(f)) if f == "-" => {
+            return Err("--file -: standard input carries the messages; \
+                        give the system prompt in a file"
+                .into())
+        }
+        (_, Some(f)) => Some(read_prompt(f)?),
+        (s, None) => s.clone(),
+    };
+    let sampler_opts = args.sampling.options(args.verbose)?;
     let max_reply = max_tokens(args.max_tokens)?;
     let show_stats = show_stats(args.verbose);
+    let builtin = match args.chat_template.as_deref() {
+        None => None,
+        Some("chatml") => Some(ChatTemplate::chatml()),
+        Some("gemma") => Some(ChatTemplate::gemma()),
+        Some(other) => {
+            return Err(format!(
+                "--chat-template '{other}': expected chatml or gemma"
+            ))
+        }
+    };
+    refuse_text_file(args.model.as_deref(), "chat")?;
+    let name = args.model.as_deref().unwrap_or(DEFAULT_CHAT_MODEL);
     let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
-    let template = model_template(&loaded.file, &loaded.tokenizer).map_err(|e| e.to_string())?;
+    let has_template = loaded.file.metadata().get_str(TEMPLATE_KEY).is_some();
+    let template = match builtin {
+        Some(t) => t,
+        None if !has_template => {
+            return Err(format!(
+                "{name} has no chat template: it looks like a base model, which continues \
+                 a text rather than answering in turns (its replies would not end). \
+                 `ferrite run {name} -p TEXT` continues a text; --chat-template chatml or \
+                 gemma chats with it anyway"
+            ))
+        }
+        None => model_template(&loaded.file, &loaded.tokenizer).map_err(|e| e.to_string())?,
+    };
     let mut session = Session::new(
         loaded.model.as_ref(),
         &loaded.tokenizer,
         args.model_args.ctx,
-        args.model_args.threads(),
+        args.model_args.threads()?,
     )
     .map_err(|e| e.to_string())?;
     let mut sampler = Sampler::new(sampler_opts);
@@ -75,12 +118,11 @@ pub fn run(args: Args) -> Result<(), String> {
     let budget = PromptBudget::new(session.n_ctx(), max_reply);
 
     let mut messages = Vec::new();
-    if let Some(system) = &args.system {
+    if let Some(system) = &system {
         messages.push(Message::new("system", system));
     }
     let interactive = io::stdin().is_terminal();
     if interactive {
-        let name = args.model.as_deref().unwrap_or(DEFAULT_CHAT_MODEL);
         let title = match loaded.file.metadata().get_str("general.name") {
             Some(t) if t != name => format!("{name} ({t})"),
             _ => name.to_string(),
@@ -98,16 +140,36 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     };
     let stdin = io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut stdin = stdin.lock();
+    let (mut line_no, mut offset) = (0, 0);
+    let mut bytes = Vec::new();
     loop {
         if interactive {
             eprint!("> ");
         }
-        let line = match lines.next() {
-            None => break,
-            Some(Ok(line)) => line,
-            Some(Err(e)) => return Err(format!("reading input: {e}")),
+        bytes.clear();
+        let n = stdin
+            .read_until(b'\n', &mut bytes)
+            .map_err(|e| format!("reading standard input: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        // As every command: a message that is not UTF-8 is an error naming
+        // it (the replies to earlier messages are out already).
+        let line = match std::str::from_utf8(&bytes) {
+            Ok(text) => text.trim_end_matches(['\n', '\r']).to_string(),
+            Err(e) => {
+                return Err(utf8_error(
+                    input_name("-"),
+                    &bytes,
+                    e.valid_up_to(),
+                    line_no,
+                    offset,
+                ))
+            }
         };
+        offset += n;
         if line.trim().is_empty() {
             continue;
         }

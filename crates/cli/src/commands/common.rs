@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ferrite::formats::gguf::GgufFile;
-use ferrite::generate::sampler::{Sampler, SamplerOptions};
+use ferrite::generate::sampler::{random_seed, Sampler, SamplerOptions};
 use ferrite::generate::session::{GenerateOptions, Session, StopReason};
 use ferrite::models::CausalLm;
 use ferrite::parallel::Threads;
@@ -33,40 +33,63 @@ pub fn show_stats(verbose: bool) -> bool {
     verbose || io::stderr().is_terminal()
 }
 
-/// Sampling options, named as llama.cpp names them.
+/// Sampling options, named as llama.cpp names them. Options where a
+/// negative number means something (the penalties) take one as
+/// `--presence-penalty -0.5`; the others refuse one with a message.
 #[derive(clap::Args, Clone, Debug)]
 pub struct SamplingArgs {
-    /// Temperature; 0 picks the most likely token every time (greedy).
-    #[arg(long = "temp", default_value_t = 0.8)]
+    /// Temperature, at least 0; 0 picks the most likely token every time
+    /// (greedy).
+    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep only the K most likely tokens (0 = off).
     #[arg(long, default_value_t = 40)]
     pub top_k: usize,
     /// Keep the most likely tokens up to this total probability (1 = off).
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Drop tokens less likely than this fraction of the most likely (0 = off).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     pub min_p: f32,
     /// Penalise repeating any of the last --repeat-last-n tokens (1 = off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub repeat_penalty: f32,
     /// How many recent tokens the penalties consider.
     #[arg(long, default_value_t = 64)]
     pub repeat_last_n: usize,
-    /// Subtracted from the logit of any recent token (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    /// Subtracted from the logit of any recent token (0 = off; negative
+    /// favours them).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub presence_penalty: f32,
-    /// Subtracted per occurrence of a recent token (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    /// Subtracted per occurrence of a recent token (0 = off; negative
+    /// favours them).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     /// Add BIAS to token ID's logit, as ID=BIAS or ID+BIAS / ID-BIAS
     /// (`-inf` forbids it). Repeatable.
     #[arg(long = "logit-bias", value_name = "ID=BIAS", value_parser = parse_logit_bias)]
     pub logit_bias: Vec<(u32, f32)>,
     /// Random seed: the same seed, prompt and options give the same text.
-    #[arg(long, default_value_t = 0x5EED)]
-    pub seed: u64,
+    /// Default (or -1): a new random seed each run, printed with --verbose.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_seed)]
+    pub seed: Option<Seed>,
+}
+
+/// `--seed`: a number, or -1 for a random one.
+#[derive(Clone, Copy, Debug)]
+pub enum Seed {
+    Random,
+    Fixed(u64),
+}
+
+fn parse_seed(s: &str) -> Result<Seed, String> {
+    match s.trim() {
+        "-1" => Ok(Seed::Random),
+        t => t
+            .parse()
+            .map(Seed::Fixed)
+            .map_err(|_| format!("'{s}' is not a seed (0 to 2^64-1, or -1 for a random one)")),
+    }
 }
 
 fn parse_logit_bias(s: &str) -> Result<(u32, f32), String> {
@@ -87,7 +110,21 @@ fn parse_logit_bias(s: &str) -> Result<(u32, f32), String> {
 }
 
 impl SamplingArgs {
-    pub fn options(&self) -> Result<SamplerOptions, String> {
+    /// The sampler options; a seed drawn now when none was given, and
+    /// printed on stderr with `verbose` (unless greedy) so the run can be
+    /// repeated.
+    pub fn options(&self, verbose: bool) -> Result<SamplerOptions, String> {
+        let seed = match self.seed {
+            Some(Seed::Fixed(s)) => s,
+            None | Some(Seed::Random) => {
+                let s = random_seed();
+                // Greedy decoding (temperature 0) draws nothing.
+                if verbose && self.temperature > 0.0 {
+                    eprintln!("ferrite: seed {s} (--seed {s} repeats this run)");
+                }
+                s
+            }
+        };
         let opts = SamplerOptions {
             temperature: self.temperature,
             top_k: self.top_k,
@@ -98,7 +135,7 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             penalty_last_n: self.repeat_last_n,
             logit_bias: self.logit_bias.clone(),
-            seed: self.seed,
+            seed,
         };
         opts.validate().map_err(|e| e.to_string())?;
         Ok(opts)
@@ -108,8 +145,8 @@ impl SamplingArgs {
 /// Model, context and thread options.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// Threads for the matrix products (default: one per core).
-    #[arg(short = 't', long)]
+    /// Threads for the matrix products, 1 to 512 (default: one per core).
+    #[arg(short = 't', long, value_parser = super::input::parse_threads, allow_negative_numbers = true)]
     pub threads: Option<usize>,
     /// Context size in tokens (default and maximum: the model's).
     #[arg(long = "ctx", short = 'c')]
@@ -121,11 +158,8 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    pub fn threads(&self) -> Threads {
-        match self.threads {
-            Some(n) => Threads::new(n),
-            None => Threads::all_cores(),
-        }
+    pub fn threads(&self) -> Result<Threads, String> {
+        super::input::threads(self.threads)
     }
 }
 

@@ -2,12 +2,13 @@
 //! embedding per output line out (a JSON array of floats), in input order;
 //! or all of them as one `.npy` matrix with `--format npy --output F`.
 
-use std::io::{self, BufWriter, IsTerminal, Read, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 
 use ferrite::embed::{EmbedOptions, Embedder, Embedding, Pooling, Task};
 use ferrite::model_path;
-use ferrite::parallel::Threads;
+
+use super::input;
 
 /// The embedding model used when none is named.
 pub const DEFAULT_EMBED_MODEL: &str = "minilm";
@@ -24,8 +25,8 @@ pub struct Args {
     input: Option<String>,
     #[command(flatten)]
     flags: Flags,
-    /// Threads (default: one per core).
-    #[arg(short = 't', long)]
+    /// Threads, 1 to 512 (default: one per core).
+    #[arg(short = 't', long, value_parser = input::parse_threads, allow_negative_numbers = true)]
     threads: Option<usize>,
     /// Output format: json (one array per line) or npy.
     #[arg(long, default_value = "json")]
@@ -70,7 +71,7 @@ pub struct Flags {
     max_tokens: Option<usize>,
     /// Multiply in bf16 (weights and layer inputs rounded to bf16, sums in
     /// f32) on CPUs with AVX512-BF16: up to twice as fast, not the f32
-    /// results (cosine >= 0.9999 to them on MiniLM and mpnet).
+    /// results (cosine >= 0.9999 to them on MiniLM, mpnet and nomic-embed).
     #[arg(long)]
     pub bf16: bool,
 }
@@ -114,6 +115,7 @@ pub fn batch_size(n: usize) -> Result<usize, String> {
 /// Loads an embedding model by path or short name, for bf16 products if
 /// `bf16`.
 pub fn load(model: Option<&str>, bf16: bool) -> Result<Embedder, String> {
+    input::refuse_text_file(model, "embed")?;
     let path =
         model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL)).map_err(|e| e.to_string())?;
     let mut embedder = Embedder::open(&path).map_err(|e| e.to_string())?;
@@ -123,35 +125,14 @@ pub fn load(model: Option<&str>, bf16: bool) -> Result<Embedder, String> {
     Ok(embedder)
 }
 
-/// Reads texts, one per line (`\n` or `\r\n` endings), from a file or `-`.
-pub fn read_lines(input: Option<&str>) -> Result<Vec<String>, String> {
-    let mut bytes = Vec::new();
-    match input {
-        None | Some("-") => io::stdin()
-            .lock()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("reading stdin: {e}"))?,
-        Some(path) => {
-            bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-            bytes.len()
-        }
-    };
-    let name = input.unwrap_or("-");
-    let mut lines = Vec::new();
-    for (i, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
-        let line = line.strip_suffix(b"\n").unwrap_or(line);
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let text = std::str::from_utf8(line)
-            .map_err(|e| format!("{name}: line {} is not valid UTF-8 ({e})", i + 1))?;
-        lines.push(text.to_string());
-    }
-    Ok(lines)
+/// Reads texts, one per line (`\n` or `\r\n` endings), from a file or `-`;
+/// a line that is not UTF-8 is an error naming it, before any output.
+pub fn read_lines(file: Option<&str>) -> Result<Vec<String>, String> {
+    let source = file.unwrap_or("-");
+    input::utf8_lines(input::input_name(source), &input::read_source(source)?)
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    if args.threads == Some(0) {
-        return Err("--threads must be at least 1".into());
-    }
     let npy = match args.format.as_str() {
         "json" => false,
         "npy" => true,
@@ -164,7 +145,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let embedder = load(args.model.as_deref(), args.flags.bf16)?;
     let texts = read_lines(args.input.as_deref())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let threads = args.threads.map_or_else(Threads::all_cores, Threads::new);
+    let threads = input::threads(args.threads)?;
 
     let show_progress = texts.len() >= PROGRESS_MIN_INPUTS && io::stderr().is_terminal();
     let total = texts.len();
@@ -185,8 +166,14 @@ pub fn run(args: Args) -> Result<(), String> {
     let embeddings = embedder
         .embed_with_progress(&refs, &opts, &threads, &mut progress)
         .map_err(|e| e.to_string())?;
-    warn_truncated(
-        &embeddings,
+    let cut: Vec<usize> = embeddings
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.truncated)
+        .map(|(i, _)| i + 1)
+        .collect();
+    input::warn_cut(
+        &cut,
         opts.max_tokens.unwrap_or(embedder.tokenizer.max_tokens),
     );
 
@@ -209,25 +196,6 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     };
     result
-}
-
-/// One line on stderr per cut input (the first few), then a count.
-fn warn_truncated(embeddings: &[Embedding], max: usize) {
-    let cut: Vec<usize> = embeddings
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.truncated)
-        .map(|(i, _)| i + 1)
-        .collect();
-    for i in cut.iter().take(5) {
-        eprintln!("ferrite: warning: input {i} is longer than {max} tokens; truncated");
-    }
-    if cut.len() > 5 {
-        eprintln!(
-            "ferrite: warning: {} inputs in all were truncated to {max} tokens",
-            cut.len()
-        );
-    }
 }
 
 fn write_json_lines(w: &mut impl Write, embeddings: &[Embedding]) -> io::Result<()> {

@@ -4,6 +4,7 @@ pub mod bench_embed;
 pub mod chat;
 pub mod common;
 pub mod embed;
+pub mod input;
 pub mod inspect;
 pub mod run;
 pub mod serve;

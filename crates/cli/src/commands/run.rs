@@ -11,15 +11,26 @@ use ferrite::generate::session::{GenerateOptions, Session};
 use super::common::{
     generate_to_stdout, load_with, max_tokens, show_stats, ModelArgs, SamplingArgs,
 };
+use super::input::{read_prompt, refuse_text_file};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// A GGUF file, a Hugging Face decoder directory (config.json,
     /// safetensors, tokenizer.json) or a short name (default: qwen2.5-0.5b).
     model: Option<String>,
-    /// The prompt text (special-token text such as `<|im_start|>` is parsed).
-    #[arg(short = 'p', long)]
-    prompt: String,
+    /// The prompt text (special-token text such as `<|im_start|>` is
+    /// parsed); `-` reads it from standard input.
+    #[arg(
+        short = 'p',
+        long,
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
+    prompt: Option<String>,
+    /// Read the prompt from this file (`-`: standard input); one final
+    /// newline is dropped, as llama.cpp's `-f` does.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    file: Option<String>,
     /// Tokens to generate at most (-1: until end of generation or a full context).
     #[arg(
         short = 'n',
@@ -49,16 +60,23 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let sampler_opts = args.sampling.options()?;
+    let sampler_opts = args.sampling.options(args.verbose)?;
     let json = args.json_schema.as_deref().map(json_grammar).transpose()?;
     let max_tokens = max_tokens(args.max_tokens)?;
+    let prompt = match (&args.prompt, &args.file) {
+        (Some(p), None) if p != "-" => p.clone(),
+        (Some(_), None) => read_prompt("-")?,
+        (_, Some(f)) => read_prompt(f)?,
+        (None, None) => return Err("give a prompt: -p TEXT, -p - or -f FILE".into()),
+    };
+    refuse_text_file(args.model.as_deref(), "run")?;
     let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
-    let tokens = loaded.tokenizer.encode(&args.prompt, true, true);
+    let tokens = loaded.tokenizer.encode(&prompt, true, true);
     let mut session = Session::new(
         loaded.model.as_ref(),
         &loaded.tokenizer,
         args.model_args.ctx,
-        args.model_args.threads(),
+        args.model_args.threads()?,
     )
     .map_err(|e| e.to_string())?;
     session.set_prompt(&tokens).map_err(|e| e.to_string())?;

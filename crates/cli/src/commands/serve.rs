@@ -28,8 +28,14 @@ pub struct Args {
     /// and /ready.
     #[arg(long, env = "FERRITE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Threads of the inference pool (default: one per core).
-    #[arg(short = 't', long, env = "FERRITE_THREADS")]
+    /// Threads of the inference pool, 1 to 512 (default: one per core).
+    #[arg(
+        short = 't',
+        long,
+        env = "FERRITE_THREADS",
+        value_parser = super::input::parse_threads,
+        allow_negative_numbers = true
+    )]
     threads: Option<usize>,
     /// Most positions (prompt + reply) of one sequence (default: the
     /// model's context, at most 4096).
@@ -83,7 +89,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let threads = args
         .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        .unwrap_or_else(ferrite::parallel::available_cores);
     let config = ServerConfig {
         models,
         host: args.host,

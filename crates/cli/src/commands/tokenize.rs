@@ -3,14 +3,19 @@
 //! defaults: BOS/EOS added where the model asks for them, special-token
 //! texts parsed.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
+use ferrite::embed::tokenizer::EmbedTokenizer;
+use ferrite::open::{wrong_kind, Found};
 use ferrite::tokenize::Tokenizer;
+use ferrite::ModelKind;
+
+use super::input;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file, a Hugging Face decoder directory, or a short name
-    /// (smollm2, gemma3-270m).
+    /// A GGUF file, a Hugging Face decoder or embedding directory, or a
+    /// short name (smollm2, gemma3-270m, minilm, ...).
     model: String,
     /// The text; `-` reads standard input byte for byte.
     text: String,
@@ -22,46 +27,71 @@ pub struct Args {
     pieces: bool,
 }
 
+/// The ids (with the model's special tokens) and their texts of `text`
+/// for an embedding model, whose tokenizer runs as `ferrite embed` runs it.
+fn encoder_tokens(tok: &EmbedTokenizer, text: &str) -> Result<(Vec<u32>, Vec<String>), String> {
+    let ids = tok.encode_untruncated(text).map_err(|e| e.to_string())?;
+    let pieces = ids
+        .iter()
+        .map(|&id| tok.token_text(id).unwrap_or_default())
+        .collect();
+    Ok((ids, pieces))
+}
+
 pub fn run(args: Args) -> Result<(), String> {
     let path = ferrite::open::resolve(&args.model).map_err(|e| e.to_string())?;
-    let file = match ferrite::open::find(&path, &Default::default()).map_err(|e| e.to_string())? {
-        ferrite::open::Found::Generator(file) => file,
+    // What the model is: `ferrite::open`'s rules (a decoder may be a GGUF
+    // file, a Hugging Face directory or a llama2.c checkpoint).
+    let found = ferrite::open::find(&path, &Default::default()).map_err(|e| e.to_string())?;
+    let file = match found {
+        Found::Generator(file) => file,
+        Found::Embedder => {
+            if args.no_parse_special {
+                return Err(format!(
+                    "{}: --no-parse-special: an embedding model's tokenizer always reads its \
+                     special tokens",
+                    path.display()
+                ));
+            }
+            let tok = EmbedTokenizer::of_model(&path)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("{}: no embedding tokenizer", path.display()))?;
+            let (ids, pieces) = encoder_tokens(&tok, &read_text(args.text)?)?;
+            return print_tokens(&ids, args.pieces.then_some(&pieces[..]));
+        }
         other => {
-            return Err(ferrite::open::wrong_kind(
-                &path,
-                other.kind(),
-                ferrite::ModelKind::Generator,
-            )
-            .to_string())
+            return Err(wrong_kind(&path, other.kind(), ModelKind::Generator).to_string());
         }
     };
     let tokenizer =
         Tokenizer::from_gguf(file.metadata()).map_err(|e| format!("{}: {e}", path.display()))?;
-    let text = if args.text == "-" {
-        let mut bytes = Vec::new();
-        io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("reading standard input: {e}"))?;
-        String::from_utf8(bytes).map_err(|e| {
-            format!(
-                "standard input is not valid UTF-8 (bad byte at offset {})",
-                e.utf8_error().valid_up_to()
-            )
-        })?
-    } else {
-        args.text
-    };
-
+    let text = read_text(args.text)?;
     let ids = tokenizer.encode(&text, tokenizer.adds_bos(), !args.no_parse_special);
-    let items: Vec<String> = if args.pieces {
-        ids.iter()
-            .map(|&id| {
-                let piece = String::from_utf8_lossy(tokenizer.token_bytes(id));
-                serde_json::Value::String(piece.into_owned()).to_string()
-            })
-            .collect()
+    let pieces: Vec<String> = ids
+        .iter()
+        .map(|&id| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned())
+        .collect();
+    print_tokens(&ids, args.pieces.then_some(&pieces[..]))
+}
+
+/// The text argument, or standard input byte for byte for `-` (no final
+/// newline dropped).
+fn read_text(text: String) -> Result<String, String> {
+    if text == "-" {
+        input::utf8_text(input::input_name("-"), input::read_source("-")?)
     } else {
-        ids.iter().map(u32::to_string).collect()
+        Ok(text)
+    }
+}
+
+/// One JSON array on one line: the ids, or the pieces' texts if given.
+fn print_tokens(ids: &[u32], pieces: Option<&[String]>) -> Result<(), String> {
+    let items: Vec<String> = match pieces {
+        Some(p) => p
+            .iter()
+            .map(|t| serde_json::Value::String(t.clone()).to_string())
+            .collect(),
+        None => ids.iter().map(u32::to_string).collect(),
     };
     let mut out = io::stdout().lock();
     super::output_result(writeln!(out, "[{}]", items.join(", ")).and_then(|()| out.flush()))

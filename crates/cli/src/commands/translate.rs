@@ -1,17 +1,17 @@
 //! `ferrite translate MODEL [FILE|-]`: one sentence per input line in, its
 //! translation on the same line number out, in order. Blank lines give
-//! blank lines; a line that is not valid UTF-8 is reported on stderr and
-//! gives a blank line (the exit status is then non-zero); a line longer
-//! than the model's positions is cut to fit. Lines are translated in
+//! blank lines; a line that is not valid UTF-8 is an error naming it,
+//! before anything is translated; a line longer than the model's positions
+//! is cut to fit, with a warning on stderr. Lines are translated in
 //! chunks, each printed as soon as it is done, with progress on stderr for
 //! long inputs on a terminal.
 
-use std::io::{self, BufWriter, IsTerminal, Read, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use ferrite::models::seq2seq::weights::WeightFormat;
-use ferrite::translate::{LoadOptions, TranslateOptions, Translator};
+use ferrite::translate::{TranslateOptions, Translator, MAX_BEAMS};
 
 use super::output_result;
 
@@ -26,7 +26,8 @@ pub struct Args {
     model: PathBuf,
     /// Sentences, one per line; `-` or nothing reads stdin.
     input: Option<String>,
-    /// Beam width (default: the model's generation config; 1 is greedy).
+    /// Beam width, 1 to 16 (default: the model's generation config; 1 is
+    /// greedy).
     #[arg(long)]
     beams: Option<usize>,
     /// Longest output in tokens, counting the start token (default: the
@@ -39,58 +40,34 @@ pub struct Args {
     /// Weights in memory: f32, or q8_0 (quantized at load).
     #[arg(long, default_value = "f32")]
     weights: String,
-    /// Threads (default: one per core).
-    #[arg(short = 't', long)]
+    /// Threads, 1 to 512 (default: one per core).
+    #[arg(short = 't', long, value_parser = super::input::parse_threads, allow_negative_numbers = true)]
     threads: Option<usize>,
     /// Print load and translation times on stderr.
     #[arg(short = 'v', long)]
     verbose: bool,
 }
 
-/// Input lines: text, or None for a line that is not valid UTF-8.
-fn read_lines(input: Option<&str>) -> Result<Vec<Option<String>>, String> {
-    let mut bytes = Vec::new();
-    match input {
-        None | Some("-") => io::stdin()
-            .lock()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("reading stdin: {e}"))?,
-        Some(path) => {
-            bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-            bytes.len()
-        }
-    };
-    Ok(bytes
-        .split_inclusive(|&b| b == b'\n')
-        .map(|line| {
-            let line = line.strip_suffix(b"\n").unwrap_or(line);
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            std::str::from_utf8(line).ok().map(str::to_string)
-        })
-        .collect())
-}
-
 pub fn run(args: Args) -> Result<(), String> {
-    if args.threads == Some(0) {
-        return Err("--threads must be at least 1".into());
-    }
     if args.batch_size == 0 {
         return Err("--batch-size must be at least 1".into());
     }
-    if args.beams == Some(0) {
-        return Err("--beams must be at least 1".into());
+    if args.beams.is_some_and(|b| b == 0 || b > MAX_BEAMS) {
+        return Err(format!(
+            "--beams must be 1 to {MAX_BEAMS} (1 is greedy; wider beams take longer and rarely \
+             change a translation)"
+        ));
     }
     let format = match args.weights.as_str() {
         "f32" => WeightFormat::F32,
         "q8_0" => WeightFormat::Q8_0,
         other => return Err(format!("--weights '{other}': expected f32 or q8_0")),
     };
-    let load = LoadOptions {
-        format,
-        threads: args.threads.unwrap_or(0),
-    };
+    super::input::refuse_text_file(args.model.to_str(), "translate")?;
+    let threads = super::input::threads(args.threads)?;
     let loading = Instant::now();
-    let translator = Translator::open(&args.model, &load).map_err(|e| e.to_string())?;
+    let translator =
+        Translator::open_with_threads(&args.model, format, threads).map_err(|e| e.to_string())?;
     let load_secs = loading.elapsed().as_secs_f64();
     let opts = TranslateOptions {
         beams: args.beams,
@@ -98,24 +75,20 @@ pub fn run(args: Args) -> Result<(), String> {
         batch: Some(args.batch_size),
         ..Default::default()
     };
-    let lines = read_lines(args.input.as_deref())?;
-    let name = args.input.as_deref().unwrap_or("-");
-    let mut bad_lines = 0;
-    for (i, l) in lines.iter().enumerate() {
-        if l.is_none() {
-            eprintln!(
-                "ferrite: {name}: line {} is not valid UTF-8; its output line is blank",
-                i + 1
-            );
-            bad_lines += 1;
+    let lines = super::embed::read_lines(args.input.as_deref())?;
+    let mut cut = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if translator.is_cut(line).map_err(|e| e.to_string())? {
+            cut.push(i + 1);
         }
     }
+    super::input::warn_cut(&cut, translator.max_source_tokens());
     let total = lines.len();
     let show_progress = total > CHUNK && io::stderr().is_terminal();
     let mut out = BufWriter::new(io::stdout().lock());
     let translating = Instant::now();
     for (c, chunk) in lines.chunks(CHUNK).enumerate() {
-        let texts: Vec<&str> = chunk.iter().map(|l| l.as_deref().unwrap_or("")).collect();
+        let texts: Vec<&str> = chunk.iter().map(String::as_str).collect();
         let translated = translator
             .translate(&texts, &opts)
             .map_err(|e| e.to_string())?;
@@ -140,9 +113,6 @@ pub fn run(args: Args) -> Result<(), String> {
             "ferrite: loaded in {load_secs:.3} s; translated {total} lines in {:.3} s",
             translating.elapsed().as_secs_f64()
         );
-    }
-    if bad_lines > 0 {
-        return Err(format!("{bad_lines} input line(s) were not valid UTF-8"));
     }
     Ok(())
 }

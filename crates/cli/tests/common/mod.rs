@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// Runs `ferrite ARGS` with `stdin` as its standard input (closed at once
@@ -13,7 +13,16 @@ pub fn ferrite(args: &[&str], stdin: Option<&str>) -> Output {
 
 /// As [`ferrite`], with raw bytes on standard input.
 pub fn ferrite_bytes(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+    ferrite_in(None, args, stdin)
+}
+
+/// As [`ferrite_bytes`], run in directory `dir` if given.
+pub fn ferrite_in(dir: Option<&Path>, args: &[&str], stdin: &[u8]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let mut child = command
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

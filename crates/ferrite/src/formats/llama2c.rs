@@ -422,6 +422,11 @@ fn vocab_metadata(md: &mut Metadata, pieces: Vec<String>, scores: Vec<f32>) {
     set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     set("tokenizer.ggml.bos_token_id", Value::U32(1));
     set("tokenizer.ggml.eos_token_id", Value::U32(2));
+    // llama2.c's models were trained on stories that each start with BOS
+    // and never see EOS: a story ends where the model writes the next BOS,
+    // and run.c / runq.c stop there. Marking BOS as the end of a turn makes
+    // it end generation here too.
+    set("tokenizer.ggml.eot_token_id", Value::U32(1));
     set("tokenizer.ggml.unknown_token_id", Value::U32(0));
     set("tokenizer.ggml.add_bos_token", Value::Bool(true));
     set("tokenizer.ggml.add_space_prefix", Value::Bool(true));

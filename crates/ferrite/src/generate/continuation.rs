@@ -77,7 +77,7 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
                 (g, state)
             }),
             masked: Vec::new(),
-            decoder: Some(tokenizer.stream_decoder(true)),
+            decoder: Some(tokenizer.stream_decoder(true).continuing()),
             pending: String::new(),
             generated: 0,
         }

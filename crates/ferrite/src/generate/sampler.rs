@@ -72,6 +72,12 @@ impl SamplerOptions {
             }
         };
         finite("temperature", self.temperature)?;
+        if self.temperature < 0.0 {
+            return Err(Error::Input(format!(
+                "temperature must be at least 0 (0 always picks the most likely token), got {}",
+                self.temperature
+            )));
+        }
         finite("top-p", self.top_p)?;
         finite("min-p", self.min_p)?;
         finite("repeat penalty", self.repeat_penalty)?;
@@ -97,6 +103,13 @@ impl SamplerOptions {
         }
         Ok(())
     }
+}
+
+/// A seed for a run that gave none: different on every call (the
+/// process's random hash keys mixed with the time).
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
 /// A small, fast, seedable generator (xoshiro256**, seeded through

@@ -192,6 +192,15 @@ impl<'t> StreamDecoder<'t> {
         }
     }
 
+    /// The decoder for tokens that continue a sequence already under way
+    /// (generated after a prompt): its first token keeps its leading space,
+    /// as llama.cpp's `token_to_piece` prints each generated token.
+    pub fn continuing(mut self) -> StreamDecoder<'t> {
+        self.first = false;
+        self.strip_space = false;
+        self
+    }
+
     /// Adds one token; returns the text that is now complete (maybe empty).
     pub fn push(&mut self, id: u32) -> String {
         if let Some((engine, stream)) = &mut self.hf {

@@ -42,7 +42,7 @@ pub async fn get_model(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let reg = state.models()?;
-    match reg.models.iter().find(|m| m.name == id) {
+    match reg.models.iter().find(|m| m.answers_to(&id)) {
         Some(m) => Ok(Json(model_json(m, state.started))),
         None => {
             let names: Vec<&str> = reg.models.iter().map(|m| m.name.as_str()).collect();

@@ -2,10 +2,9 @@
 //! checked into [`GenParams`] against the model and the server's limits.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
-use ferrite::generate::sampler::SamplerOptions;
+use ferrite::generate::sampler::{random_seed, SamplerOptions};
 use serde::Deserialize;
 
 use crate::config::Limits;
@@ -75,11 +74,6 @@ fn grammar(rf: &serde_json::Value) -> Result<Option<Arc<Grammar>>, ApiError> {
 const MAX_STOPS: usize = 4;
 /// Most alternatives per token in logprobs.
 pub const MAX_TOP_LOGPROBS: usize = 20;
-
-/// A seed for a request that gave none (different every call).
-fn random_seed() -> u64 {
-    RandomState::new().hash_one(std::time::SystemTime::now())
-}
 
 fn in_range(name: &'static str, v: f32, lo: f32, hi: f32) -> Result<f32, ApiError> {
     if v.is_finite() && (lo..=hi).contains(&v) {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use ferrite::generate::cancel::{Cancel, CancelOnDrop};
-use ferrite::translate::TranslateOptions;
+use ferrite::translate::{TranslateOptions, MAX_BEAMS};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -23,8 +23,6 @@ use crate::state::AppState;
 
 /// Most inputs one request may hold.
 const MAX_INPUTS: usize = 256;
-/// Widest beam a request may ask for.
-const MAX_BEAMS: usize = 16;
 
 #[derive(Deserialize, Debug)]
 pub struct TranslationsRequest {

@@ -1,0 +1,392 @@
+//! Every `ferrite` command in README.md's shell blocks, run as written on
+//! the real models and the fixtures: the README's examples must work. The
+//! table below says, for each command, what its placeholders stand for
+//! (`path/to/...`, `texts.txt`, ...), what it reads on standard input and
+//! what its output must show. A README command missing from the table, or
+//! a table entry the README no longer has, fails the test, so the two stay
+//! in step. Scripts (`scripts/*.sh`, which fetch or build references) are
+//! not run here.
+
+mod common;
+mod serve_common;
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+
+use serde_json::Value;
+use serve_common::Server;
+
+/// How one README command is run and checked.
+struct Case {
+    /// The command as the README writes it (comment removed).
+    line: &'static str,
+    /// Placeholders and what replaces them (see [`placeholder`]).
+    subs: &'static [&'static str],
+    /// What must hold of its standard output.
+    check: fn(&str),
+}
+
+/// What a README placeholder stands for here.
+fn placeholder(name: &str, scratch: &std::path::Path) -> String {
+    let td = |rel: &str| common::testdata().join(rel).to_str().unwrap().to_string();
+    let file = |name: &str, text: &str| {
+        let p = scratch.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    match name {
+        // A llama2.c checkpoint and its tokenizer: the Q8_0 fixture.
+        "model.bin" => td("llama2c/v2-q8.bin"),
+        "tokenizer.bin" => td("llama2c/tokenizer.bin"),
+        // A save_pretrained Llama directory: the tiny fixture.
+        "path/to/SmolLM2-135M-Instruct" => td("hf-decoders/tiny-llama"),
+        // nomic-embed-text-v1.5: the GGUF scripts/fetch-models.sh fetches.
+        "path/to/nomic-embed-text-v1.5" => "nomic-embed-v1.5".into(),
+        "path/to/opus-mt-en-hi" => td("translation/tiny-marian"),
+        "path/to/t5-small" => td("translation/tiny-t5"),
+        "texts.txt" => file(
+            "texts.txt",
+            "The cat sits on the mat.\nA dog runs in the park.\nRoPE rotates query and key vectors.\n",
+        ),
+        "sentences.txt" => file("sentences.txt", "Hello.\nHow are you?\n"),
+        "prompt.txt" => file("prompt.txt", "Once upon a time, there was a\n"),
+        "system.txt" => file("system.txt", "You are a helpful assistant.\n"),
+        "out.npy" => scratch.join("out.npy").to_str().unwrap().to_string(),
+        other => panic!("no stand-in for placeholder {other}"),
+    }
+}
+
+fn nonempty(out: &str) {
+    assert!(!out.trim().is_empty(), "no output");
+}
+
+fn json_array(out: &str) {
+    let v: Value = serde_json::from_str(out.trim()).expect("one JSON array");
+    assert!(!v.as_array().unwrap().is_empty());
+}
+
+fn json_object(out: &str) {
+    let v: Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert!(v.is_object());
+}
+
+/// One vector per line of texts.txt (3), of `dim` values.
+fn vectors(out: &str, dim: usize, n: usize) {
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), n, "{out}");
+    for l in lines {
+        let v: Vec<f32> = serde_json::from_str(l).unwrap();
+        assert_eq!(v.len(), dim);
+    }
+}
+
+/// The README's `ferrite` commands with no network need.
+const CASES: &[Case] = &[
+    Case {
+        line: r#"ferrite run model.bin -z tokenizer.bin -p "Once upon a time" -n 64 --temp 0"#,
+        subs: &["model.bin", "tokenizer.bin"],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite chat path/to/SmolLM2-135M-Instruct",
+        subs: &["path/to/SmolLM2-135M-Instruct"],
+        check: nonempty,
+    },
+    Case {
+        line: r#"ferrite run testdata/hf-decoders/tiny-llama -p "Once upon a time" --temp 0"#,
+        subs: &[],
+        check: nonempty,
+    },
+    Case {
+        line: r#"ferrite tokenize testdata/hf-decoders/tiny-qwen2 "<|im_start|>user""#,
+        subs: &[],
+        check: json_array,
+    },
+    Case {
+        line: "ferrite chat",
+        subs: &[],
+        // Sampled (a random seed each run): any answer.
+        check: nonempty,
+    },
+    Case {
+        line: r#"ferrite chat smollm2 --system "You are a helpful assistant." --temp 0"#,
+        subs: &[],
+        check: |out| assert!(out.contains("Paris"), "{out}"),
+    },
+    Case {
+        line: "ferrite chat --max-tokens 256 --ctx 4096 --verbose",
+        subs: &[],
+        // Sampled (a random seed each run): any answer.
+        check: nonempty,
+    },
+    Case {
+        line: r#"ferrite run -p "The capital of France is" -n 32 --temp 0"#,
+        subs: &[],
+        check: |out| assert!(out.contains("Paris"), "{out}"),
+    },
+    Case {
+        line: r#"ferrite run smollm2 -p "Once upon a time" --seed 7 -t 2"#,
+        subs: &[],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite run smollm2 -f prompt.txt -n 64 --verbose",
+        subs: &["prompt.txt"],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite chat smollm2 -f system.txt",
+        subs: &["system.txt"],
+        check: nonempty,
+    },
+    Case {
+        line: r#"ferrite run gemma3-270m -p "The capital of France is" --temp 0"#,
+        subs: &[],
+        check: nonempty,
+    },
+    Case {
+        line: r#"ferrite tokenize smollm2 "Hello world""#,
+        subs: &[],
+        check: json_array,
+    },
+    Case {
+        line: "ferrite inspect smollm2",
+        subs: &[],
+        check: |out| assert!(out.contains("architecture  llama"), "{out}"),
+    },
+    Case {
+        line: "ferrite inspect gemma3-270m --json",
+        subs: &[],
+        check: json_object,
+    },
+    Case {
+        line: "ferrite inspect minilm",
+        subs: &[],
+        check: |out| assert!(out.contains("safetensors"), "{out}"),
+    },
+    Case {
+        line: "ferrite inspect smollm2 --tensor blk.0.attn_q.weight --values 8",
+        subs: &[],
+        check: |out| {
+            assert_eq!(out.lines().count(), 8, "{out}");
+            for l in out.lines() {
+                l.parse::<f32>().unwrap();
+            }
+        },
+    },
+    Case {
+        line: "ferrite embed minilm texts.txt",
+        subs: &["texts.txt"],
+        check: |out| vectors(out, 384, 3),
+    },
+    Case {
+        line: r#"echo "search_query: what is RoPE?" | ferrite embed path/to/nomic-embed-text-v1.5 - --dim 256"#,
+        subs: &["path/to/nomic-embed-text-v1.5"],
+        check: |out| vectors(out, 256, 1),
+    },
+    Case {
+        line: "ferrite embed minilm texts.txt --format npy -o out.npy",
+        subs: &["texts.txt", "out.npy"],
+        check: |_| {},
+    },
+    Case {
+        line: "ferrite serve",
+        subs: &[],
+        check: |_| {},
+    },
+    Case {
+        line: "ferrite serve smollm2 minilm --port 9000 --api-key sk-... -t 2",
+        subs: &[],
+        check: |_| {},
+    },
+    Case {
+        line: "ferrite translate path/to/opus-mt-en-hi sentences.txt",
+        subs: &["path/to/opus-mt-en-hi", "sentences.txt"],
+        check: |out| assert_eq!(out.lines().count(), 2, "{out}"),
+    },
+    Case {
+        line: r#"echo "translate English to German: Hello" | ferrite translate path/to/t5-small - --beams 4"#,
+        subs: &["path/to/t5-small"],
+        check: |out| assert_eq!(out.lines().count(), 1, "{out}"),
+    },
+    Case {
+        line: "ferrite bench -t 2",
+        subs: &[],
+        check: |out| assert!(out.contains("pp512") && out.contains("tg128"), "{out}"),
+    },
+    Case {
+        line: "ferrite bench smollm2 -p 128 -n 32 -r 3 --json",
+        subs: &[],
+        check: json_object,
+    },
+    Case {
+        line: "ferrite bench minilm --texts testdata/embed/bench-sentences.txt -t 1",
+        subs: &[],
+        check: |out| assert!(out.contains("sentences/s"), "{out}"),
+    },
+];
+
+/// The `ferrite` commands of README.md's ```sh blocks, comments removed.
+fn readme_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(common::testdata().join("../README.md")).unwrap();
+    let mut commands = Vec::new();
+    let mut in_sh = false;
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_sh = line == "```sh";
+            continue;
+        }
+        let command = match line.find("  #") {
+            Some(i) => &line[..i],
+            None => line,
+        }
+        .trim();
+        if in_sh
+            && (command.starts_with("ferrite ")
+                || command == "ferrite"
+                || command.contains("| ferrite "))
+        {
+            commands.push(command.to_string());
+        }
+    }
+    commands
+}
+
+/// Words of a command line as a POSIX shell splits them (double quotes
+/// only, which is all the README uses).
+fn words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut started) = (false, false);
+    for c in line.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                started = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if started {
+                    words.push(std::mem::take(&mut word));
+                    started = false;
+                }
+            }
+            c => {
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    assert!(!quoted, "unbalanced quotes: {line}");
+    if started {
+        words.push(word);
+    }
+    words
+}
+
+/// The questions piped into `chat` commands.
+const QUESTION: &str = "What is the capital of France?\n";
+
+/// `ferrite ARGS` in the repository's root (the README's paths are
+/// relative to it).
+fn run(args: &[String], stdin: &str) -> Output {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let root = common::testdata().join("..");
+    common::ferrite_in(Some(&root), &args, stdin.as_bytes())
+}
+
+fn run_case(case: &Case, scratch: &std::path::Path) {
+    let (stdin, command) = match case.line.split_once(" | ") {
+        Some((echo, cmd)) => {
+            let w = words(echo);
+            assert_eq!(w[0], "echo", "{}", case.line);
+            (format!("{}\n", w[1..].join(" ")), cmd)
+        }
+        None => (String::new(), case.line),
+    };
+    let mut args: Vec<String> = words(command)[1..].to_vec();
+    for sub in case.subs {
+        let with = placeholder(sub, scratch);
+        let at = args
+            .iter()
+            .position(|a| a == sub)
+            .unwrap_or_else(|| panic!("{sub} is not in {}", case.line));
+        args[at] = with;
+    }
+    if args.first().map(String::as_str) == Some("serve") {
+        // Any free port and 2 threads instead of the README's; then the
+        // server must become ready and list what it serves.
+        let mut kept = Vec::new();
+        let mut it = args[1..].iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--port" | "-t" => {
+                    it.next();
+                }
+                _ => kept.push(a.as_str()),
+            }
+        }
+        let key = kept
+            .iter()
+            .position(|a| *a == "--api-key")
+            .map(|i| kept[i + 1].to_string());
+        let mut s = Server::spawn(&kept, &[], Stdio::inherit());
+        s.wait_ready();
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let headers: Vec<(&str, &str)> =
+            auth.iter().map(|a| ("authorization", a.as_str())).collect();
+        let r = s.request("GET", "/v1/models", &headers, b"");
+        assert_eq!(r.status, 200, "{}: {}", case.line, r.text());
+        if !headers.is_empty() {
+            let r = s.get("/v1/models");
+            assert_eq!(r.status, 401, "{}: no key, {}", case.line, r.text());
+        }
+        s.terminate();
+        assert!(s.wait_exit(std::time::Duration::from_secs(60)).success());
+        return;
+    }
+    let stdin = if stdin.is_empty() && args.first().map(String::as_str) == Some("chat") {
+        QUESTION.to_string()
+    } else {
+        stdin
+    };
+    let started = std::time::Instant::now();
+    let out = run(&args, &stdin);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", case.line);
+    eprintln!("{:6.1} s  {}", started.elapsed().as_secs_f64(), case.line);
+    (case.check)(&stdout);
+    if case.line.contains("out.npy") {
+        let npy = std::fs::read(scratch.join("out.npy")).unwrap();
+        assert!(npy.starts_with(b"\x93NUMPY"), "{}", case.line);
+        assert_eq!(npy.len(), 128 + 3 * 384 * 4, "{}", case.line);
+    }
+}
+
+#[test]
+fn every_readme_command_is_in_the_table() {
+    let readme = readme_commands();
+    for c in &readme {
+        assert!(
+            CASES.iter().any(|case| case.line == c),
+            "README command not tested (add it to CASES): {c}"
+        );
+    }
+    for case in CASES {
+        assert!(
+            readme.iter().any(|c| c == case.line),
+            "no longer in README.md: {}",
+            case.line
+        );
+    }
+}
+
+#[test]
+fn every_readme_command_runs() {
+    let scratch: PathBuf =
+        std::env::temp_dir().join(format!("ferrite-readme-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    for case in CASES {
+        run_case(case, &scratch);
+    }
+}
