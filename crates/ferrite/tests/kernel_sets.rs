@@ -21,7 +21,22 @@ use ferrite_kernels::dispatch::{kernel_set_name, KernelSet};
 /// steps, the decode path); for the MiniLM encoder, the embeddings of the
 /// embedding benchmark's first 24 sentences (batches of 8: the GEMM with
 /// its bias and GELU, attention's softmax, layer norm).
+///
+/// `MODEL+prefill`: the last token's logits after one prefill of 40 tokens
+/// in one chunk, so that the many-row kernels run whole passes of 16 rows
+/// with the Q8_0 activation panels (chunks of 7 never fill one).
 fn outputs(model_name: &str) -> Vec<f32> {
+    if let Some(name) = model_name.strip_suffix("+prefill") {
+        let (_file, model) = open_causal_lm(&common::real_model(name)).unwrap();
+        let tokens: Vec<u32> = (0..40u32).map(|i| 100 + (i * 7919) % 40000).collect();
+        let mut st = model.new_state(64, Threads::new(2)).unwrap();
+        st.set_chunk_size(64);
+        let mut logits = Vec::new();
+        model
+            .forward(&tokens, &mut st, Logits::Last, &mut logits)
+            .unwrap();
+        return logits;
+    }
     if model_name == "minilm" {
         let model = Embedder::open(&common::real_model(model_name)).unwrap();
         let bench = std::fs::read_to_string(common::testdata().join("embed/bench-sentences.txt"))
@@ -99,7 +114,13 @@ fn logits_are_bit_identical_to_before_the_decoder_refactor() {
 #[test]
 fn every_kernel_set_gives_the_same_logits() {
     let exe = std::env::current_exe().expect("test binary path");
-    for model in ["smollm2", "gemma3-270m", "minilm"] {
+    for model in [
+        "smollm2",
+        "gemma3-270m",
+        "minilm",
+        "gemma3-270m+prefill",
+        "qwen2.5-0.5b+prefill",
+    ] {
         let (hash, n) = logits_hash(model);
         eprintln!(
             "{model}: {} kernels: {n} logits, hash {hash:016x}",

@@ -1,25 +1,27 @@
 //! The AVX2 set's prefill kernels: `dot8n` (one group of eight
 //! interleaved rows) of Q4_K and Q6_K, and `dot16n` (two groups, A then
-//! B) of Q4_K, Q6_K, Q4_0, Q4_1 and Q5_0, against many activation rows. Without VNNI the integer sums are `maddubs`
-//! (unsigned weight values times signed activations, adjacent products
-//! added into i16) and `madd` (i16 pairs times i16 scales, into i32), with
-//! the bounds of these formats' one-row `dot8` (noted below).
+//! B) of Q4_K, Q6_K, Q4_0, Q4_1 and Q5_0, against many activation rows.
+//! Without VNNI the integer sums are `maddubs` (unsigned weight values
+//! times signed activations, adjacent products added into i16) and `madd`
+//! (i16 pairs times i16 scales or ones, into i32), within the bounds of
+//! these formats' one-row `dot8` (noted at each).
 //!
-//! Each super-block of a group is decoded once per pass of up to
-//! [`TOKENS`] activation rows (values, scales and mins into a buffer that
-//! stays in L1), then the rows take their exact integer sums from it a few
-//! at a time (`STEP`): a decoded vector is loaded once for the rows of a
-//! step, and with two groups each broadcast of four activation bytes
-//! serves both (`maddubs` has no memory-broadcast operand, so one row and
-//! one group at a time is two loads per multiply). Q6_K's `32 * sum(x)`
-//! part is taken once per activation block from the sums of its sixteen
-//! groups (from its values: Q6_K does not read `bsums`), for both groups.
+//! K-quants ([`many`]): each super-block of the groups is decoded once per
+//! pass of up to [`TOKENS`] activation rows (values, scales and mins into
+//! a buffer that stays in L1), then the rows take their exact integer sums
+//! from it four at a time: a decoded vector is loaded once for four rows,
+//! and with two groups each broadcast of four activation bytes serves
+//! both (`maddubs` has no broadcast memory operand, so one row and one
+//! group at a time is two loads per multiply). Q6_K's `32 * sum(x)` part
+//! is taken once per activation block from the sums of its sixteen groups
+//! (from its values: Q6_K does not read `bsums`), for both groups.
 //!
-//! The 32-value formats (`Small`) decode a block of both groups once per
-//! pass, and each activation block's broadcasts, scale and offset sum
-//! (`OFFSET * sum(x)`, the integer sum's start) serve both; a pass of
-//! sixteen whole Q8_0 rows reads scale and sum from the activation panel
-//! (`crate::quant::act_panels`), worked out once per product.
+//! 32-value formats ([`small_many`]): a block of both groups is decoded
+//! once per pass, and each activation block's broadcasts, scale and
+//! offset sum (`OFFSET * sum(x)`, where the integer sum starts) serve both;
+//! a pass of sixteen whole Q8_0 rows reads the scale and the sum from the
+//! activation panel (`crate::quant::act_panels`), worked out once per
+//! product.
 //!
 //! The f32 operations are `dot8`'s, lane for lane (`with_min` for Q4_K,
 //! `(d * d_x) * isum` for Q6_K, `term_from` for the 32-value formats),
