@@ -20,10 +20,15 @@ use ferrite_kernels::dispatch::{kernel_set_name, KernelSet};
 /// both vocabularies (prefill in chunks of 7, then three single-token
 /// steps, the decode path); for the MiniLM encoder, the embeddings of the
 /// embedding benchmark's first 24 sentences (batches of 8: the GEMM with
-/// its bias and GELU, attention's softmax, layer norm).
+/// its bias and GELU, attention's softmax, layer norm); `minilm-int8` the
+/// same with the int8 products (`--int8`: the calibration pass, the
+/// smoothed weights, the activation quantizers and integer kernels).
 fn outputs(model_name: &str) -> Vec<f32> {
-    if model_name == "minilm" {
-        let model = Embedder::open(&common::real_model(model_name)).unwrap();
+    if let Some(products) = model_name.strip_prefix("minilm") {
+        let mut model = Embedder::open(&common::real_model("minilm")).unwrap();
+        if products == "-int8" {
+            model.use_int8().unwrap();
+        }
         let bench = std::fs::read_to_string(common::testdata().join("embed/bench-sentences.txt"))
             .expect("testdata/embed/bench-sentences.txt");
         let texts: Vec<&str> = bench.lines().take(24).collect();
@@ -99,7 +104,7 @@ fn logits_are_bit_identical_to_before_the_decoder_refactor() {
 #[test]
 fn every_kernel_set_gives_the_same_logits() {
     let exe = std::env::current_exe().expect("test binary path");
-    for model in ["smollm2", "gemma3-270m", "minilm"] {
+    for model in ["smollm2", "gemma3-270m", "minilm", "minilm-int8"] {
         let (hash, n) = logits_hash(model);
         eprintln!(
             "{model}: {} kernels: {n} logits, hash {hash:016x}",

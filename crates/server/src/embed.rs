@@ -47,9 +47,10 @@ impl EmbedModel {
         metrics: ModelMetrics,
     ) -> Result<EmbedModel, String> {
         let mut embedder = Embedder::open(path).map_err(|e| e.to_string())?;
-        if limits.embed_bf16 {
-            embedder.use_bf16().map_err(|e| format!("--bf16: {e}"))?;
-        }
+        let products = limits.embed_products;
+        embedder
+            .use_products(products)
+            .map_err(|e| format!("{}: {e}", products.name()))?;
         Ok(EmbedModel {
             name: name.to_string(),
             embedder,
