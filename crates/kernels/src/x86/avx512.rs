@@ -23,6 +23,27 @@
 //! the same f32 operation chains, so the same bits as the scalar
 //! reference.
 
+/// `$tile::<R, $p>($t)` for the tile height `R = $rows` (1..=12, larger
+/// taken as 1): the micro-kernels' row counts as constants.
+macro_rules! tile_of_rows {
+    ($tile:ident, $p:ident, $rows:expr, $t:expr) => {
+        match $rows {
+            12 => $tile::<12, $p>($t),
+            11 => $tile::<11, $p>($t),
+            10 => $tile::<10, $p>($t),
+            9 => $tile::<9, $p>($t),
+            8 => $tile::<8, $p>($t),
+            7 => $tile::<7, $p>($t),
+            6 => $tile::<6, $p>($t),
+            5 => $tile::<5, $p>($t),
+            4 => $tile::<4, $p>($t),
+            3 => $tile::<3, $p>($t),
+            2 => $tile::<2, $p>($t),
+            _ => $tile::<1, $p>($t),
+        }
+    };
+}
+
 mod columns;
 mod gemm;
 mod gemm_bf16;
