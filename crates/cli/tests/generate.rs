@@ -152,7 +152,11 @@ fn bad_requests_get_one_line_errors() {
         &["run", "no-such-model.gguf", "-p", "hi"],
         "no such file or model",
     );
-    fails_with(&["run", "minilm", "-p", "hi"], "not a supported decoder");
+    // ferrite::open tells the kinds apart (this said "not a supported decoder").
+    fails_with(
+        &["run", "minilm", "-p", "hi"],
+        "is an embedding model, not a text-generation model",
+    );
     fails_with(&["run", "-p", "hi", "--top-p", "2"], "top-p");
 }
 

@@ -57,3 +57,35 @@ fn a_file_that_is_neither_gguf_nor_a_checkpoint_is_an_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("llama2.c"), "{stderr}");
 }
+
+/// `inspect` and `tokenize` open a checkpoint as `run` does
+/// (`ferrite::open`'s rules: tokenizer.bin beside it).
+#[test]
+fn inspect_and_tokenize_read_checkpoints() {
+    let model = common::testdata().join("llama2c/v1.bin");
+    let model = model.to_str().unwrap();
+    let out = ferrite(&["inspect", model], None);
+    let (stdout, _) = ok(&out);
+    assert!(stdout.contains("architecture  llama"), "{stdout}");
+    // run.c's encode of a golden run's prompt (BOS first).
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::testdata().join("llama2c/goldens.json")).unwrap(),
+    )
+    .unwrap();
+    let run = golden["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["checkpoint"] == "v1.bin" && r["prompt"].as_str().is_some_and(|p| p.len() > 3))
+        .expect("a v1.bin run with a prompt");
+    let want: Vec<u32> = run["prompt_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let out = ferrite(&["tokenize", model, run["prompt"].as_str().unwrap()], None);
+    let (stdout, _) = ok(&out);
+    let ids: Vec<u32> = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(ids, want);
+}

@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value as Json};
 use crate::formats::gguf::{Array, GgufFile, Value};
 use crate::formats::safetensors::{read_json, SafetensorsDir};
 use crate::formats::FormatError;
+use crate::Error;
 
 /// One row of the tensor table.
 #[derive(Clone, Debug)]
@@ -302,41 +303,45 @@ fn array_to_json(a: &Array) -> Json {
 
 /// The first `n` values of tensor `name`, dequantized to f32 (fewer if the
 /// tensor is smaller). Only the blocks that hold them are decoded.
-pub fn tensor_values(path: &Path, name: &str, n: usize) -> Result<Vec<f32>, String> {
+pub fn tensor_values(path: &Path, name: &str, n: usize) -> Result<Vec<f32>, Error> {
     use ferrite_kernels::quant::dequantize;
     use ferrite_kernels::GgmlType;
 
-    let decode = |ty: GgmlType, data: &[u8], n_elements: u64| -> Result<Vec<f32>, String> {
+    let shown = path.display().to_string();
+    let bad = |problem: String| Error::model(&shown, problem);
+    let decode = |ty: GgmlType, data: &[u8], n_elements: u64| -> Result<Vec<f32>, Error> {
         let n = (n as u64).min(n_elements) as usize;
         let bs = ty.block_size();
         let blocks = n.div_ceil(bs);
         let bytes = blocks * ty.type_size();
-        let src = data
-            .get(..bytes)
-            .ok_or_else(|| format!("tensor '{name}' has fewer bytes than its shape says"))?;
+        let src = data.get(..bytes).ok_or_else(|| {
+            bad(format!(
+                "tensor '{name}' has fewer bytes than its shape says"
+            ))
+        })?;
         let mut out = vec![0f32; blocks * bs];
-        dequantize(ty, src, &mut out).map_err(|e| format!("tensor '{name}': {e}"))?;
+        dequantize(ty, src, &mut out).map_err(|e| bad(format!("tensor '{name}': {e}")))?;
         out.truncate(n);
         Ok(out)
     };
 
     if path.is_dir() || path.extension().is_some_and(|e| e == "safetensors") {
-        let st = SafetensorsDir::open(path).map_err(|e| e.to_string())?;
+        let st = SafetensorsDir::open(path)?;
         let info = st
             .tensor_info(name)
-            .ok_or_else(|| format!("{}: no tensor named '{name}'", path.display()))?;
+            .ok_or_else(|| Error::Input(format!("{shown}: no tensor named '{name}'")))?;
         let ty = info.ty.ok_or_else(|| {
-            format!(
+            bad(format!(
                 "tensor '{name}': dtype {} cannot be shown as f32",
                 info.dtype
-            )
+            ))
         })?;
         decode(ty, st.tensor_data(info), info.n_elements())
     } else {
-        let file = GgufFile::open(path).map_err(|e| e.to_string())?;
+        let file = GgufFile::open(path)?;
         let t = file
             .tensor(name)
-            .ok_or_else(|| format!("{}: no tensor named '{name}'", path.display()))?;
+            .ok_or_else(|| Error::Input(format!("{shown}: no tensor named '{name}'")))?;
         decode(t.info.ty, t.data, t.info.n_elements())
     }
 }

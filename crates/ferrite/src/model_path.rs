@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::Error;
+
 /// A model ferrite knows by a short name.
 #[derive(Clone, Copy, Debug)]
 pub struct KnownModel {
@@ -68,7 +70,7 @@ pub fn models_dir() -> PathBuf {
 
 /// Resolves what a user typed: an existing path is taken as is; otherwise a
 /// known short name (or a file name) is looked up in [`models_dir`].
-pub fn resolve(name_or_path: &str) -> Result<PathBuf, String> {
+pub fn resolve(name_or_path: &str) -> Result<PathBuf, Error> {
     let as_path = Path::new(name_or_path);
     if as_path.exists() {
         return Ok(as_path.to_path_buf());
@@ -83,19 +85,19 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf, String> {
         return Ok(candidate);
     }
     match known {
-        Some(m) => Err(format!(
+        Some(m) => Err(Error::NotFound(format!(
             "model '{}' is not in {} (expected {}); run scripts/fetch-models.sh {} or set {MODELS_ENV}",
             m.short_name,
             dir.display(),
             candidate.display(),
             m.short_name
-        )),
+        ))),
         None => {
             let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.short_name).collect();
-            Err(format!(
+            Err(Error::NotFound(format!(
                 "no such file or model: '{name_or_path}' (known short names: {})",
                 names.join(", ")
-            ))
+            )))
         }
     }
 }

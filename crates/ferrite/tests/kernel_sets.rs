@@ -118,7 +118,7 @@ fn every_kernel_set_gives_the_same_logits() {
                 eprintln!("SKIPPED {}: not supported by this CPU", set.name());
                 continue;
             }
-            let out = std::process::Command::new(&exe)
+            let out = common::child_command(&exe)
                 .args(["--exact", "child_logits_hash", "--ignored", "--nocapture"])
                 .env("FERRITE_KERNELS", set.name())
                 .env("FERRITE_TEST_MODEL", model)

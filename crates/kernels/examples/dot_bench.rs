@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use ferrite_kernels::dispatch::{kernel_set_name, KernelSet};
 use ferrite_kernels::dot::interleave;
-use ferrite_kernels::quant::{quantize, GgmlType, ALL_TYPES};
+use ferrite_kernels::quant::{act_panels, quantize, GgmlType, ALL_TYPES};
 
 /// xorshift64*: deterministic inputs without extra crates.
 struct Rng(u64);
@@ -253,13 +253,15 @@ fn main() {
 /// Activation rows of the prefill figures.
 const PREFILL_TOKENS: usize = 64;
 
-/// The many-row kernels (`dot8n`, prefill): every group of the repacked
-/// matrix against [`PREFILL_TOKENS`] activation rows, per set that has
-/// one, as GMAC/s (multiply-adds of weights by activations).
+/// The prefill products as `Linear::block_products` runs them: every
+/// group of the repacked matrix against [`PREFILL_TOKENS`] activation
+/// rows, in calls of 32 rows, with the set's widest kernel (`dot16n` on
+/// pairs of groups, else `dot8n`, else `dot8` row by row), per set, as
+/// GMAC/s (multiply-adds of weights by activations).
 fn prefill(sets: &[KernelSet], rows: usize, cols: usize, only: &[GgmlType], rng: &mut Rng) {
-    println!("\nprefill: dot8n, {PREFILL_TOKENS} activation rows, GMAC/s");
+    println!("\nprefill: {PREFILL_TOKENS} activation rows, GMAC/s (kernel: 16n, 8n or 8)");
     for t in ALL_TYPES {
-        if !rows.is_multiple_of(8)
+        if !rows.is_multiple_of(16)
             || !cols.is_multiple_of(t.block_size())
             || !(only.is_empty() || only.contains(&t))
         {
@@ -268,11 +270,12 @@ fn prefill(sets: &[KernelSet], rows: usize, cols: usize, only: &[GgmlType], rng:
         let kernels: Vec<_> = sets
             .iter()
             .filter_map(|s| Some((s, s.vec_dot_kernel(t)?)))
-            .filter_map(|(s, k)| Some((s, k.act_type, k.dot8n?)))
+            .filter(|(_, k)| k.dot8.is_some() && k.group_rows == 8)
             .collect();
-        let Some(&(_, act_type, _)) = kernels.first() else {
+        let Some(&(_, first)) = kernels.first() else {
             continue;
         };
+        let act_type = first.act_type;
         let w = weights(t, rows, cols, rng);
         let row_bytes = w.len() / rows;
         let mut packed = vec![0u8; w.len()];
@@ -288,18 +291,56 @@ fn prefill(sets: &[KernelSet], rows: usize, cols: usize, only: &[GgmlType], rng:
         for a in acts.chunks_exact_mut(act_row) {
             quantize(act_type, &rng.values(cols), a).expect("quantize activations");
         }
+        let mut panels = Vec::new();
+        if act_type == GgmlType::Q8_0 {
+            act_panels(&acts, act_row, &mut panels);
+        }
+        let per_row = act_row / 34;
         print!("{:>5}", t.name());
-        for (s, _, dot8n) in kernels {
-            let secs = best_time(|| {
-                let mut out = [[0f32; 8]; PREFILL_TOKENS];
-                for group in packed.chunks_exact(8 * row_bytes) {
-                    dot8n(black_box(group), black_box(&acts), act_row, &mut out);
-                }
-                black_box(out);
-            })
-            .as_secs_f64();
+        for (s, k) in kernels {
+            let (name, secs) = if let Some(dot16n) = k.dot16n {
+                let secs = best_time(|| {
+                    let mut out = [[0f32; 16]; 32];
+                    for groups in packed.chunks_exact(16 * row_bytes) {
+                        for t0 in (0..PREFILL_TOKENS).step_by(32) {
+                            let a = &acts[t0 * act_row..(t0 + 32) * act_row];
+                            let p = panels
+                                .get(t0 * per_row..(t0 + 32) * per_row)
+                                .unwrap_or_default();
+                            dot16n(black_box(groups), black_box(a), act_row, p, &mut out);
+                            black_box(&out);
+                        }
+                    }
+                });
+                ("16n", secs)
+            } else if let Some(dot8n) = k.dot8n {
+                let secs = best_time(|| {
+                    let mut out = [[0f32; 8]; 32];
+                    for group in packed.chunks_exact(8 * row_bytes) {
+                        for t0 in (0..PREFILL_TOKENS).step_by(32) {
+                            let a = &acts[t0 * act_row..(t0 + 32) * act_row];
+                            dot8n(black_box(group), black_box(a), act_row, &mut out);
+                            black_box(&out);
+                        }
+                    }
+                });
+                ("8n", secs)
+            } else {
+                let dot8 = k.dot8.expect("filtered");
+                let secs = best_time(|| {
+                    let mut out = [0f32; 8];
+                    for group in packed.chunks_exact(8 * row_bytes) {
+                        for a in acts.chunks_exact(act_row) {
+                            dot8(black_box(group), black_box(a), &mut out);
+                            black_box(&out);
+                        }
+                    }
+                });
+                ("8", secs)
+            };
             let macs = (rows * cols * PREFILL_TOKENS) as f64;
-            print!(" {:>8} {:>7.1}", s.name(), macs / secs / 1e9);
+            let rate = macs / secs.as_secs_f64() / 1e9;
+            print!(" {:>8} {name:>3} {rate:>7.1}", s.name());
         }
         println!();
     }

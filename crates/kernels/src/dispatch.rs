@@ -7,15 +7,17 @@
 //! ([`scalar_vec_dot_kernel`], always compiled; see `dot` for the summation
 //! order that makes this possible), so the choice changes speed only.
 //!
-//! Each set is built by overriding the next slower one (avx512 <- avx2 <-
-//! scalar): a kernel a set does not have of its own is the slower set's,
+//! Each set is built by overriding the next slower one (x86_64: avx512 <-
+//! avx2 <- scalar; aarch64: i8mm <- dotprod <- neon <- scalar): a kernel a
+//! set does not have of its own is the slower set's,
 //! never silently the scalar reference's. The other hot kernels (GEMM,
 //! attention, math, activation quantization, f16 conversion) are reached
 //! through the active set's [`crate::table::KernelTable`], built the same
 //! way; nothing outside the tables asks which set is active.
 //!
 //! The environment variable `FERRITE_KERNELS`, read once, forces a set by
-//! name (`scalar`, `avx2`, `avx512`; one the CPU lacks falls back to the
+//! name (`scalar`, `avx2`, `avx512`, `neon`, `dotprod`, `i8mm`; one the
+//! CPU lacks, or of another architecture, falls back to the
 //! fastest it has) for debugging and tests; unset, or any other value,
 //! means the fastest set available.
 
@@ -37,11 +39,35 @@ pub enum KernelSet {
     /// AVX2's set plus AVX512F/BW/VL and AVX512-VNNI (Zen 4, Cascade Lake
     /// and later), overriding some of AVX2's kernels.
     Avx512,
+    /// aarch64's Advanced SIMD (NEON), part of every ARMv8-A CPU.
+    Neon,
+    /// NEON's set plus the dot product instructions (`sdot`/`udot`,
+    /// ARMv8.2-A's FEAT_DotProd: Apple M1 and later, Graviton 2 and later,
+    /// Cortex-A76/A55 and later), overriding some of NEON's kernels.
+    Dotprod,
+    /// The dotprod set plus the 8-bit matrix multiplies (`smmla`,
+    /// ARMv8.6-A's FEAT_I8MM: Apple M2 and later, Graviton 3 and later),
+    /// overriding some of its kernels.
+    I8mm,
 }
 
 impl KernelSet {
-    /// Every set, slowest first.
+    /// Every set of this architecture, slowest first (each the next slower
+    /// one with some entries overridden).
+    #[cfg(target_arch = "x86_64")]
     pub const ALL: [KernelSet; 3] = [KernelSet::Scalar, KernelSet::Avx2, KernelSet::Avx512];
+    /// Every set of this architecture, slowest first (each the next slower
+    /// one with some entries overridden).
+    #[cfg(target_arch = "aarch64")]
+    pub const ALL: [KernelSet; 4] = [
+        KernelSet::Scalar,
+        KernelSet::Neon,
+        KernelSet::Dotprod,
+        KernelSet::I8mm,
+    ];
+    /// Every set of this architecture: the scalar reference only.
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const ALL: [KernelSet; 1] = [KernelSet::Scalar];
 
     /// The name used in logs and benchmark output.
     pub fn name(self) -> &'static str {
@@ -49,6 +75,9 @@ impl KernelSet {
             KernelSet::Scalar => "scalar",
             KernelSet::Avx2 => "avx2",
             KernelSet::Avx512 => "avx512",
+            KernelSet::Neon => "neon",
+            KernelSet::Dotprod => "dotprod",
+            KernelSet::I8mm => "i8mm",
         }
     }
 
@@ -58,6 +87,9 @@ impl KernelSet {
             KernelSet::Scalar => true,
             KernelSet::Avx2 => features().avx2,
             KernelSet::Avx512 => features().avx2 && features().avx512vnni,
+            KernelSet::Neon => features().neon,
+            KernelSet::Dotprod => features().neon && features().dotprod,
+            KernelSet::I8mm => features().neon && features().dotprod && features().i8mm,
         }
     }
 
@@ -69,6 +101,7 @@ impl KernelSet {
             KernelSet::Scalar => scalar_vec_dot_kernel(w),
             KernelSet::Avx2 => avx2_kernel(w),
             KernelSet::Avx512 => avx512_kernel(w),
+            KernelSet::Neon | KernelSet::Dotprod | KernelSet::I8mm => arm_kernel(self, w),
         }
     }
 
@@ -79,6 +112,13 @@ impl KernelSet {
             KernelSet::Scalar => scalar_vec_dot_kernel(w).is_some(),
             KernelSet::Avx2 => avx2_has(w),
             KernelSet::Avx512 => avx2_has(w) || avx512_overrides(w),
+            KernelSet::Neon | KernelSet::Dotprod | KernelSet::I8mm => {
+                let arm = [KernelSet::Neon, KernelSet::Dotprod, KernelSet::I8mm];
+                arm.into_iter()
+                    .take_while(|&s| s != self)
+                    .chain([self])
+                    .any(|s| arm_overrides(s, w))
+            }
         }
     }
 
@@ -89,6 +129,7 @@ impl KernelSet {
             KernelSet::Scalar => false,
             KernelSet::Avx2 => avx2_has(w),
             KernelSet::Avx512 => avx512_overrides(w),
+            KernelSet::Neon | KernelSet::Dotprod | KernelSet::I8mm => arm_overrides(self, w),
         }
     }
 }
@@ -100,6 +141,12 @@ struct Features {
     avx2: bool,
     /// AVX512F, AVX512BW, AVX512VL and AVX512-VNNI, all four.
     avx512vnni: bool,
+    /// aarch64 Advanced SIMD.
+    neon: bool,
+    /// aarch64 FEAT_DotProd (`sdot`, `udot`).
+    dotprod: bool,
+    /// aarch64 FEAT_I8MM (`smmla`, `ummla`, `usmmla`).
+    i8mm: bool,
 }
 
 fn features() -> Features {
@@ -116,7 +163,21 @@ fn features() -> Features {
             && std::is_x86_feature_detected!("avx512vnni");
         #[cfg(not(target_arch = "x86_64"))]
         let (avx2, avx512vnni) = (false, false);
-        Features { avx2, avx512vnni }
+        #[cfg(target_arch = "aarch64")]
+        let (neon, dotprod, i8mm) = (
+            std::arch::is_aarch64_feature_detected!("neon"),
+            std::arch::is_aarch64_feature_detected!("dotprod"),
+            std::arch::is_aarch64_feature_detected!("i8mm"),
+        );
+        #[cfg(not(target_arch = "aarch64"))]
+        let (neon, dotprod, i8mm) = (false, false, false);
+        Features {
+            avx2,
+            avx512vnni,
+            neon,
+            dotprod,
+            i8mm,
+        }
     })
 }
 
@@ -199,6 +260,31 @@ fn avx2_has(w: GgmlType) -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn avx2_has(_: GgmlType) -> bool {
+    false
+}
+
+#[cfg(target_arch = "aarch64")]
+fn arm_kernel(set: KernelSet, w: GgmlType) -> Option<VecDotKernel> {
+    if !set.is_supported() {
+        return None;
+    }
+    // SAFETY: `is_supported` detected every feature `set` needs just above.
+    let own = unsafe { crate::aarch64::vec_dot_kernel(set, w) };
+    own.or_else(|| scalar_vec_dot_kernel(w))
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn arm_kernel(_: KernelSet, _: GgmlType) -> Option<VecDotKernel> {
+    None
+}
+
+#[cfg(target_arch = "aarch64")]
+fn arm_overrides(set: KernelSet, w: GgmlType) -> bool {
+    crate::aarch64::overrides(set, w)
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn arm_overrides(_: KernelSet, _: GgmlType) -> bool {
     false
 }
 

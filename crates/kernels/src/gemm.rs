@@ -247,19 +247,36 @@ pub unsafe fn gemm_panels_scalar(a: Acts, w: &PackedWeights, panels: Range<usize
                     *c = x.mul_add(wv, *c);
                 }
             }
-            let acc = &mut acc[..cols];
-            if let Some(b) = out.bias {
-                acc.iter_mut().zip(&b[p * NR..]).for_each(|(v, &b)| *v += b);
-            }
-            if let Some(act) = out.act {
-                crate::math::reference::activate(act, acc);
-            }
-            for (l, &v) in acc.iter().enumerate() {
-                // SAFETY: row i < m, feature p * NR + l < n in the
-                // caller's panels: writable and ours by the contract.
-                unsafe { out.ptr.add(i * out.ld + p * NR + l).write(v) };
-            }
+            // SAFETY: the caller's contract, passed on.
+            unsafe { finish_row(&mut acc, cols, (i, p), &out) };
         }
+    }
+}
+
+/// The scalar reference's end of one row `i` of panel `p`: the bias added
+/// to the `cols` sums, then the activation, then the values stored.
+///
+/// # Safety
+/// Row `i` and the panel's first `cols` features must be writable and
+/// ours, as in [`gemm_panels`]'s contract.
+#[inline(always)]
+pub(crate) unsafe fn finish_row(
+    acc: &mut [f32; NR],
+    cols: usize,
+    (i, p): (usize, usize),
+    out: &OutPtr,
+) {
+    let acc = &mut acc[..cols];
+    if let Some(b) = out.bias {
+        acc.iter_mut().zip(&b[p * NR..]).for_each(|(v, &b)| *v += b);
+    }
+    if let Some(act) = out.act {
+        crate::math::reference::activate(act, acc);
+    }
+    for (l, &v) in acc.iter().enumerate() {
+        // SAFETY: row i < m, feature p * NR + l < n in the caller's
+        // panels: writable and ours by the contract.
+        unsafe { out.ptr.add(i * out.ld + p * NR + l).write(v) };
     }
 }
 

@@ -72,6 +72,8 @@ impl PackedBf16 {
     }
 
     /// Input pairs per row.
+    // Only the x86 kernels read it so far.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn pairs(&self) -> usize {
         self.k.div_ceil(2)
     }

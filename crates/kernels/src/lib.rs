@@ -5,6 +5,8 @@
 //! (SIMD) versions, picked at run time by [`dispatch`], give the same bits
 //! and are tested against it.
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 pub mod attend;
 pub mod attend_f32;
 pub mod columns;

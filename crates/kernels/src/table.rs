@@ -261,7 +261,21 @@ impl KernelTable {
                 t.set = set;
                 Some(t)
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            KernelSet::Neon | KernelSet::Dotprod | KernelSet::I8mm => {
+                let slower = match set {
+                    KernelSet::Neon => KernelSet::Scalar,
+                    KernelSet::Dotprod => KernelSet::Neon,
+                    _ => KernelSet::Dotprod,
+                };
+                let mut t = KernelTable::build(slower)?;
+                // SAFETY: `is_supported` checked every feature of `set`
+                // above.
+                unsafe { crate::aarch64::override_table(set, &mut t) };
+                t.set = set;
+                Some(t)
+            }
+            #[allow(unreachable_patterns)]
             _ => None,
         }
     }
@@ -283,6 +297,7 @@ impl KernelSet {
             KernelSet::Scalar => &Kernel::ALL,
             KernelSet::Avx2 => &Kernel::ALL,
             KernelSet::Avx512 => avx512_claims(),
+            KernelSet::Neon | KernelSet::Dotprod | KernelSet::I8mm => arm_claims(self),
         }
     }
 }
@@ -294,6 +309,16 @@ fn avx512_claims() -> &'static [Kernel] {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn avx512_claims() -> &'static [Kernel] {
+    &[]
+}
+
+#[cfg(target_arch = "aarch64")]
+fn arm_claims(set: KernelSet) -> &'static [Kernel] {
+    crate::aarch64::claims(set)
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn arm_claims(_: KernelSet) -> &'static [Kernel] {
     &[]
 }
 

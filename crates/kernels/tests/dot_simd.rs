@@ -464,7 +464,7 @@ fn child_prints_kernel_set() {
 fn env_override_forces_scalar() {
     let exe = std::env::current_exe().expect("test binary path");
     for (value, want) in [("scalar", "scalar"), ("bogus", active_best().name())] {
-        let out = std::process::Command::new(&exe)
+        let out = child_command(&exe)
             .args([
                 "--exact",
                 "child_prints_kernel_set",
@@ -480,6 +480,23 @@ fn env_override_forces_scalar() {
             stdout.contains(&format!("kernel set: {want}\n")),
             "FERRITE_KERNELS={value}: {stdout}"
         );
+    }
+}
+
+/// A command running `exe`, through `FERRITE_TEST_RUNNER` if set (the
+/// emulator of a cross-built test binary, e.g. `qemu-aarch64 -L
+/// /usr/aarch64-linux-gnu -cpu max`, which a child process would
+/// otherwise not run under; see `scripts/test-arm.sh`).
+fn child_command(exe: &std::path::Path) -> std::process::Command {
+    let runner = std::env::var("FERRITE_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(words).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
     }
 }
 
@@ -982,4 +999,124 @@ fn dot16n_matches_two_dot8n_calls() {
     }
     eprintln!("{total} dot16n results, each equal to dot8n's on its group");
     eprintln!("{facts_checked} Q8_0 dot16n calls with activation panels, each equal to without");
+}
+
+/// Every set's many-row kernels (`dot8n`, and `dot16n` on two groups, with
+/// and without Q8_0 activation panels) against the scalar `dot` of each
+/// weight row directly, not only against each other, so that a mistake
+/// they share fails too: random rows (a quarter of them only extreme
+/// bytes) and rows of one extreme byte each (scales of 1, or made of the
+/// bytes too, 0xffff being NaN), 1 to 5 and 11 blocks, 1 to 37 activation rows (the
+/// kernels' steps of several rows, their remainders and more than one
+/// pass), random or extreme activation rows, the last one cut short.
+#[test]
+fn many_row_kernels_match_scalar() {
+    const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
+    let mut total = 0;
+    for (set, _) in simd_sets() {
+        for t in ALL_TYPES {
+            let Some(kernel) = set.vec_dot_kernel(t) else {
+                continue;
+            };
+            if kernel.group_rows != 8 || (kernel.dot8n.is_none() && kernel.dot16n.is_none()) {
+                continue;
+            }
+            let scalar = scalar_vec_dot_kernel(t).expect("scalar kernel").dot;
+            let a_t = kernel.act_type;
+            let mut rng = Rng::new(u64::from(t.id()) * 1_009 + 17);
+            let mut tally = Tally::default();
+            for (case, blocks) in [1usize, 2, 3, 4, 5, 11].into_iter().enumerate() {
+                let n = blocks * t.block_size();
+                let row_bytes = t.bytes_for(n as u64).expect("whole blocks") as usize;
+                let act_row = a_t.bytes_for(n as u64).expect("whole blocks") as usize;
+                let extreme = case % 2 == 1;
+                // Extreme rows with scales of 1 (so that a wrapped integer
+                // sum shows), or scales made of the bytes too.
+                let unit_scales = case % 4 == 1;
+                let one = |_: &mut Rng| 0x3c00u16;
+                let rows: Vec<u8> = if extreme {
+                    let mut rows: Vec<u8> = (0..16)
+                        .flat_map(|i| vec![BYTES[(case + i) % BYTES.len()]; row_bytes])
+                        .collect();
+                    if unit_scales {
+                        set_scales(t, &mut rows, &mut rng, one, |_| 1.0);
+                    }
+                    rows
+                } else {
+                    (0..16).flat_map(|_| weight_row(t, n, &mut rng)).collect()
+                };
+                let mut groups = vec![0u8; rows.len()];
+                let half = rows.len() / 2;
+                for (src, dst) in rows.chunks_exact(half).zip(groups.chunks_exact_mut(half)) {
+                    assert!(interleave::interleave(t, 8, src, dst));
+                }
+                for n_rows in [1usize, 2, 3, 4, 5, 7, 16, 17, 37] {
+                    let mut acts: Vec<u8> = (0..n_rows)
+                        .flat_map(|i| {
+                            if extreme && i % 2 == 0 {
+                                let mut a = vec![BYTES[(i / 2) % BYTES.len()]; act_row];
+                                if unit_scales {
+                                    set_scales(a_t, &mut a, &mut rng, one, |_| 1.0);
+                                }
+                                a
+                            } else {
+                                activation_row(a_t, n, &mut rng)
+                            }
+                        })
+                        .collect();
+                    acts.truncate(acts.len() - rng.below(act_row + 1));
+                    // What each output row must be: the scalar dot of weight
+                    // row i with activation row r (cut, or missing: empty).
+                    let want = |r: usize, i: usize| {
+                        let start = (r * act_row).min(acts.len());
+                        let a = &acts[start..(start + act_row).min(acts.len())];
+                        scalar(&rows[i * row_bytes..(i + 1) * row_bytes], a)
+                    };
+                    let what = |k: &str, r: usize, i: usize| {
+                        format!(
+                            "{} {t} {k} blocks={blocks} rows={n_rows} row {r} out[{i}]",
+                            set.name()
+                        )
+                    };
+                    if let Some(dot8n) = kernel.dot8n {
+                        let mut got = vec![[f32::NAN; 8]; n_rows + 1];
+                        dot8n(&groups[..half], &acts, act_row, &mut got);
+                        for (r, got) in got.iter().enumerate() {
+                            for (i, &g) in got.iter().enumerate() {
+                                tally.check(&what("dot8n", r, i), g, want(r, i), extreme);
+                            }
+                        }
+                    }
+                    let Some(dot16n) = kernel.dot16n else {
+                        continue;
+                    };
+                    let mut panels = Vec::new();
+                    if a_t == Q8_0 {
+                        ferrite_kernels::quant::act_panels(&acts, act_row, &mut panels);
+                    }
+                    for facts in [&[][..], &panels[..]] {
+                        let mut got = vec![[f32::NAN; 16]; n_rows + 1];
+                        dot16n(&groups, &acts, act_row, facts, &mut got);
+                        for (r, got) in got.iter().enumerate() {
+                            for (i, &g) in got.iter().enumerate() {
+                                tally.check(&what("dot16n", r, i), g, want(r, i), extreme);
+                            }
+                        }
+                        if a_t != Q8_0 {
+                            break;
+                        }
+                    }
+                }
+            }
+            eprintln!(
+                "{} {t:>5}: {} many-row results equal to the scalar dot ({} NaNs of another \
+                 payload)",
+                set.name(),
+                tally.cases,
+                tally.nan_payloads
+            );
+            total += tally.cases;
+        }
+    }
+    eprintln!("{total} many-row results in all");
 }

@@ -26,7 +26,7 @@ pub struct EmbedJob {
     /// Matryoshka cut, if asked for.
     pub dims: Option<usize>,
     /// One vector per input, in order.
-    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
+    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>,
     pub arrived: Instant,
 }
 
@@ -45,12 +45,12 @@ impl EmbedModel {
         path: &Path,
         limits: &Limits,
         metrics: ModelMetrics,
-    ) -> Result<EmbedModel, String> {
-        let mut embedder = Embedder::open(path).map_err(|e| e.to_string())?;
+    ) -> Result<EmbedModel, ferrite::Error> {
+        let mut embedder = Embedder::open(path)?;
         let products = limits.embed_products;
         embedder
             .use_products(products)
-            .map_err(|e| format!("{}: {e}", products.name()))?;
+            .map_err(|e| ferrite::Error::Input(format!("{}: {e}", products.name())))?;
         Ok(EmbedModel {
             name: name.to_string(),
             embedder,
@@ -134,7 +134,7 @@ fn run_jobs(m: &EmbedModel, jobs: Vec<EmbedJob>, threads: &Threads) {
     let mut jobs: Vec<EmbedJob> = jobs.into_iter().filter(|j| !j.reply.is_closed()).collect();
     let mut results: Vec<Vec<Option<Vec<f32>>>> =
         jobs.iter().map(|j| vec![None; j.texts.len()]).collect();
-    let mut errors: Vec<Option<String>> = vec![None; jobs.len()];
+    let mut errors: Vec<Option<ApiError>> = vec![None; jobs.len()];
     // Inputs with the same cut can share a batch.
     let mut cuts: Vec<Option<usize>> = jobs.iter().map(|j| j.dims).collect();
     cuts.sort();
@@ -164,7 +164,7 @@ fn run_jobs(m: &EmbedModel, jobs: Vec<EmbedJob>, threads: &Threads) {
                 }
                 Err(e) => {
                     for &(j, _) in batch {
-                        errors[j] = Some(e.to_string());
+                        errors[j] = Some(ApiError::from_lib(&e, "input"));
                     }
                 }
             }
@@ -177,7 +177,7 @@ fn run_jobs(m: &EmbedModel, jobs: Vec<EmbedJob>, threads: &Threads) {
             None => vectors
                 .into_iter()
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| "an input was not embedded".to_string()),
+                .ok_or_else(|| ApiError::internal("an input was not embedded")),
         };
         m.metrics.prompt_tokens.inc_by(n_tokens as u64);
         m.metrics.requests.inc();

@@ -4,10 +4,45 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use ferrite::ErrorKind;
 use serde_json::json;
 
+/// 499 (nginx's "client closed request"): the answer to a request its
+/// client abandoned.
+const CLIENT_CLOSED_REQUEST: StatusCode = match StatusCode::from_u16(499) {
+    Ok(s) => s,
+    Err(_) => StatusCode::BAD_REQUEST,
+};
+
+/// Why the server could not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A model did not load.
+    #[error(transparent)]
+    Model(#[from] ferrite::Error),
+    /// The system refused something the server needs (a socket, a thread).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration is inconsistent.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ServeError {
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> ServeError {
+        ServeError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
 /// An error response.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
@@ -103,12 +138,36 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
+    /// The one mapping from a library error to a response, by its kind: a
+    /// bad input is a 400 naming `param` (`context_length_exceeded` when
+    /// it does not fit), a model that does not exist a 404, a cancelled
+    /// request a 499 (the client closed it; nobody reads the answer), and
+    /// anything else (a model that fails, I/O, a worker gone) a 500 with
+    /// the library's message.
+    pub fn from_lib(e: &ferrite::Error, param: &'static str) -> ApiError {
+        let message = e.to_string();
+        match e.kind() {
+            ErrorKind::BadInput => ApiError {
+                code: matches!(e, ferrite::Error::ContextFull { .. })
+                    .then_some("context_length_exceeded"),
+                ..Self::bad_param(param, message)
+            },
+            ErrorKind::NotFound => Self::new(StatusCode::NOT_FOUND, message),
+            ErrorKind::Cancelled => ApiError {
+                code: Some("cancelled"),
+                ..Self::new(CLIENT_CLOSED_REQUEST, message)
+            },
+            ErrorKind::BadModel | ErrorKind::Internal => Self::internal(message),
+        }
+    }
+
     /// OpenAI's error `type` for the status.
     fn kind(&self) -> &'static str {
         match self.status.as_u16() {
             401 => "authentication_error",
             404 => "not_found_error",
             413 | 400 => "invalid_request_error",
+            499 => "cancelled",
             429 => "rate_limit_error",
             503 => "unavailable_error",
             _ => "server_error",
@@ -138,5 +197,33 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_errors_map_by_kind() {
+        let bad = ApiError::from_lib(&ferrite::Error::Input("too many beams".into()), "beams");
+        assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+        assert_eq!(bad.param, Some("beams"));
+        let full = ferrite::Error::ContextFull {
+            needed: 9,
+            used: 0,
+            n_ctx: 8,
+        };
+        assert_eq!(
+            ApiError::from_lib(&full, "prompt").code,
+            Some("context_length_exceeded")
+        );
+        let cancelled = ApiError::from_lib(&ferrite::Error::Cancelled, "input");
+        assert_eq!(cancelled.status.as_u16(), 499);
+        let model = ApiError::from_lib(&ferrite::Error::model("m.gguf", "bad tensor"), "input");
+        assert_eq!(model.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(model.message, "m.gguf: bad tensor");
+        let gone = ApiError::from_lib(&ferrite::Error::NotFound("no model 'x'".into()), "model");
+        assert_eq!(gone.status, StatusCode::NOT_FOUND);
     }
 }

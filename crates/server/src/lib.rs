@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod queue;
 pub mod registry;
 pub mod state;
+pub mod translate;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -28,12 +29,13 @@ use ferrite::parallel::Threads;
 use tokio::sync::oneshot;
 
 pub use config::{Limits, ServerConfig};
+pub use error::ServeError;
 use registry::{Kind, Registry};
 use state::AppState;
 
 /// Runs the server until SIGTERM / Ctrl-C (then drains) or a model fails
 /// to load (then returns the error).
-pub fn run(config: ServerConfig) -> Result<(), String> {
+pub fn run(config: ServerConfig) -> Result<(), ServeError> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FERRITE_LOG")
@@ -45,19 +47,21 @@ pub fn run(config: ServerConfig) -> Result<(), String> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| format!("starting the async runtime: {e}"))?;
+        .map_err(|e| ServeError::io("starting the async runtime", e))?;
     let result = runtime.block_on(serve(config));
     // Tasks of requests cut off by the grace period are dropped, not awaited.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     result
 }
 
-async fn serve(config: ServerConfig) -> Result<(), String> {
+async fn serve(config: ServerConfig) -> Result<(), ServeError> {
     let addr = format!("{}:{}", config.host, config.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|e| ServeError::io(format!("cannot listen on {addr}"), e))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| ServeError::io("the listening address", e))?;
     let started = api::generation::now_secs();
     let state = Arc::new(AppState::new(
         config.limits,
@@ -66,7 +70,7 @@ async fn serve(config: ServerConfig) -> Result<(), String> {
     ));
     eprintln!("ferrite: listening on http://{local}");
 
-    let (failed_tx, failed_rx) = oneshot::channel::<String>();
+    let (failed_tx, failed_rx) = oneshot::channel::<ServeError>();
     let loader = state.clone();
     let load_cfg = config.clone();
     tokio::spawn(async move {
@@ -76,7 +80,11 @@ async fn serve(config: ServerConfig) -> Result<(), String> {
             Registry::load(&load_cfg.models, &load_cfg.limits, &st.metrics, &threads)
         })
         .await
-        .unwrap_or_else(|e| Err(format!("loading panicked: {e}")));
+        .unwrap_or_else(|e| {
+            Err(ServeError::Model(ferrite::Error::Internal(format!(
+                "loading panicked: {e}"
+            ))))
+        });
         match loaded {
             Ok(reg) => {
                 let names: Vec<String> = reg.models.iter().map(|m| m.name.clone()).collect();
@@ -89,7 +97,7 @@ async fn serve(config: ServerConfig) -> Result<(), String> {
         }
     });
 
-    let (error_tx, error_rx) = oneshot::channel::<String>();
+    let (error_tx, error_rx) = oneshot::channel::<ServeError>();
     let (expired_tx, expired_rx) = oneshot::channel::<()>();
     let drainer = state.clone();
     let grace = config.grace;
@@ -109,7 +117,7 @@ async fn serve(config: ServerConfig) -> Result<(), String> {
     // once the grace period is over, stop waiting for them.
     let server = axum::serve(listener, api::router(state.clone())).with_graceful_shutdown(shutdown);
     tokio::select! {
-        served = server => served.map_err(|e| format!("server error: {e}"))?,
+        served = server => served.map_err(|e| ServeError::io("server error", e))?,
         Ok(()) = expired_rx => {}
     }
     match error_rx.await {

@@ -6,21 +6,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ferrite::formats::gguf::GgufFile;
-use ferrite::formats::hf_decoder;
-use ferrite::formats::safetensors::read_json;
-use ferrite::model_path::{self, KNOWN_MODELS};
-use ferrite::models::encoder_arch;
+use ferrite::model_path::KNOWN_MODELS;
 use ferrite::models::seq2seq::weights::WeightFormat;
+use ferrite::open::Found;
 use ferrite::parallel::Threads;
-use ferrite::translate::{self, Translator};
+use ferrite::translate::Translator;
 
-use crate::api::translations::TranslateModel;
 use crate::config::Limits;
 use crate::embed::{self, EmbedModel};
-use crate::error::ApiError;
+use crate::error::{ApiError, ServeError};
 use crate::generate::{scheduler, GenModel};
 use crate::metrics::Metrics;
+use crate::translate::TranslateModel;
 
 /// A served model of some kind.
 #[derive(Clone)]
@@ -55,48 +52,6 @@ pub struct Registry {
     pub models: Vec<Served>,
 }
 
-/// What a model file or directory holds, once opened.
-enum Detected {
-    Decoder(Arc<GgufFile>),
-    Encoder,
-    Translator,
-}
-
-/// Opens `path` far enough to tell its kind: a GGUF file or HF directory
-/// whose architecture is a known encoder is an embedding model; anything
-/// else is read as a decoder (whose loader then names what is wrong).
-fn detect(path: &Path) -> Result<Detected, String> {
-    let is_encoder_name = |name: &str, hf: bool| encoder_arch(name, hf, "").is_ok();
-    if translate::is_translation_dir(path) {
-        return Ok(Detected::Translator);
-    }
-    if path.is_dir() {
-        if !path.join("config.json").is_file() {
-            return Err(format!(
-                "{}: not a model directory: expected a Hugging Face model (config.json and \
-                 model.safetensors), a Marian / T5 translation model, or give a .gguf file",
-                path.display()
-            ));
-        }
-        let config = read_json(&path.join("config.json")).map_err(|e| e.to_string())?;
-        let model_type = config.get("model_type").and_then(|v| v.as_str());
-        if model_type.is_some_and(|t| is_encoder_name(t, true)) {
-            return Ok(Detected::Encoder);
-        }
-        let file = hf_decoder::open(path).map_err(|e| e.to_string())?;
-        return Ok(Detected::Decoder(Arc::new(file)));
-    }
-    let file = GgufFile::open(path).map_err(|e| e.to_string())?;
-    if file
-        .header
-        .architecture()
-        .is_some_and(|a| is_encoder_name(a, false))
-    {
-        return Ok(Detected::Encoder);
-    }
-    Ok(Detected::Decoder(Arc::new(file)))
-}
-
 /// The API name of a model given as `arg`: a short name as typed, else
 /// the file or directory name without `.gguf`.
 pub fn api_name(arg: &str, path: &Path) -> String {
@@ -117,32 +72,34 @@ impl Registry {
         limits: &Limits,
         metrics: &Metrics,
         threads: &Threads,
-    ) -> Result<Registry, String> {
+    ) -> Result<Registry, ServeError> {
         let mut models: Vec<Served> = Vec::new();
         for arg in names {
-            let path: PathBuf = model_path::resolve(arg)?;
+            let path: PathBuf = ferrite::open::resolve(arg)?;
             let name = api_name(arg, &path);
             if models.iter().any(|m| m.name == name) {
-                return Err(format!("the model name '{name}' is given twice"));
+                return Err(ServeError::Config(format!(
+                    "the model name '{name}' is given twice"
+                )));
             }
             let mm = metrics.for_model(&name);
-            let kind = match detect(&path)? {
-                Detected::Decoder(file) => {
+            let found = ferrite::open::find(&path, &Default::default())?;
+            let kind = match found {
+                Found::Generator(file) => {
                     let m = Arc::new(GenModel::load(&name, &path, file, limits, mm)?);
                     scheduler::spawn(m.clone(), threads.clone(), *limits)
-                        .map_err(|e| format!("starting the scheduler: {e}"))?;
+                        .map_err(|e| ServeError::io("starting the scheduler", e))?;
                     Kind::Generate(m)
                 }
-                Detected::Encoder => {
+                Found::Embedder => {
                     let m = Arc::new(EmbedModel::load(&name, &path, limits, mm)?);
                     embed::spawn(m.clone(), threads.clone())
-                        .map_err(|e| format!("starting the embedding worker: {e}"))?;
+                        .map_err(|e| ServeError::io("starting the embedding worker", e))?;
                     Kind::Embed(m)
                 }
-                Detected::Translator => {
+                Found::Translator => {
                     let translator =
-                        Translator::open_with_threads(&path, WeightFormat::F32, threads.clone())
-                            .map_err(|e| e.to_string())?;
+                        Translator::open_with_threads(&path, WeightFormat::F32, threads.clone())?;
                     Kind::Translate(Arc::new(TranslateModel::new(
                         name.clone(),
                         translator,
@@ -225,11 +182,33 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ferrite-not-a-model-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("readme.txt"), "hello").unwrap();
-        let err = detect(&dir)
+        let names = [dir.display().to_string()];
+        let limits = Limits::default();
+        let metrics = Metrics::new();
+        let err = Registry::load(&names, &limits, &metrics, &Threads::new(1))
             .err()
             .expect("a directory with no model is refused");
         std::fs::remove_dir_all(&dir).ok();
+        let err = err.to_string();
         assert!(err.contains("not a model directory"), "{err}");
         assert!(err.contains(&dir.display().to_string()), "{err}");
+    }
+
+    /// A llama2.c checkpoint (tokenizer.bin beside it) is served like any
+    /// decoder (`ferrite::open`'s rules).
+    #[test]
+    fn a_llama2c_checkpoint_is_a_generation_model() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/llama2c/v1.bin");
+        let names = [path.display().to_string()];
+        let reg = Registry::load(
+            &names,
+            &Limits::default(),
+            &Metrics::new(),
+            &Threads::new(1),
+        )
+        .expect("a llama2.c checkpoint loads");
+        assert_eq!(reg.models[0].name, "v1.bin");
+        assert!(matches!(reg.models[0].kind, Kind::Generate(_)));
     }
 }

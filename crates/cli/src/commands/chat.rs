@@ -67,6 +67,7 @@ pub fn run(args: Args) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let mut sampler = Sampler::new(sampler_opts);
     let opts = GenerateOptions {
+        json: None,
         max_tokens: max_reply,
         stop: Vec::new(),
         end_tokens: turn_end_tokens(&loaded.tokenizer, &template),

@@ -137,7 +137,8 @@ pub fn batch_size(n: usize) -> Result<usize, String> {
 
 /// Loads an embedding model by path or short name, for `products`.
 pub fn load(model: Option<&str>, products: Products) -> Result<Embedder, String> {
-    let path = model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL))?;
+    let path =
+        model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL)).map_err(|e| e.to_string())?;
     let mut embedder = Embedder::open(&path).map_err(|e| e.to_string())?;
     embedder
         .use_products(products)

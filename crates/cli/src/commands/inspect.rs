@@ -2,6 +2,7 @@
 //! machines, or `--tensor NAME --values N` for raw values.
 
 use std::io::{self, BufWriter, Write};
+use std::sync::Arc;
 
 use ferrite::formats::gguf::GgufFile;
 use ferrite::inspect::{inspect, inspect_gguf, tensor_values, Report};
@@ -27,11 +28,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let path = model_path::resolve(&args.model)?;
+    let path = model_path::resolve(&args.model).map_err(|e| e.to_string())?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if let Some(name) = &args.tensor {
-        for v in tensor_values(&path, name, args.values)? {
+        for v in tensor_values(&path, name, args.values).map_err(|e| e.to_string())? {
             // `{:?}` is Rust's shortest representation that reads back to
             // the same f32 (e.g. 0.1, 1e-5, -0.0, NaN, inf).
             let written = writeln!(out, "{v:?}");
@@ -43,7 +44,12 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let is_gguf = path.is_file() && path.extension().is_none_or(|e| e != "safetensors");
     let (report, gguf) = if is_gguf {
-        let file = GgufFile::open(&path).map_err(|e| e.to_string())?;
+        // A GGUF file, or a llama2.c checkpoint read as one (`ferrite::open`'s rules).
+        let file = match ferrite::open::find(&path, &Default::default()) {
+            Ok(ferrite::open::Found::Generator(file)) => file,
+            Ok(_) => Arc::new(GgufFile::open(&path).map_err(|e| e.to_string())?),
+            Err(e) => return Err(e.to_string()),
+        };
         (inspect_gguf(&file).map_err(|e| e.to_string())?, Some(file))
     } else {
         (inspect(&path).map_err(|e| e.to_string())?, None)
@@ -53,7 +59,7 @@ pub fn run(args: Args) -> Result<(), String> {
             .map_err(io::Error::from)
             .and_then(|()| writeln!(out))
     } else {
-        print_text(&mut out, &report, gguf.as_ref(), args.full)
+        print_text(&mut out, &report, gguf.as_deref(), args.full)
     };
     super::output_result(written.and_then(|()| out.flush()))
 }

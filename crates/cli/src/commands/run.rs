@@ -2,6 +2,9 @@
 //! continuation to stdout; a stats line goes to stderr with `--verbose` or
 //! when stderr is a terminal.
 
+use std::sync::Arc;
+
+use ferrite::generate::json::Grammar;
 use ferrite::generate::sampler::Sampler;
 use ferrite::generate::session::{GenerateOptions, Session};
 
@@ -34,6 +37,11 @@ pub struct Args {
     /// Stop when the text contains this string (repeatable).
     #[arg(long)]
     stop: Vec<String>,
+    /// Constrain the continuation to one JSON value matching the JSON
+    /// Schema in FILE (the server's `response_format` constrained
+    /// decoding): a reply that ends by itself parses and matches it.
+    #[arg(long, value_name = "FILE")]
+    json_schema: Option<std::path::PathBuf>,
     #[command(flatten)]
     model_args: ModelArgs,
     #[command(flatten)]
@@ -42,6 +50,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), String> {
     let sampler_opts = args.sampling.options()?;
+    let json = args.json_schema.as_deref().map(json_grammar).transpose()?;
     let max_tokens = max_tokens(args.max_tokens)?;
     let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
     let tokens = loaded.tokenizer.encode(&args.prompt, true, true);
@@ -58,8 +67,20 @@ pub fn run(args: Args) -> Result<(), String> {
         max_tokens,
         stop: args.stop,
         end_tokens: Vec::new(),
+        json,
     };
     let mut sampler = Sampler::new(sampler_opts);
     generate_to_stdout(&mut session, &mut sampler, &opts, show_stats(args.verbose))?;
     Ok(())
+}
+
+/// The grammar of the JSON Schema in `path`.
+fn json_grammar(path: &std::path::Path) -> Result<Arc<Grammar>, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--json-schema {shown}: {e}"))?;
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("--json-schema {shown}: not JSON: {e}"))?;
+    Grammar::from_schema(&schema)
+        .map(Arc::new)
+        .map_err(|e| format!("--json-schema {shown}: {e}"))
 }

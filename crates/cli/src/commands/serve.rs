@@ -107,5 +107,5 @@ pub fn run(args: Args) -> Result<(), String> {
         },
         grace: Duration::from_secs(args.grace),
     };
-    ferrite_server::run(config)
+    ferrite_server::run(config).map_err(|e| e.to_string())
 }

@@ -5,9 +5,6 @@
 
 use std::io::{self, Read, Write};
 
-use ferrite::formats::gguf::GgufFile;
-use ferrite::formats::hf_decoder;
-use ferrite::model_path;
 use ferrite::tokenize::Tokenizer;
 
 #[derive(clap::Args)]
@@ -26,11 +23,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let path = model_path::resolve(&args.model)?;
-    let file = if path.is_dir() {
-        hf_decoder::open(&path).map_err(|e| e.to_string())?
-    } else {
-        GgufFile::open(&path).map_err(|e| e.to_string())?
+    let path = ferrite::open::resolve(&args.model).map_err(|e| e.to_string())?;
+    let file = match ferrite::open::find(&path, &Default::default()).map_err(|e| e.to_string())? {
+        ferrite::open::Found::Generator(file) => file,
+        other => {
+            return Err(ferrite::open::wrong_kind(
+                &path,
+                other.kind(),
+                ferrite::ModelKind::Generator,
+            )
+            .to_string())
+        }
     };
     let tokenizer =
         Tokenizer::from_gguf(file.metadata()).map_err(|e| format!("{}: {e}", path.display()))?;

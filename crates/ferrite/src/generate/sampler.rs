@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use crate::Error;
+
 /// Sampling options. `temperature <= 0` means greedy (argmax).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerOptions {
@@ -59,12 +61,14 @@ impl SamplerOptions {
     }
 
     /// Checks the options are meaningful; the message names the bad one.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
         let finite = |name: &str, v: f32| {
             if v.is_finite() {
                 Ok(())
             } else {
-                Err(format!("{name} must be a finite number, got {v}"))
+                Err(Error::Input(format!(
+                    "{name} must be a finite number, got {v}"
+                )))
             }
         };
         finite("temperature", self.temperature)?;
@@ -74,16 +78,22 @@ impl SamplerOptions {
         finite("presence penalty", self.presence_penalty)?;
         finite("frequency penalty", self.frequency_penalty)?;
         if !(0.0..=1.0).contains(&self.top_p) {
-            return Err(format!("top-p must be in [0, 1], got {}", self.top_p));
+            return Err(Error::Input(format!(
+                "top-p must be in [0, 1], got {}",
+                self.top_p
+            )));
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(format!("min-p must be in [0, 1], got {}", self.min_p));
+            return Err(Error::Input(format!(
+                "min-p must be in [0, 1], got {}",
+                self.min_p
+            )));
         }
         if self.repeat_penalty <= 0.0 {
-            return Err(format!(
+            return Err(Error::Input(format!(
                 "repeat penalty must be positive, got {}",
                 self.repeat_penalty
-            ));
+            )));
         }
         Ok(())
     }

@@ -2,8 +2,11 @@
 //! prefill of a prompt (reusing whatever prefix the cache already holds),
 //! and the decode loop with its stop conditions.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::generate::continuation::{Continuation, Pick};
+use crate::generate::json::Grammar;
 use crate::generate::sampler::Sampler;
 use crate::models::decoder::{DecoderState, Logits};
 use crate::models::CausalLm;
@@ -22,6 +25,9 @@ pub struct GenerateOptions {
     /// Tokens that end generation besides the tokenizer's end-of-generation
     /// set (e.g. a chat template's turn end, [`crate::generate::chat::turn_end_tokens`]).
     pub end_tokens: Vec<u32>,
+    /// Constrain the text to one JSON value of this grammar (the
+    /// `response_format` / `--json-schema` constraint).
+    pub json: Option<Arc<Grammar>>,
 }
 
 /// Why generation ended.
@@ -187,37 +193,32 @@ impl<'a> Session<'a> {
         if self.tokens.is_empty() {
             return Err(Error::Input("generate called before set_prompt".into()));
         }
+        let mut cont = Continuation::new(
+            self.tokenizer,
+            &mut *sampler,
+            &opts.end_tokens,
+            &opts.stop,
+            opts.json.clone(),
+        );
         for &t in &self.tokens {
-            sampler.accept(t);
+            cont.accept_prompt_token(t);
         }
-        let mut decoder = self.tokenizer.stream_decoder(true);
-        let mut pending = String::new();
         let start = Instant::now();
-        let mut generated = 0;
         let reason = loop {
-            if opts.max_tokens.is_some_and(|m| generated >= m) {
+            if opts.max_tokens.is_some_and(|m| cont.generated >= m) {
                 break StopReason::MaxTokens;
             }
-            let token = sampler.sample(&self.logits);
-            if self.tokenizer.is_end_of_generation(token) || opts.end_tokens.contains(&token) {
-                break StopReason::EndOfGeneration;
-            }
-            sampler.accept(token);
-            generated += 1;
-            pending.push_str(&decoder.push(token));
-            if let Some(cut) = find_stop(&pending, &opts.stop) {
-                pending.truncate(cut);
-                on_text(&pending);
-                pending.clear();
+            let token = match cont.pick(&self.logits) {
+                Pick::End => break StopReason::EndOfGeneration,
+                Pick::Token(t) => t,
+            };
+            let piece = cont.push(token);
+            if piece.stopped {
+                on_text(&piece.text);
                 break StopReason::StopString;
             }
-            let safe = pending.len() - held_back(&pending, &opts.stop);
-            if safe > 0 {
-                let keep_going = on_text(&pending[..safe]);
-                pending.drain(..safe);
-                if !keep_going {
-                    break StopReason::Cancelled;
-                }
+            if !piece.text.is_empty() && !on_text(&piece.text) {
+                break StopReason::Cancelled;
             }
             if self.tokens.len() >= self.n_ctx() {
                 break StopReason::ContextFull;
@@ -226,53 +227,13 @@ impl<'a> Session<'a> {
                 .forward(&[token], &mut self.state, Logits::Last, &mut self.logits)?;
             self.tokens.push(token);
         };
-        if reason != StopReason::StopString {
-            pending.push_str(&decoder.finish());
-            if !pending.is_empty() {
-                on_text(&pending);
-            }
+        let rest = cont.finish();
+        if !rest.is_empty() {
+            on_text(&rest);
         }
+        let generated = cont.generated;
         self.stats.generated_tokens = generated;
         self.stats.generation_time = start.elapsed();
         Ok(reason)
-    }
-}
-
-/// Byte offset of the first stop string in `text`, if any.
-pub fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
-    stops
-        .iter()
-        .filter(|s| !s.is_empty())
-        .filter_map(|s| text.find(s.as_str()))
-        .min()
-}
-
-/// How many bytes at the end of `text` could be the start of a stop string
-/// (and so must not be shown yet). Always on a character boundary.
-pub fn held_back(text: &str, stops: &[String]) -> usize {
-    let mut held = 0;
-    for stop in stops {
-        for (i, _) in stop.char_indices().skip(1) {
-            if text.ends_with(&stop[..i]) {
-                held = held.max(i);
-            }
-        }
-    }
-    held
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stop_string_helpers() {
-        let stops = vec!["</s>".to_string(), "User:".to_string()];
-        assert_eq!(find_stop("hello User: x", &stops), Some(6));
-        assert_eq!(find_stop("hello", &stops), None);
-        assert_eq!(held_back("hello Us", &stops), 2);
-        assert_eq!(held_back("hello <", &stops), 1);
-        assert_eq!(held_back("hello", &stops), 0);
-        assert_eq!(held_back("é", &["éa".to_string()]), 2);
     }
 }

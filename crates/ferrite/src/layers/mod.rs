@@ -1,7 +1,9 @@
 //! Building blocks shared by every architecture: normalisation, rotary
-//! positions, attention over a KV cache, activations.
+//! positions, relative-position buckets, attention over a KV cache,
+//! activations.
 
 pub mod activation;
 pub mod attention;
 pub mod norm;
+pub mod position;
 pub mod rope;

@@ -10,7 +10,6 @@ use std::ops::Range;
 use crate::generate::kv_cache::KvCache;
 use crate::layers::attention::attention_scratch_len;
 use crate::layers::rope::Rope;
-use crate::models::transformer::check_room;
 use crate::parallel::Threads;
 use crate::tensor::QuantizedActs;
 use crate::Error;
@@ -212,4 +211,17 @@ pub fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
     }
+}
+
+/// An error unless `cache` has room for `n` more positions.
+pub fn check_room(cache: &KvCache, n: usize) -> Result<(), Error> {
+    let room = cache.n_ctx - cache.len;
+    if n > room {
+        return Err(Error::ContextFull {
+            needed: n,
+            used: cache.len,
+            n_ctx: cache.n_ctx,
+        });
+    }
+    Ok(())
 }

@@ -162,7 +162,7 @@ pub fn load(dir: &Path, format: WeightFormat) -> Result<Seq2Seq, Error> {
     };
     let eps = c.layer_norm_epsilon;
     let norm = |name: String| -> Result<Norm, Error> {
-        Ok(Norm::Rms {
+        Ok(Norm::RmsF32 {
             weight: src.vector(&name, dim)?,
             eps,
         })

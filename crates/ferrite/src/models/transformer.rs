@@ -26,58 +26,21 @@
 
 use std::ops::Range;
 
-use ferrite_kernels::math::{activate, layer_norm, silu_mul, Activation};
+use ferrite_kernels::math::{activate, silu_mul, Activation};
 use ferrite_kernels::GgmlType;
 
 use crate::generate::kv_cache::{KvCache, KvType};
 use crate::layers::activation::geglu_in_place;
 use crate::layers::attention::{attention, AttnShape, Positions};
-use crate::layers::norm::{rms_norm, rms_norm_in_place};
+pub use crate::layers::norm::Norm;
 use crate::layers::rope::Rope;
 use crate::models::decoder::{
-    add_in_place, DecoderDims, DecoderState, Logits, Workspace, MAX_CHUNK,
+    add_in_place, check_room, DecoderDims, DecoderState, Logits, Workspace, MAX_CHUNK,
 };
 use crate::models::CausalLm;
 use crate::parallel::Threads;
 use crate::tensor::{matmul_many, Embedding, Linear, MatmulJob};
 use crate::Error;
-
-/// A normalization with its weights; rows are `weight.len()` values.
-pub enum Norm {
-    /// `x / sqrt(mean(x^2) + eps) * weight` (Llama, Gemma, Qwen).
-    Rms { weight: Vec<f32>, eps: f32 },
-    /// `(x - mean) / sqrt(var + eps) * weight + bias` (GPT-2).
-    Layer {
-        weight: Vec<f32>,
-        bias: Vec<f32>,
-        eps: f32,
-    },
-}
-
-impl Norm {
-    /// Normalizes each row of `x` into `out`.
-    pub fn apply(&self, x: &[f32], out: &mut [f32]) {
-        match self {
-            Norm::Rms { weight, eps } => rms_norm(x, weight, *eps, out),
-            Norm::Layer { .. } => {
-                out.copy_from_slice(x);
-                self.apply_in_place(out);
-            }
-        }
-    }
-
-    /// Normalizes each row of `x` in place.
-    pub fn apply_in_place(&self, x: &mut [f32]) {
-        match self {
-            Norm::Rms { weight, eps } => rms_norm_in_place(x, weight, *eps),
-            Norm::Layer { weight, bias, eps } => {
-                for row in x.chunks_exact_mut(weight.len()) {
-                    layer_norm(row, weight, bias, *eps);
-                }
-            }
-        }
-    }
-}
 
 /// The query, key and value projections.
 pub enum Qkv {
@@ -238,6 +201,18 @@ impl Decoder {
             Some(w) => n_ctx.min(w + MAX_CHUNK - 1),
             None => n_ctx,
         }
+    }
+
+    /// Bytes of the key/value cache of one sequence of `n_ctx` positions
+    /// (what [`Decoder::new_cache`] allocates).
+    pub fn kv_bytes(&self, n_ctx: usize) -> usize {
+        let per_value = match self.kv_type() {
+            KvType::F16 => 2,
+            KvType::F32 => 4,
+        };
+        (0..self.blocks.len())
+            .map(|l| self.cache_capacity(l, n_ctx) * self.shape.kv_dim() * 2 * per_value)
+            .sum()
     }
 
     /// How far back a cache of `n_ctx` positions can be truncated: ring
@@ -575,19 +550,6 @@ impl Decoder {
         logits.resize(k * nv, 0.0);
         self.head_rows(0..k, ws, threads, logits)
     }
-}
-
-/// An error unless `cache` has room for `n` more positions.
-pub fn check_room(cache: &KvCache, n: usize) -> Result<(), Error> {
-    let room = cache.n_ctx - cache.len;
-    if n > room {
-        return Err(Error::ContextFull {
-            needed: n,
-            used: cache.len,
-            n_ctx: cache.n_ctx,
-        });
-    }
-    Ok(())
 }
 
 /// `x += norm(y)` with a post-norm, else `x += y` (`tmp`: scratch rows).

@@ -18,7 +18,7 @@ use tokenizers::{
     SplitDelimiterBehavior,
 };
 
-use super::vocab::{Vocab, KEY_MERGES, KEY_PRE};
+use super::vocab::{PreTokenizerKind, Vocab, KEY_MERGES, KEY_PRE};
 use super::TokenizerError;
 
 /// GPT-2's pattern.
@@ -28,54 +28,7 @@ const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{
 /// Qwen 2's pattern (single digits).
 const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-/// The pre-tokenizer families we support, by the llama.cpp pre-type they
-/// map to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PreTokenizerKind {
-    /// `default` or no `tokenizer.ggml.pre`: llama.cpp's fallback split.
-    Default,
-    /// GPT-2's regex alone (`gpt-2`, `phi-2`, `mpt`, `olmo`, ...).
-    Gpt2,
-    /// Every digit on its own, then GPT-2's regex (`smollm`, `starcoder`, ...).
-    DigitsThenGpt2 { clean_spaces: bool },
-    /// Llama 3's regex (`llama3`, `llama-bpe`, `dbrx`, ...).
-    Llama3 { llama3_flags: bool },
-    /// Qwen 2's regex (`qwen2`, `stablelm2`, ...).
-    Qwen2 { clean_spaces: bool },
-}
-
 impl PreTokenizerKind {
-    pub const SUPPORTED: &'static str = "default, gpt-2 and its aliases, smollm, starcoder, \
-        refact, command-r, codeshell, exaone, minerva-7b, llama3 and its aliases, dbrx, \
-        smaug-bpe, qwen2, deepseek-r1-qwen, stablelm2, megrez";
-
-    /// The family llama.cpp uses for a `tokenizer.ggml.pre` value.
-    pub fn from_name(pre: &str) -> Option<PreTokenizerKind> {
-        use PreTokenizerKind::*;
-        Some(match pre {
-            "" | "default" => Default,
-            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
-            | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais"
-            | "exaone4" => Gpt2,
-            "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" => {
-                DigitsThenGpt2 { clean_spaces: true }
-            }
-            "smollm" | "command-r" => DigitsThenGpt2 {
-                clean_spaces: false,
-            },
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
-            | "midm-2.0" | "lfm2" | "jina-v5-nano" => Llama3 { llama3_flags: true },
-            "dbrx" | "smaug-bpe" => Llama3 {
-                llama3_flags: false,
-            },
-            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" => Qwen2 {
-                clean_spaces: false,
-            },
-            "stablelm2" | "megrez" => Qwen2 { clean_spaces: true },
-            _ => return None,
-        })
-    }
-
     /// The regexes, applied in order.
     fn patterns(self) -> &'static [&'static str] {
         match self {

@@ -10,7 +10,65 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::vocab::{Attr, SpecialIds};
+/// Token attributes (llama.cpp's `llama_token_attr`, the subset tokenizing
+/// and decoding look at). A token of undefined type has none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Attr(u8);
+
+impl Attr {
+    pub const UNKNOWN: Attr = Attr(1);
+    pub const UNUSED: Attr = Attr(2);
+    pub const NORMAL: Attr = Attr(4);
+    pub const CONTROL: Attr = Attr(8);
+    pub const USER_DEFINED: Attr = Attr(16);
+    pub const BYTE: Attr = Attr(32);
+
+    /// The attribute of a `tokenizer.ggml.token_type` value.
+    pub(crate) fn from_token_type(t: i32) -> Attr {
+        match t {
+            1 => Attr::NORMAL,
+            2 => Attr::UNKNOWN,
+            3 => Attr::CONTROL,
+            4 => Attr::USER_DEFINED,
+            5 => Attr::UNUSED,
+            6 => Attr::BYTE,
+            _ => Attr::default(),
+        }
+    }
+
+    /// True if any flag of `other` is set.
+    pub fn any(self, other: Attr) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    pub fn insert(&mut self, other: Attr) {
+        self.0 |= other.0;
+    }
+}
+
+impl std::ops::BitOr for Attr {
+    type Output = Attr;
+    fn bitor(self, rhs: Attr) -> Attr {
+        Attr(self.0 | rhs.0)
+    }
+}
+
+/// Ids of the tokens with a role.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SpecialIds {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub eot: Option<u32>,
+    pub eom: Option<u32>,
+    pub unk: Option<u32>,
+    pub pad: Option<u32>,
+    pub fim_pre: Option<u32>,
+    pub fim_suf: Option<u32>,
+    pub fim_mid: Option<u32>,
+    pub fim_pad: Option<u32>,
+    pub fim_rep: Option<u32>,
+    pub fim_sep: Option<u32>,
+}
 
 /// Token texts that end generation (llama.cpp's list, matched exactly).
 const EOG_TEXTS: &[&str] = &[

@@ -30,6 +30,31 @@ use tokenizers::{NormalizedString, Normalizer};
 
 use crate::Error;
 
+/// What is wrong with a SentencePiece model's bytes (its file is named by
+/// [`SentencePiece::open`]'s error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpmError(pub String);
+
+impl std::fmt::Display for SpmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SpmError {}
+
+impl From<&str> for SpmError {
+    fn from(s: &str) -> SpmError {
+        SpmError(s.to_string())
+    }
+}
+
+impl From<String> for SpmError {
+    fn from(s: String) -> SpmError {
+        SpmError(s)
+    }
+}
+
 /// Largest `.model` file read (real ones are under 5 MB).
 const MAX_FILE_BYTES: u64 = 64 << 20;
 /// Most pieces a model may have.
@@ -102,7 +127,7 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    fn varint(&mut self) -> Result<u64, String> {
+    fn varint(&mut self) -> Result<u64, SpmError> {
         let mut v = 0u64;
         for i in 0..10 {
             let (&b, rest) = self.rest.split_first().ok_or("truncated varint")?;
@@ -115,13 +140,13 @@ impl<'a> Fields<'a> {
         Err("varint longer than 10 bytes".into())
     }
 
-    fn take(&mut self, n: u64) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: u64) -> Result<&'a [u8], SpmError> {
         let n = usize::try_from(n).map_err(|_| "length too large")?;
         if n > self.rest.len() {
-            return Err(format!(
+            return Err(SpmError::from(format!(
                 "field of {n} bytes runs past the end ({} left)",
                 self.rest.len()
-            ));
+            )));
         }
         let (head, rest) = self.rest.split_at(n);
         self.rest = rest;
@@ -129,7 +154,7 @@ impl<'a> Fields<'a> {
     }
 
     /// The next `(field number, value)`, or None at the end.
-    fn next_field(&mut self) -> Result<Option<(u64, Field<'a>)>, String> {
+    fn next_field(&mut self) -> Result<Option<(u64, Field<'a>)>, SpmError> {
         if self.rest.is_empty() {
             return Ok(None);
         }
@@ -149,7 +174,11 @@ impl<'a> Fields<'a> {
                 let b = self.take(4)?;
                 Field::Fixed32(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             }
-            w => return Err(format!("field {number}: unsupported wire type {w}")),
+            w => {
+                return Err(SpmError::from(format!(
+                    "field {number}: unsupported wire type {w}"
+                )))
+            }
         };
         Ok(Some((number, value)))
     }
@@ -159,13 +188,13 @@ fn fields(bytes: &[u8]) -> Fields<'_> {
     Fields { rest: bytes }
 }
 
-fn text(b: &[u8], what: &str) -> Result<String, String> {
-    String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+fn text(b: &[u8], what: &str) -> Result<String, SpmError> {
+    String::from_utf8(b.to_vec()).map_err(|_| SpmError(format!("{what} is not UTF-8")))
 }
 
 impl ModelProto {
     /// Parses a serialized `ModelProto`.
-    pub fn parse(bytes: &[u8]) -> Result<ModelProto, String> {
+    pub fn parse(bytes: &[u8]) -> Result<ModelProto, SpmError> {
         let mut m = ModelProto {
             pieces: Vec::new(),
             model_type: 1,
@@ -180,13 +209,17 @@ impl ModelProto {
             match (number, value) {
                 (1, Field::Bytes(b)) => {
                     if m.pieces.len() >= MAX_PIECES {
-                        return Err(format!("more than {MAX_PIECES} pieces"));
+                        return Err(SpmError::from(format!("more than {MAX_PIECES} pieces")));
                     }
                     m.pieces.push(parse_piece(b, m.pieces.len())?);
                 }
                 (2, Field::Bytes(b)) => m.parse_trainer(b)?,
                 (3, Field::Bytes(b)) => m.parse_normalizer(b)?,
-                (1..=3, _) => return Err(format!("field {number} has the wrong wire type")),
+                (1..=3, _) => {
+                    return Err(SpmError::from(format!(
+                        "field {number} has the wrong wire type"
+                    )))
+                }
                 _ => {}
             }
         }
@@ -196,7 +229,7 @@ impl ModelProto {
         Ok(m)
     }
 
-    fn parse_trainer(&mut self, b: &[u8]) -> Result<(), String> {
+    fn parse_trainer(&mut self, b: &[u8]) -> Result<(), SpmError> {
         let mut f = fields(b);
         while let Some((number, value)) = f.next_field()? {
             match (number, value) {
@@ -208,7 +241,7 @@ impl ModelProto {
         Ok(())
     }
 
-    fn parse_normalizer(&mut self, b: &[u8]) -> Result<(), String> {
+    fn parse_normalizer(&mut self, b: &[u8]) -> Result<(), SpmError> {
         let mut f = fields(b);
         while let Some((number, value)) = f.next_field()? {
             match (number, value) {
@@ -223,7 +256,7 @@ impl ModelProto {
     }
 }
 
-fn parse_piece(b: &[u8], index: usize) -> Result<Piece, String> {
+fn parse_piece(b: &[u8], index: usize) -> Result<Piece, SpmError> {
     let mut piece = Piece {
         text: String::new(),
         score: 0.0,
@@ -239,15 +272,17 @@ fn parse_piece(b: &[u8], index: usize) -> Result<Piece, String> {
                     .ok_or_else(|| format!("piece {index}: unknown type {t}"))?
             }
             (1..=3, _) => {
-                return Err(format!(
+                return Err(SpmError::from(format!(
                     "piece {index}: field {number} has the wrong wire type"
-                ))
+                )))
             }
             _ => {}
         }
     }
     if !piece.score.is_finite() {
-        return Err(format!("piece {index}: score is not finite"));
+        return Err(SpmError::from(format!(
+            "piece {index}: score is not finite"
+        )));
     }
     Ok(piece)
 }
@@ -277,15 +312,15 @@ impl SentencePiece {
         let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
         let proto = ModelProto::parse(&bytes)
             .map_err(|e| bad(format!("not a SentencePiece model: {e}")))?;
-        SentencePiece::new(proto).map_err(bad)
+        SentencePiece::new(proto).map_err(|e| bad(e.0))
     }
 
-    pub fn new(proto: ModelProto) -> Result<SentencePiece, String> {
+    pub fn new(proto: ModelProto) -> Result<SentencePiece, SpmError> {
         if proto.model_type != 1 {
-            return Err(format!(
+            return Err(SpmError::from(format!(
                 "model type {} is not supported (only unigram, type 1)",
                 proto.model_type
-            ));
+            )));
         }
         if proto.byte_fallback {
             return Err("byte fallback is not supported".into());

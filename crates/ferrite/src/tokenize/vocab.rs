@@ -13,8 +13,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::formats::gguf::{Array, Metadata, Value};
 
-use super::bpe::PreTokenizerKind;
 use super::roles::find_roles;
+pub(crate) use super::roles::{Attr, SpecialIds};
 use super::TokenizerError;
 
 pub(crate) const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -39,46 +39,52 @@ const KEY_FIM_PAD: &str = "tokenizer.ggml.fim_pad_token_id";
 const KEY_FIM_REP: &str = "tokenizer.ggml.fim_rep_token_id";
 const KEY_FIM_SEP: &str = "tokenizer.ggml.fim_sep_token_id";
 
-/// Token attributes (llama.cpp's `llama_token_attr`, the subset tokenizing
-/// and decoding look at). A token of undefined type has none.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Attr(u8);
-
-impl Attr {
-    pub const UNKNOWN: Attr = Attr(1);
-    pub const UNUSED: Attr = Attr(2);
-    pub const NORMAL: Attr = Attr(4);
-    pub const CONTROL: Attr = Attr(8);
-    pub const USER_DEFINED: Attr = Attr(16);
-    pub const BYTE: Attr = Attr(32);
-
-    /// The attribute of a `tokenizer.ggml.token_type` value.
-    fn from_token_type(t: i32) -> Attr {
-        match t {
-            1 => Attr::NORMAL,
-            2 => Attr::UNKNOWN,
-            3 => Attr::CONTROL,
-            4 => Attr::USER_DEFINED,
-            5 => Attr::UNUSED,
-            6 => Attr::BYTE,
-            _ => Attr::default(),
-        }
-    }
-
-    /// True if any flag of `other` is set.
-    pub fn any(self, other: Attr) -> bool {
-        self.0 & other.0 != 0
-    }
-
-    pub fn insert(&mut self, other: Attr) {
-        self.0 |= other.0;
-    }
+/// The pre-tokenizer families we support, by the llama.cpp pre-type they
+/// map to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PreTokenizerKind {
+    /// `default` or no `tokenizer.ggml.pre`: llama.cpp's fallback split.
+    Default,
+    /// GPT-2's regex alone (`gpt-2`, `phi-2`, `mpt`, `olmo`, ...).
+    Gpt2,
+    /// Every digit on its own, then GPT-2's regex (`smollm`, `starcoder`, ...).
+    DigitsThenGpt2 { clean_spaces: bool },
+    /// Llama 3's regex (`llama3`, `llama-bpe`, `dbrx`, ...).
+    Llama3 { llama3_flags: bool },
+    /// Qwen 2's regex (`qwen2`, `stablelm2`, ...).
+    Qwen2 { clean_spaces: bool },
 }
 
-impl std::ops::BitOr for Attr {
-    type Output = Attr;
-    fn bitor(self, rhs: Attr) -> Attr {
-        Attr(self.0 | rhs.0)
+impl PreTokenizerKind {
+    pub const SUPPORTED: &'static str = "default, gpt-2 and its aliases, smollm, starcoder, \
+        refact, command-r, codeshell, exaone, minerva-7b, llama3 and its aliases, dbrx, \
+        smaug-bpe, qwen2, deepseek-r1-qwen, stablelm2, megrez";
+
+    /// The family llama.cpp uses for a `tokenizer.ggml.pre` value.
+    pub fn from_name(pre: &str) -> Option<PreTokenizerKind> {
+        use PreTokenizerKind::*;
+        Some(match pre {
+            "" | "default" => Default,
+            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
+            | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais"
+            | "exaone4" => Gpt2,
+            "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" => {
+                DigitsThenGpt2 { clean_spaces: true }
+            }
+            "smollm" | "command-r" => DigitsThenGpt2 {
+                clean_spaces: false,
+            },
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
+            | "midm-2.0" | "lfm2" | "jina-v5-nano" => Llama3 { llama3_flags: true },
+            "dbrx" | "smaug-bpe" => Llama3 {
+                llama3_flags: false,
+            },
+            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" => Qwen2 {
+                clean_spaces: false,
+            },
+            "stablelm2" | "megrez" => Qwen2 { clean_spaces: true },
+            _ => return None,
+        })
     }
 }
 
@@ -92,23 +98,6 @@ pub(crate) enum Algorithm {
     /// A Hugging Face `tokenizer.json`, run by the `tokenizers` crate
     /// (`super::hf`).
     Hf,
-}
-
-/// Ids of the tokens with a role.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct SpecialIds {
-    pub bos: Option<u32>,
-    pub eos: Option<u32>,
-    pub eot: Option<u32>,
-    pub eom: Option<u32>,
-    pub unk: Option<u32>,
-    pub pad: Option<u32>,
-    pub fim_pre: Option<u32>,
-    pub fim_suf: Option<u32>,
-    pub fim_mid: Option<u32>,
-    pub fim_pad: Option<u32>,
-    pub fim_rep: Option<u32>,
-    pub fim_sep: Option<u32>,
 }
 
 /// A checked vocabulary.

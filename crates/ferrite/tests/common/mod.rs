@@ -277,3 +277,20 @@ impl<'a> Walker<'a> {
 
 pub mod embed;
 pub mod parity;
+
+/// A command running `exe` (a test binary), through `FERRITE_TEST_RUNNER`
+/// if set: the emulator of a cross-built binary (`scripts/test-arm.sh`
+/// sets it to `qemu-aarch64 ...`), which a child process would otherwise
+/// not run under.
+pub fn child_command(exe: &std::path::Path) -> std::process::Command {
+    let runner = std::env::var("FERRITE_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(words).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    }
+}

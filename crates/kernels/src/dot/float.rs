@@ -15,7 +15,7 @@
 use crate::quant::float::f16_le;
 
 /// Number of independent partial sums.
-const LANES: usize = 32;
+pub(crate) const LANES: usize = 32;
 
 /// Dot product of `W`-byte weights (decoded by `decode`) with
 /// little-endian f32 activations, over as many values as both slices hold.
@@ -30,14 +30,34 @@ fn lanes_dot<const W: usize>(w: &[u8], a: &[u8], decode: impl Fn(&[u8]) -> f32) 
     let (w_tail, a_tail) = (w_chunks.remainder(), a_chunks.remainder());
     let chunks = w_chunks.zip(a_chunks).chain([(w_tail, a_tail)]);
     for (wc, ac) in chunks {
-        for ((s, wv), av) in acc
-            .iter_mut()
-            .zip(wc.chunks_exact(W))
-            .zip(ac.chunks_exact(4))
-        {
-            *s += decode(wv) * f32::from_le_bytes([av[0], av[1], av[2], av[3]]);
-        }
+        add_chunk(&mut acc, (wc, W), ac, &decode);
     }
+    fold_lanes(acc)
+}
+
+/// `lane[i] += w[i] * a[i]` for the values of one chunk (a last one may be
+/// short: its values go to lanes 0..), weights of `size` bytes decoded by
+/// `decode`, little-endian f32 activations.
+#[inline(always)]
+pub(crate) fn add_chunk(
+    acc: &mut [f32; LANES],
+    (wc, size): (&[u8], usize),
+    ac: &[u8],
+    decode: impl Fn(&[u8]) -> f32,
+) {
+    for ((s, wv), av) in acc
+        .iter_mut()
+        .zip(wc.chunks_exact(size))
+        .zip(ac.chunks_exact(4))
+    {
+        *s += decode(wv) * f32::from_le_bytes([av[0], av[1], av[2], av[3]]);
+    }
+}
+
+/// The lanes folded in halves, `lane[i] += lane[i + w]` for w = 16, 8, 4,
+/// 2, 1 (shared with the SIMD kernels that store their lanes).
+#[inline(always)]
+pub(crate) fn fold_lanes(mut acc: [f32; LANES]) -> f32 {
     let mut width = LANES / 2;
     while width > 0 {
         let (lo, hi) = acc.split_at_mut(width);

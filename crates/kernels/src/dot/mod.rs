@@ -58,7 +58,7 @@
 //! stops at the end of the shorter one, so mismatched lengths give a
 //! meaningless number, never a panic or an out-of-bounds read.
 
-mod float;
+pub(crate) mod float;
 pub mod interleave;
 pub(crate) mod k_quants;
 mod legacy;
@@ -231,10 +231,35 @@ pub(crate) fn whole_blocks<B: Block>(bytes: &[u8]) -> &[B] {
     as_blocks(&bytes[..whole]).unwrap_or_default()
 }
 
+/// The activation rows of pass `c` of a many-row kernel that takes `T` rows
+/// per pass: rows `c * T..` of `acts` (`act_row` bytes each) as whole
+/// blocks, the first `len` of them; a missing or cut row is empty or short,
+/// the rest empty.
+#[inline]
+pub(crate) fn pass_rows<A: Block, const T: usize>(
+    acts: &[u8],
+    act_row: usize,
+    c: usize,
+    len: usize,
+) -> [&[A]; T] {
+    std::array::from_fn(|i| {
+        if i < len {
+            let start = ((c * T + i) * act_row).min(acts.len());
+            whole_blocks::<A>(&acts[start..(start + act_row).min(acts.len())])
+        } else {
+            &[]
+        }
+    })
+}
+
 /// The block-by-block skeleton of every quantized kernel: `term` gives one
 /// block pair's contribution, added to an f32 sum in block order.
 #[inline(always)]
-fn sum_blocks<W: Block, A: Block>(w: &[u8], a: &[u8], term: impl Fn(&W, &A) -> f32) -> f32 {
+pub(crate) fn sum_blocks<W: Block, A: Block>(
+    w: &[u8],
+    a: &[u8],
+    term: impl Fn(&W, &A) -> f32,
+) -> f32 {
     let mut sum = 0.0f32;
     for (wb, ab) in whole_blocks::<W>(w).iter().zip(whole_blocks::<A>(a)) {
         sum += term(wb, ab);

@@ -59,7 +59,7 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
         dot8: rows8::kernel8_fn(w),
         dot8n: rows8::kernel8n_fn(w),
         dot16: None,
-        dot16n: None,
+        dot16n: rows8::kernel16n_fn(w),
     })
 }
 

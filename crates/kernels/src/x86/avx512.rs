@@ -277,7 +277,9 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
     if let Some(f) = super::avx2::rows8::kernel8n_vnni_fn(w) {
         k.dot8n = Some(f);
     }
-    k.dot16n = super::avx2::rows8::kernel16n_vnni_fn(w);
+    if let Some(f) = super::avx2::rows8::kernel16n_vnni_fn(w) {
+        k.dot16n = Some(f);
+    }
     if let Some(f) = super::avx2::rows8::kernel8_vnni_fn(w) {
         k.dot8 = Some(f);
     }

@@ -133,8 +133,7 @@ pub async fn handle(
     }
     let vectors = rx
         .await
-        .map_err(|_| ApiError::internal("the embedding worker dropped the request"))?
-        .map_err(ApiError::internal)?;
+        .map_err(|_| ApiError::internal("the embedding worker dropped the request"))??;
     let data: Vec<Value> = vectors
         .iter()
         .enumerate()

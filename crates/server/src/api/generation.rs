@@ -83,7 +83,7 @@ pub async fn respond(state: &Arc<AppState>, job: Job) -> Result<Response, ApiErr
     let usage = loop {
         match rx.recv().await {
             Some(Event::Done(u)) => break u,
-            Some(Event::Failed(msg)) => return Err(ApiError::internal(msg)),
+            Some(Event::Failed(e)) => return Err(e),
             Some(ev) => gather(&mut choices, ev),
             None => return Err(ApiError::internal("the scheduler dropped the request")),
         }
@@ -138,9 +138,7 @@ fn stream_reply(
             let ev = st.rx.recv().await;
             let end = matches!(ev, None | Some(Event::Done(_)) | Some(Event::Failed(_)));
             match &ev {
-                Some(Event::Failed(msg)) => st
-                    .frames
-                    .push_back(data(&ApiError::internal(msg.clone()).body())),
+                Some(Event::Failed(e)) => st.frames.push_back(data(&e.body())),
                 None => st.frames.push_back(data(
                     &ApiError::internal("the scheduler dropped the request").body(),
                 )),

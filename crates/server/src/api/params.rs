@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use crate::config::Limits;
 use crate::error::ApiError;
-use crate::generate::json::Grammar;
 use crate::generate::request::GenParams;
 use crate::generate::GenModel;
+use ferrite::generate::json::Grammar;
 
 /// `stop`: a string or a list of strings.
 #[derive(Deserialize, Debug)]

@@ -7,13 +7,12 @@
 //! rather than a blocking thread each. A request whose client disconnects
 //! stops at its next decoding step (or does not start).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
 use ferrite::generate::cancel::{Cancel, CancelOnDrop};
-use ferrite::translate::{TranslateOptions, Translator};
+use ferrite::translate::TranslateOptions;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -21,45 +20,6 @@ use super::extract::ApiJson;
 use super::TextInput as Input;
 use crate::error::ApiError;
 use crate::state::AppState;
-
-/// A translation model being served.
-pub struct TranslateModel {
-    pub name: String,
-    pub translator: Translator,
-    /// Requests admitted: the one translating and those waiting for it.
-    admitted: AtomicUsize,
-    /// Most requests that may wait while one translates.
-    max_waiting: usize,
-}
-
-impl TranslateModel {
-    pub fn new(name: String, translator: Translator, max_waiting: usize) -> TranslateModel {
-        TranslateModel {
-            name,
-            translator,
-            admitted: AtomicUsize::new(0),
-            max_waiting,
-        }
-    }
-
-    /// Admits one more request unless `max_waiting` are already waiting;
-    /// the request counts until the returned guard is dropped.
-    pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
-        let before = self.admitted.fetch_add(1, Ordering::AcqRel);
-        let admitted = Admitted(self.clone());
-        (before <= self.max_waiting).then_some(admitted)
-    }
-}
-
-/// One admitted request of a [`TranslateModel`] (see
-/// [`TranslateModel::admit`]); dropping it lets another in.
-pub struct Admitted(Arc<TranslateModel>);
-
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        self.0.admitted.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// Most inputs one request may hold.
 const MAX_INPUTS: usize = 256;
@@ -131,7 +91,7 @@ pub async fn handle(
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::bad_param("input", e.to_string()))?;
+    .map_err(|e| ApiError::from_lib(&e, "input"))?;
     let data: Vec<Value> = out
         .iter()
         .enumerate()
@@ -140,31 +100,4 @@ pub async fn handle(
     Ok(Json(
         json!({"object": "list", "model": model.name, "data": data}),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ferrite::models::seq2seq::weights::WeightFormat;
-    use ferrite::parallel::Threads;
-
-    /// One translating and `max_waiting` waiting are admitted, the next is
-    /// refused (429), and a dropped guard lets one more in.
-    #[test]
-    fn admits_one_running_and_max_waiting() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../testdata/translation/tiny-marian");
-        let translator =
-            Translator::open_with_threads(&dir, WeightFormat::F32, Threads::new(1)).unwrap();
-        let model = Arc::new(TranslateModel::new("tiny".into(), translator, 2));
-        let running = model.admit().expect("the first runs");
-        let waiting: Vec<Admitted> = (0..2).map(|_| model.admit().expect("may wait")).collect();
-        assert!(model.admit().is_none(), "a fourth is refused");
-        assert!(model.admit().is_none(), "and a fifth");
-        drop(running);
-        let next = model.admit().expect("room again");
-        assert!(model.admit().is_none());
-        drop((waiting, next));
-        assert_eq!(model.admitted.load(Ordering::Acquire), 0);
-    }
 }

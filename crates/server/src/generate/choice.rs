@@ -1,16 +1,15 @@
 //! One choice of a request after its prompt: its KV cache (forked from the
-//! prompt's), its own seeded sampler, and the text it has produced, cut at
-//! stop strings and released only as whole UTF-8 characters that cannot
-//! be the start of a stop string (as `Session::generate` does).
+//! prompt's) and its [`Continuation`] (its own seeded sampler, end tokens,
+//! stop strings, JSON constraint and text: the library's generation loop,
+//! the one `Session::generate` drives), reported as events.
 
 use std::time::Instant;
 
+use ferrite::generate::continuation::{Continuation, Pick};
 use ferrite::generate::kv_cache::KvCache;
 use ferrite::generate::sampler::Sampler;
-use ferrite::generate::session::{find_stop, held_back};
-use ferrite::tokenize::{StreamDecoder, Tokenizer};
+use ferrite::tokenize::Tokenizer;
 
-use super::json::{mask_logits, JsonState};
 use super::request::{Event, FinishReason, GenParams, TokenLogprob};
 
 /// A choice being decoded.
@@ -18,18 +17,11 @@ pub struct Choice<'t> {
     pub index: usize,
     /// `None` once the choice has ended (its memory is freed at once).
     pub cache: Option<KvCache>,
-    sampler: Sampler,
-    decoder: Option<StreamDecoder<'t>>,
-    /// Text not yet released (a possible stop string's start).
-    pending: String,
+    /// Its sampler, end tokens, stop strings, JSON constraint and text.
+    cont: Continuation<'t>,
     /// The token to feed at the next step.
     pub next: Option<u32>,
-    pub generated: usize,
     pub last_token_at: Option<Instant>,
-    /// Where the reply is in its JSON value (`response_format` JSON only).
-    json: Option<JsonState>,
-    /// The logits after the JSON mask (reused).
-    masked: Vec<f32>,
 }
 
 /// What the model and request say about ending a choice.
@@ -41,25 +33,37 @@ pub struct Ends<'a> {
 }
 
 impl<'t> Choice<'t> {
-    pub fn new(index: usize, cache: KvCache, params: &GenParams, tok: &'t Tokenizer) -> Self {
+    pub fn new(
+        index: usize,
+        cache: KvCache,
+        params: &GenParams,
+        tok: &'t Tokenizer,
+        end_tokens: &[u32],
+    ) -> Self {
         let mut opts = params.sampler.clone();
         opts.seed = opts.seed.wrapping_add(index as u64);
         Choice {
             index,
             cache: Some(cache),
-            sampler: Sampler::new(opts),
-            decoder: Some(tok.stream_decoder(true)),
-            pending: String::new(),
+            cont: Continuation::new(
+                tok,
+                Sampler::new(opts),
+                end_tokens,
+                &params.stop,
+                params.json.clone(),
+            ),
             next: None,
-            generated: 0,
             last_token_at: None,
-            json: params.json.as_deref().map(JsonState::new),
-            masked: Vec::new(),
         }
     }
 
     pub fn is_finished(&self) -> bool {
         self.cache.is_none()
+    }
+
+    /// Tokens generated so far.
+    pub fn generated(&self) -> usize {
+        self.cont.generated
     }
 
     /// Picks the next token from `logits` and reports it through `emit`;
@@ -70,50 +74,21 @@ impl<'t> Choice<'t> {
         ends: &Ends,
         emit: &mut dyn FnMut(Event),
     ) -> Option<FinishReason> {
-        let is_end =
-            |t: u32| ends.tokenizer.is_end_of_generation(t) || ends.end_tokens.contains(&t);
-        let token = match (&mut self.json, &ends.params.json) {
-            (Some(state), Some(g)) => {
-                self.masked.clear();
-                self.masked.extend_from_slice(logits);
-                if !mask_logits(g, state, ends.tokenizer, &is_end, &mut self.masked) {
-                    // No token may follow (cannot happen with a real
-                    // vocabulary): end rather than break the JSON.
-                    return Some(self.finish(FinishReason::Stop, emit));
-                }
-                let token = self.sampler.sample(&self.masked);
-                if !is_end(token) {
-                    state.feed_all(g, ends.tokenizer.token_bytes(token));
-                }
-                token
-            }
-            _ => self.sampler.sample(logits),
+        let token = match self.cont.pick(logits) {
+            Pick::End => return Some(self.finish(FinishReason::Stop, emit)),
+            Pick::Token(t) => t,
         };
-        if is_end(token) {
-            return Some(self.finish(FinishReason::Stop, emit));
-        }
         let logprob = ends
             .params
             .logprobs
             .map(|top| token_logprob(logits, token, top));
-        self.sampler.accept(token);
-        self.generated += 1;
-        if let Some(d) = &mut self.decoder {
-            self.pending.push_str(&d.push(token));
-        }
-        let stops = &ends.params.stop;
-        if let Some(cut) = find_stop(&self.pending, stops) {
-            self.pending.truncate(cut);
-            let text = std::mem::take(&mut self.pending);
-            self.decoder = None;
-            emit(self.token_event(text, logprob));
+        let piece = self.cont.push(token);
+        emit(self.token_event(piece.text, logprob));
+        if piece.stopped {
             return Some(self.finish(FinishReason::Stop, emit));
         }
-        let safe = self.pending.len() - held_back(&self.pending, stops);
-        let text: String = self.pending.drain(..safe).collect();
-        emit(self.token_event(text, logprob));
         let cache = self.cache.as_ref()?;
-        if self.generated >= ends.params.max_tokens || cache.len >= cache.n_ctx {
+        if self.cont.generated >= ends.params.max_tokens || cache.len >= cache.n_ctx {
             return Some(self.finish(FinishReason::Length, emit));
         }
         self.next = Some(token);
@@ -131,12 +106,9 @@ impl<'t> Choice<'t> {
     /// Ends the choice: releases held-back text (unless a stop string cut
     /// it), reports the reason and frees the cache.
     fn finish(&mut self, reason: FinishReason, emit: &mut dyn FnMut(Event)) -> FinishReason {
-        if let Some(d) = self.decoder.take() {
-            let mut text = std::mem::take(&mut self.pending);
-            text.push_str(&d.finish());
-            if !text.is_empty() {
-                emit(self.token_event(text, None));
-            }
+        let text = self.cont.finish();
+        if !text.is_empty() {
+            emit(self.token_event(text, None));
         }
         self.cache = None;
         self.next = None;

@@ -3,7 +3,6 @@
 //! every admitted sequence through one batched forward pass per step.
 
 pub mod choice;
-pub mod json;
 pub mod request;
 pub mod scheduler;
 
@@ -12,7 +11,6 @@ use std::sync::Arc;
 
 use ferrite::formats::gguf::GgufFile;
 use ferrite::generate::chat::{model_template, turn_end_tokens, ChatTemplate};
-use ferrite::generate::kv_cache::KvType;
 use ferrite::models::transformer::Decoder;
 use ferrite::models::{load_causal_lm, CausalLm};
 use ferrite::tokenize::Tokenizer;
@@ -47,11 +45,11 @@ impl GenModel {
         file: Arc<GgufFile>,
         limits: &Limits,
         metrics: ModelMetrics,
-    ) -> Result<GenModel, String> {
+    ) -> Result<GenModel, ferrite::Error> {
         let tokenizer = Tokenizer::from_gguf(file.metadata())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let lm = load_causal_lm(file.clone()).map_err(|e| e.to_string())?;
-        let template = model_template(&file, &tokenizer).map_err(|e| e.to_string())?;
+            .map_err(|e| ferrite::Error::model(path.display().to_string(), e.to_string()))?;
+        let lm = load_causal_lm(file.clone())?;
+        let template = model_template(&file, &tokenizer)?;
         let end_tokens = turn_end_tokens(&tokenizer, &template);
         let train = lm.n_ctx_train();
         let ctx = limits.ctx.map_or(train, |c| c.min(train)).max(2);
@@ -75,13 +73,6 @@ impl GenModel {
     /// Bytes of a KV cache of `n_ctx` positions (what
     /// `Decoder::new_cache` allocates).
     pub fn cache_bytes(&self, n_ctx: usize) -> usize {
-        let d = self.decoder();
-        let per_value = match d.kv_type() {
-            KvType::F16 => 2,
-            KvType::F32 => 4,
-        };
-        (0..d.blocks.len())
-            .map(|l| d.cache_capacity(l, n_ctx) * d.shape.kv_dim() * 2 * per_value)
-            .sum()
+        self.decoder().kv_bytes(n_ctx)
     }
 }

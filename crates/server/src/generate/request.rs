@@ -7,7 +7,7 @@ use std::time::Instant;
 use ferrite::generate::sampler::SamplerOptions;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::json::Grammar;
+use ferrite::generate::json::Grammar;
 
 /// Options of one generation request, checked by the HTTP side.
 #[derive(Clone, Debug)]
@@ -96,5 +96,5 @@ pub enum Event {
     /// Every choice ended.
     Done(Usage),
     /// The request failed inside the scheduler.
-    Failed(String),
+    Failed(crate::error::ApiError),
 }

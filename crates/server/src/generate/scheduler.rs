@@ -26,6 +26,7 @@ use super::choice::{Choice, Ends};
 use super::request::{Event, GenRequest, Usage};
 use super::GenModel;
 use crate::config::Limits;
+use crate::error::ApiError;
 
 /// How long an idle scheduler sleeps before looking at its queue again.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
@@ -115,7 +116,9 @@ impl<'t> Scheduler<'t> {
                 continue;
             }
             if catch_unwind(AssertUnwindSafe(|| self.step())).is_err() {
-                self.fail_all("internal error: the forward pass panicked");
+                self.fail_all(ApiError::internal(
+                    "internal error: the forward pass panicked",
+                ));
             }
         }
     }
@@ -188,17 +191,19 @@ impl<'t> Scheduler<'t> {
                 }),
                 Err(e) => {
                     self.reserved -= per_choice * req.params.n;
-                    let _ = req.events.send(Event::Failed(e.to_string()));
+                    let _ = req
+                        .events
+                        .send(Event::Failed(ApiError::from_lib(&e, "prompt")));
                 }
             }
         }
     }
 
     /// Fails every admitted request (after an error in a forward pass).
-    fn fail_all(&mut self, message: &str) {
+    fn fail_all(&mut self, error: ApiError) {
         let n = self.active.len();
         for a in self.active.drain(..) {
-            let _ = a.req.events.send(Event::Failed(message.to_string()));
+            let _ = a.req.events.send(Event::Failed(error.clone()));
         }
         self.reserved = 0;
         self.m.metrics.requests.inc_by(n as u64);
@@ -253,7 +258,7 @@ impl<'t> Scheduler<'t> {
         );
         drop(items);
         if let Err(e) = result {
-            self.fail_all(&format!("internal error in the forward pass: {e}"));
+            self.fail_all(ApiError::from_lib(&e, "prompt"));
             return;
         }
         let logits = std::mem::take(&mut self.logits);
@@ -296,6 +301,7 @@ impl<'t> Scheduler<'t> {
                 cache.clone(),
                 &act.req.params,
                 &self.m.tokenizer,
+                &self.m.end_tokens,
             ));
         }
         choices.push(Choice::new(
@@ -303,6 +309,7 @@ impl<'t> Scheduler<'t> {
             cache,
             &act.req.params,
             &self.m.tokenizer,
+            &self.m.end_tokens,
         ));
         act.stage = Stage::Decode(choices);
         for c in 0..n {
@@ -323,13 +330,13 @@ impl<'t> Scheduler<'t> {
             end_tokens: &m.end_tokens,
             params: &act.req.params,
         };
-        let before = choice.generated;
+        let before = choice.generated();
         let events = &act.req.events;
         let finished = choice.advance(logits, &ends, &mut |ev| {
             // A closed receiver is noticed at the next step.
             let _ = events.send(ev);
         });
-        if choice.generated > before {
+        if choice.generated() > before {
             let now = Instant::now();
             act.completion_tokens += 1;
             m.metrics.generated_tokens.inc();

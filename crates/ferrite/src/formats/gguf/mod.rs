@@ -207,7 +207,15 @@ impl GgufFile {
     pub fn release(&self, range: std::ops::Range<usize>) {
         #[cfg(unix)]
         if let Bytes::Mapped(map) = &self.bytes {
-            const PAGE: usize = 4096;
+            // madvise refuses a range that does not start on a page
+            // boundary, and only whole pages can leave: x86-64 pages are
+            // 4 KiB; elsewhere a multiple of every page size in use (16 KiB
+            // on Apple silicon, 4, 16 or 64 KiB on arm64 Linux kernels).
+            const PAGE: usize = if cfg!(target_arch = "x86_64") {
+                4096
+            } else {
+                64 * 1024
+            };
             let start = range.start.next_multiple_of(PAGE);
             let end = range.end.min(map.len()) / PAGE * PAGE;
             if start < end {

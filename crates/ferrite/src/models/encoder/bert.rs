@@ -12,7 +12,7 @@ use ferrite_kernels::math::Activation;
 
 use super::config::{JsonConfig, Sizes};
 use super::weights::{token_tables, Dense, WeightSource};
-use super::{Encoder, EncoderLayer, LayerNorm, Mlp, Positions};
+use super::{Encoder, EncoderLayer, Mlp, Norm, Positions};
 use crate::models::hparams::HParams;
 use crate::Error;
 
@@ -132,8 +132,8 @@ pub(crate) fn layer_norm(
     prefix: &str,
     dim: usize,
     eps: f32,
-) -> Result<LayerNorm, Error> {
-    Ok(LayerNorm {
+) -> Result<Norm, Error> {
+    Ok(Norm::Layer {
         weight: src.vector(&format!("{prefix}.weight"), dim)?,
         bias: src.vector(&format!("{prefix}.bias"), dim)?,
         eps,

@@ -34,26 +34,8 @@ use crate::parallel::{DisjointSlice, Threads};
 use crate::Error;
 use weights::Dense;
 
-/// Layer normalization with weight and bias.
-pub struct LayerNorm {
-    pub weight: Vec<f32>,
-    pub bias: Vec<f32>,
-    pub eps: f32,
-}
-
-impl LayerNorm {
-    /// Normalizes one row in place (sums in a fixed order, see
-    /// `ferrite_kernels::math::layer_norm`).
-    pub fn apply(&self, x: &mut [f32]) {
-        math::layer_norm(x, &self.weight, &self.bias, self.eps);
-    }
-
-    /// `x = LN(x + y)` for one row (the post-norm residual).
-    fn add_then_apply(&self, x: &mut [f32], y: &[f32]) {
-        x.iter_mut().zip(y).for_each(|(v, &a)| *v += a);
-        self.apply(x);
-    }
-}
+/// The encoders' norms are [`Norm::Layer`] (weight and bias).
+pub use crate::layers::norm::Norm;
 
 /// How token positions enter the model.
 pub enum Positions {
@@ -91,9 +73,9 @@ pub struct EncoderLayer {
     /// Q, K and V stacked: `(3 * dim, dim)`.
     pub qkv: Dense,
     pub out: Dense,
-    pub attn_norm: LayerNorm,
+    pub attn_norm: Norm,
     pub mlp: Mlp,
-    pub out_norm: LayerNorm,
+    pub out_norm: Norm,
 }
 
 /// Sizes of an encoder.
@@ -128,17 +110,7 @@ impl RelativeBias {
     /// `MPNetEncoder.relative_position_bucket` computes it (its logarithm
     /// in f32, as torch does; tested against torch's buckets).
     pub fn bucket(&self, rel: i64) -> usize {
-        let half = self.n_buckets / 2;
-        let max_exact = half / 2;
-        // Keys after the query (rel > 0) use the upper half.
-        let base = if rel > 0 { half } else { 0 };
-        let n = rel.unsigned_abs() as usize;
-        if n < max_exact {
-            return base + n;
-        }
-        let scale = ((self.max_distance / max_exact) as f64).ln() as f32;
-        let log = (n as f32 / max_exact as f32).ln() / scale * (half - max_exact) as f32;
-        base + (max_exact + log as usize).min(half - 1)
+        crate::layers::position::relative_bucket(rel, true, self.n_buckets, self.max_distance)
     }
 }
 
@@ -151,7 +123,7 @@ pub struct Encoder {
     pub positions: Positions,
     /// Added to every layer's attention scores (MPNet).
     pub relative_bias: Option<RelativeBias>,
-    pub embd_norm: LayerNorm,
+    pub embd_norm: Norm,
     pub layers: Vec<EncoderLayer>,
 }
 
@@ -433,7 +405,7 @@ impl Encoder {
                         let p = &table[(first + pos) * dim..(first + pos + 1) * dim];
                         row.iter_mut().zip(p).for_each(|(v, &e)| *v += e);
                     }
-                    self.embd_norm.apply(row);
+                    self.embd_norm.apply_in_place(row);
                 }
             }
         });
@@ -748,7 +720,7 @@ fn dense_add_norm(
     input: &[f32],
     proj: &mut [f32],
     x: &mut [f32],
-    norm: &LayerNorm,
+    norm: &Norm,
     threads: &Threads,
 ) {
     let dim = d.w.n();
@@ -812,7 +784,7 @@ fn swiglu(
 }
 
 /// `x = LN(x + y)` row by row, rows split across threads.
-fn add_and_norm(x: &mut [f32], y: &[f32], norm: &LayerNorm, dim: usize, threads: &Threads) {
+fn add_and_norm(x: &mut [f32], y: &[f32], norm: &Norm, dim: usize, threads: &Threads) {
     let rows = x.len() / dim;
     let target = DisjointSlice::new(x);
     threads.split(rows, |range| {

@@ -302,7 +302,7 @@ impl Seq2Seq {
             })?;
         }
         if let Some(norm) = &self.encoder_norm {
-            x.chunks_exact_mut(dim).for_each(|r| norm.apply(r));
+            x.chunks_exact_mut(dim).for_each(|r| norm.apply_in_place(r));
         }
         let mut out: Vec<Encoded> = (0..inputs.len())
             .map(|i| Encoded {
@@ -358,7 +358,7 @@ impl Seq2Seq {
         h.clear();
         h.extend_from_slice(x);
         if self.config.placement == NormPlacement::Pre {
-            each_row(&mut h, dim, threads, |r| norm.apply(r));
+            each_row(&mut h, dim, threads, |r| norm.apply_in_place(r));
         }
         let result = f(self, &h, ws);
         ws.h = h;
@@ -374,7 +374,7 @@ impl Seq2Seq {
             for (xr, pr) in xs.chunks_exact_mut(dim).zip(ps.chunks_exact(dim)) {
                 xr.iter_mut().zip(pr).for_each(|(a, &b)| *a += b);
                 if post {
-                    norm.apply(xr);
+                    norm.apply_in_place(xr);
                 }
             }
         });
@@ -588,7 +588,7 @@ impl Seq2Seq {
                 row.cache.len += 1;
             }
             if let Some(norm) = &self.decoder_norm {
-                x.chunks_exact_mut(dim).for_each(|r| norm.apply(r));
+                x.chunks_exact_mut(dim).for_each(|r| norm.apply_in_place(r));
             }
             if c.output_scale != 1.0 {
                 x.iter_mut().for_each(|v| *v *= c.output_scale);

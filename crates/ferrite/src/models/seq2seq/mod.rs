@@ -49,38 +49,9 @@ impl Proj {
     }
 }
 
-/// Layer normalization (Marian: weight and bias, mean subtracted) or T5's
-/// RMS norm (weight only, no mean).
-pub enum Norm {
-    Layer {
-        weight: Vec<f32>,
-        bias: Vec<f32>,
-        eps: f32,
-    },
-    Rms {
-        weight: Vec<f32>,
-        eps: f32,
-    },
-}
-
-impl Norm {
-    /// Normalizes one row in place.
-    pub fn apply(&self, x: &mut [f32]) {
-        match self {
-            Norm::Layer { weight, bias, eps } => {
-                ferrite_kernels::math::layer_norm(x, weight, bias, *eps)
-            }
-            Norm::Rms { weight, eps } => {
-                // T5LayerNorm: variance in f32 of the f32 values.
-                let mean = x.iter().map(|&v| v * v).sum::<f32>() / x.len() as f32;
-                let inv = 1.0 / (mean + eps).sqrt();
-                for (v, &w) in x.iter_mut().zip(weight) {
-                    *v = *v * inv * w;
-                }
-            }
-        }
-    }
-}
+/// Layer normalization (Marian) or T5's RMS norm with an f32 sum
+/// ([`Norm::RmsF32`]): the library's one norm.
+pub use crate::layers::norm::Norm;
 
 /// Post-norm (Marian: `x = norm(x + f(x))`) or pre-norm (T5:
 /// `x = x + f(norm(x))`, with a final norm after the last layer).
@@ -213,41 +184,7 @@ pub fn sinusoidal_table(n: usize, dim: usize) -> Vec<f32> {
     t
 }
 
-/// T5's bucket of a relative position `key - query`: exact buckets for
-/// small distances, logarithmic ones up to `max_distance`; bidirectional
-/// (encoder) buckets split by sign.
-pub fn relative_bucket(
-    rel: i64,
-    bidirectional: bool,
-    n_buckets: usize,
-    max_distance: usize,
-) -> usize {
-    let mut n = n_buckets as i64;
-    let mut bucket = 0i64;
-    let mut rel = rel;
-    if bidirectional {
-        n /= 2;
-        if rel > 0 {
-            bucket += n;
-        }
-        rel = rel.abs();
-    } else {
-        rel = -rel.min(0);
-    }
-    let max_exact = n / 2;
-    if rel < max_exact {
-        bucket += rel;
-    } else {
-        // As T5 computes it in f32: log(rel / max_exact) / log(max_distance
-        // / max_exact) * (n - max_exact), truncated.
-        let large = (rel as f32 / max_exact as f32).ln()
-            / (max_distance as f32 / max_exact as f32).ln()
-            * (n - max_exact) as f32;
-        let large = (max_exact + large as i64).min(n - 1);
-        bucket += large;
-    }
-    bucket as usize
-}
+pub use crate::layers::position::relative_bucket;
 
 #[cfg(test)]
 mod tests {
@@ -259,16 +196,5 @@ mod tests {
         assert_eq!(&t[..8], &[0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
         assert_eq!(t[8], 1f64.sin() as f32);
         assert_eq!(t[12], 1f64.cos() as f32);
-    }
-
-    #[test]
-    fn relative_buckets_match_t5() {
-        // Values from T5's _relative_position_bucket (32 buckets, 128).
-        assert_eq!(relative_bucket(0, true, 32, 128), 0);
-        assert_eq!(relative_bucket(3, true, 32, 128), 19);
-        assert_eq!(relative_bucket(-3, true, 32, 128), 3);
-        assert_eq!(relative_bucket(-100, true, 32, 128), 15);
-        assert_eq!(relative_bucket(-5, false, 32, 128), 5);
-        assert_eq!(relative_bucket(4, false, 32, 128), 0);
     }
 }

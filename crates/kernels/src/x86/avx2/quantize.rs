@@ -2,22 +2,24 @@
 //! reference's results bit for bit: 32-value blocks for Q8_0 / Q8_1
 //! (`crate::quant::q8_0::quantize_q8`: the same `amax`, the same scalar
 //! `d = amax / 127` and `id = 1 / d`, the same rounded products `x * id`,
-//! rounded half away from zero like `roundf`), and Q8_K's 256-value
-//! blocks ([`q8k_block`]).
+//! rounded half away from zero like `roundf`), Q8_0 activation rows with
+//! their panel places in one pass ([`quantize_acts_row`]), and Q8_K's
+//! 256-value blocks ([`q8k_block`]).
 
 use std::arch::x86_64::*;
 
+use crate::quant::q8_0::{
+    quantize_acts_row_with, quantize_q8_scalar, ActBlockFacts, BlockQ8_0, ACT_PANEL_ROWS,
+};
 use crate::quant::{BlockQ8K, QK, QK_K};
 
-/// `(d, q)` of a block of finite values, or `None` if a value is NaN or
+/// `d` and the rounded values of a block of finite values, values
+/// `8k..8k + 8` as i32 in vector `k`, or `None` if a value is NaN or
 /// infinite (the caller then runs the scalar reference, whose `fold` gives
 /// NaNs an order-dependent meaning) or `1 / d` overflows.
-///
-/// # Safety
-///
-/// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q8_block(x: &[f32; QK]) -> Option<(f32, [i8; QK])> {
+#[inline]
+unsafe fn q8_values(x: &[f32; QK]) -> Option<(f32, [__m256i; 4])> {
     // SAFETY: `x` is 32 readable f32; `loadu` has no alignment requirement.
     let v: [__m256; 4] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x[8 * k..].as_ptr()) });
     let sign = _mm256_set1_ps(-0.0);
@@ -47,8 +49,9 @@ pub(crate) unsafe fn q8_block(x: &[f32; QK]) -> Option<(f32, [i8; QK])> {
     let idv = _mm256_set1_ps(id);
     let one = _mm256_set1_ps(1.0);
     let half = _mm256_set1_ps(0.5);
-    let q: [__m256i; 4] = std::array::from_fn(|k| {
-        let p = _mm256_mul_ps(v[k], idv);
+    let mut q = [_mm256_setzero_si256(); 4];
+    for (q, v) in q.iter_mut().zip(v) {
+        let p = _mm256_mul_ps(v, idv);
         // Half away from zero: round to nearest (ties to even), except at
         // an exact tie, where it is the truncation plus the sign. All
         // steps exact (|p| <= 127 up to rounding).
@@ -57,19 +60,87 @@ pub(crate) unsafe fn q8_block(x: &[f32; QK]) -> Option<(f32, [i8; QK])> {
         let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, trunc));
         let tie = _mm256_cmp_ps::<_CMP_EQ_OQ>(frac, half);
         let away = _mm256_add_ps(trunc, _mm256_or_ps(one, _mm256_and_ps(sign, p)));
-        _mm256_cvtps_epi32(_mm256_blendv_ps(even, away, tie))
-    });
-    // i32 -> i16 -> i8 (no saturation: |q| <= 127); packs interleaves the
-    // 128-bit halves, a final permute restores the order.
+        *q = _mm256_cvtps_epi32(_mm256_blendv_ps(even, away, tie));
+    }
+    Some((d, q))
+}
+
+/// The 32 values of [`q8_values`] as bytes, in order: i32 -> i16 -> i8
+/// (no saturation: |q| <= 127); packs interleaves the 128-bit halves, a
+/// final permute restores the order.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q8_bytes(q: &[__m256i; 4]) -> __m256i {
     let w01 = _mm256_packs_epi32(q[0], q[1]);
     let w23 = _mm256_packs_epi32(q[2], q[3]);
     let b = _mm256_packs_epi16(w01, w23);
-    let b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// `(d, q)` of a block of finite values (`crate::quant::q8_0::quantize_q8`
+/// bit for bit), or `None` as [`q8_values`].
+///
+/// # Safety
+///
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q8_block(x: &[f32; QK]) -> Option<(f32, [i8; QK])> {
+    let (d, q) = q8_values(x)?;
     let mut out = [0i8; QK];
     // SAFETY: `out` is 32 writable bytes; `storeu` has no alignment
     // requirement.
-    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), b) };
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), q8_bytes(&q)) };
     Some((d, out))
+}
+
+/// `crate::quant::q8_0::quantize_acts_row` in one pass per block: the
+/// values of [`q8_values`] stored as bytes into the row and the block's
+/// panel place, their sum taken from the same registers, `d` to f16 and
+/// back by the F16C conversions (round to nearest even, subnormals kept,
+/// overflow to infinity: `f16_le_from` for a finite value). A block
+/// [`q8_values`] refuses runs the scalar reference. The arguments are
+/// checked by the public wrapper.
+///
+/// # Safety
+///
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_acts_row(x: &[f32], out: &mut [u8], facts: &mut [ActBlockFacts]) {
+    const SIZE: usize = std::mem::size_of::<BlockQ8_0>();
+    for (b, (x, o)) in x
+        .chunks_exact(QK)
+        .zip(out.chunks_exact_mut(SIZE))
+        .enumerate()
+    {
+        let (Ok(x), Ok(o)) = (<&[f32; QK]>::try_from(x), <&mut [u8; SIZE]>::try_from(o)) else {
+            continue;
+        };
+        let Some((d, q)) = q8_values(x) else {
+            quantize_acts_row_with(
+                x,
+                o,
+                facts.get_mut(b * ACT_PANEL_ROWS..).unwrap_or_default(),
+                quantize_q8_scalar,
+            );
+            continue;
+        };
+        let bytes = q8_bytes(&q);
+        let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(d));
+        o[..2].copy_from_slice(&(_mm_extract_epi16::<0>(h) as u16).to_le_bytes());
+        // SAFETY: bytes 2..34 of `o` are writable; `storeu` has no
+        // alignment requirement.
+        unsafe { _mm256_storeu_si256(o[2..].as_mut_ptr().cast(), bytes) };
+        if let Some(f) = facts.get_mut(b * ACT_PANEL_ROWS) {
+            let sum = super::hsum_i32(_mm256_add_epi32(
+                _mm256_add_epi32(q[0], q[1]),
+                _mm256_add_epi32(q[2], q[3]),
+            ));
+            f.d = _mm_cvtss_f32(_mm_cvtph_ps(h));
+            f.offset = -128 * sum;
+            // SAFETY: `f.qs` is 32 writable bytes; as above.
+            unsafe { _mm256_storeu_si256(f.qs.as_mut_ptr().cast(), bytes) };
+        }
+    }
 }
 
 /// A Q8_K block of 256 finite values, as `BlockQ8K::from_f32_scalar`

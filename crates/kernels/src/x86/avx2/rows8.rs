@@ -19,7 +19,7 @@
 use std::arch::x86_64::*;
 
 use super::{load_i8, load_u8, load_u8x16};
-use crate::dot::{whole_blocks, Dot8Fn, Dot8NFn};
+use crate::dot::{whole_blocks, Dot16NFn, Dot8Fn, Dot8NFn};
 use crate::quant::{Block, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
 
@@ -173,21 +173,7 @@ unsafe fn small_isums<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i {
 /// stack while a weight block is decoded once for all of them).
 const TOKENS: usize = 16;
 
-/// The activation rows of pass `c` of a many-row kernel: rows
-/// `c * TOKENS..` of `acts` (`act_row` bytes each) as whole blocks, the
-/// first `len` of them; a missing or cut row is empty or short, the rest
-/// empty.
-#[inline]
-fn pass_rows<A: Block>(acts: &[u8], act_row: usize, c: usize, len: usize) -> [&[A]; TOKENS] {
-    std::array::from_fn(|i| {
-        if i < len {
-            let start = ((c * TOKENS + i) * act_row).min(acts.len());
-            whole_blocks::<A>(&acts[start..(start + act_row).min(acts.len())])
-        } else {
-            &[]
-        }
-    })
-}
+pub(super) use crate::dot::pass_rows;
 
 /// Defines `$name::<K: $bound>(group, acts, act_row, out)`: `out[t]` =
 /// [`dot8`] of `group` with activation row `t` (bytes
@@ -305,6 +291,7 @@ dot8_with!(
 );
 
 // After the macros, which it uses.
+mod prefill;
 mod q8_0;
 mod two_groups;
 
@@ -796,8 +783,14 @@ impl Rows8 for Q3K {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn with_min(d_x: f32, d: __m128i, dmin: __m128i, isum: __m256i, msum: __m256i) -> __m256 {
+    with_min_f32(d_x, _mm256_cvtph_ps(d), _mm256_cvtph_ps(dmin), isum, msum)
+}
+
+/// [`with_min`] with `d` and `dmin` already converted to f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn with_min_f32(d_x: f32, d: __m256, dmin: __m256, isum: __m256i, msum: __m256i) -> __m256 {
     let d_x = _mm256_set1_ps(d_x);
-    let (d, dmin) = (_mm256_cvtph_ps(d), _mm256_cvtph_ps(dmin));
     _mm256_sub_ps(
         _mm256_mul_ps(_mm256_mul_ps(d_x, d), _mm256_cvtepi32_ps(isum)),
         _mm256_mul_ps(_mm256_mul_ps(d_x, dmin), _mm256_cvtepi32_ps(msum)),
@@ -836,8 +829,14 @@ pub(super) fn kernel8n_fn(w: GgmlType) -> Option<Dot8NFn> {
         Q4_1 => q4_1_q8_1_x8n,
         Q5_0 => q5_0_q8_0_x8n,
         Q8_0 => q8_0::q8_0_q8_0_x8n,
-        _ => return None,
+        _ => return prefill::kernel8n_fn(w),
     })
+}
+
+/// The two-group many-row kernel (`VecDotKernel::dot16n`) for weights of
+/// type `w`, if this set has one.
+pub(super) fn kernel16n_fn(w: GgmlType) -> Option<Dot16NFn> {
+    prefill::kernel16n_fn(w)
 }
 
 /// Q4_0 x Q8_0, eight interleaved rows, many activation rows.

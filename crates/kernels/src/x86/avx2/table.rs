@@ -173,9 +173,10 @@ fn quantize_q8(x: &[f32; QK]) -> (f32, [i8; QK]) {
         .unwrap_or_else(|| crate::quant::q8_0::quantize_q8_scalar(x))
 }
 
-/// `crate::quant::q8_0::quantize_acts_row` with this set's blocks.
+/// `crate::quant::q8_0::quantize_acts_row`, a block at a time in one pass.
 fn quantize_acts_row(x: &[f32], out: &mut [u8], facts: &mut [crate::quant::q8_0::ActBlockFacts]) {
-    crate::quant::q8_0::quantize_acts_row_with(x, out, facts, quantize_q8)
+    // SAFETY: see above.
+    unsafe { super::quantize::quantize_acts_row(x, out, facts) }
 }
 
 /// As `quantize_q8`: non-finite blocks go to the scalar reference.

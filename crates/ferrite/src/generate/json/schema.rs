@@ -12,6 +12,13 @@
 
 use serde_json::{Map, Value};
 
+use crate::Error;
+
+/// A schema ferrite cannot enforce: a bad input, with the reason.
+fn bad(reason: impl Into<String>) -> Error {
+    Error::Input(reason.into())
+}
+
 /// Index of a node in [`Grammar::nodes`].
 pub type NodeId = usize;
 
@@ -96,11 +103,11 @@ impl Grammar {
     }
 
     /// A JSON schema; the error names what is not supported.
-    pub fn from_schema(schema: &Value) -> Result<Grammar, String> {
+    pub fn from_schema(schema: &Value) -> Result<Grammar, Error> {
         let mut nodes = Vec::new();
         let root = compile(schema, &mut nodes, 0)?;
         if !matches!(nodes[root], Node::Object(_) | Node::AnyObject) {
-            return Err("the schema's root must be an object (type: object)".into());
+            return Err(bad("the schema's root must be an object (type: object)"));
         }
         Ok(Grammar::with_root(nodes, root))
     }
@@ -129,19 +136,19 @@ fn push(nodes: &mut Vec<Node>, n: Node) -> NodeId {
 /// Nesting of schemas we follow at most (a hostile schema could be deep).
 const MAX_SCHEMA_DEPTH: usize = 32;
 
-fn compile(s: &Value, nodes: &mut Vec<Node>, depth: usize) -> Result<NodeId, String> {
+fn compile(s: &Value, nodes: &mut Vec<Node>, depth: usize) -> Result<NodeId, Error> {
     if depth > MAX_SCHEMA_DEPTH {
-        return Err(format!(
+        return Err(bad(format!(
             "the schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
-        ));
+        )));
     }
     let obj = match s {
         Value::Bool(true) => return Ok(push(nodes, Node::Any)),
         Value::Object(o) => o,
-        _ => return Err(format!("a schema must be an object, got {s}")),
+        _ => return Err(bad(format!("a schema must be an object, got {s}"))),
     };
     if let Some(k) = REFUSED.iter().find(|k| obj.contains_key(**k)) {
-        return Err(format!("the schema keyword '{k}' is not supported"));
+        return Err(bad(format!("the schema keyword '{k}' is not supported")));
     }
     if let Some(v) = obj.get("const") {
         return Ok(push(nodes, Node::Literal(vec![v.to_string()])));
@@ -150,7 +157,7 @@ fn compile(s: &Value, nodes: &mut Vec<Node>, depth: usize) -> Result<NodeId, Str
         let values = e
             .as_array()
             .filter(|a| !a.is_empty())
-            .ok_or("enum must be a non-empty list")?;
+            .ok_or_else(|| bad("enum must be a non-empty list"))?;
         return Ok(push(
             nodes,
             Node::Literal(values.iter().map(Value::to_string).collect()),
@@ -161,7 +168,7 @@ fn compile(s: &Value, nodes: &mut Vec<Node>, depth: usize) -> Result<NodeId, Str
             let list = v
                 .as_array()
                 .filter(|a| !a.is_empty())
-                .ok_or(format!("{key} must be a non-empty list"))?;
+                .ok_or_else(|| bad(format!("{key} must be a non-empty list")))?;
             let members = list
                 .iter()
                 .map(|m| compile(m, nodes, depth + 1))
@@ -185,7 +192,7 @@ fn compile(s: &Value, nodes: &mut Vec<Node>, depth: usize) -> Result<NodeId, Str
         None if obj.contains_key("properties") => compile_type("object", obj, nodes, depth),
         None if obj.contains_key("items") => compile_type("array", obj, nodes, depth),
         None => Ok(push(nodes, Node::Any)),
-        Some(other) => Err(format!("type must be a string or a list, got {other}")),
+        Some(other) => Err(bad(format!("type must be a string or a list, got {other}"))),
     }
 }
 
@@ -194,7 +201,7 @@ fn compile_type(
     obj: &Map<String, Value>,
     nodes: &mut Vec<Node>,
     depth: usize,
-) -> Result<NodeId, String> {
+) -> Result<NodeId, Error> {
     let node = match t {
         "string" => Node::String,
         "number" => Node::Number,
@@ -214,9 +221,11 @@ fn compile_type(
                     .into_iter()
                     .flatten()
                 {
-                    let r = r.as_str().ok_or("required must list property names")?;
+                    let r = r
+                        .as_str()
+                        .ok_or_else(|| bad("required must list property names"))?;
                     if !props.contains_key(r) {
-                        return Err(format!("required property '{r}' is not in properties"));
+                        return Err(bad(format!("required property '{r}' is not in properties")));
                     }
                 }
                 Node::Object(fields)
@@ -231,11 +240,13 @@ fn compile_type(
             let min = count("minItems").unwrap_or(0);
             let max = count("maxItems").unwrap_or(MAX_ITEMS.max(min));
             if min > max || min > 1024 {
-                return Err(format!("minItems {min} / maxItems {max} cannot be met"));
+                return Err(bad(format!(
+                    "minItems {min} / maxItems {max} cannot be met"
+                )));
             }
             Node::Array { item, min, max }
         }
-        other => return Err(format!("type '{other}' is not a JSON schema type")),
+        other => return Err(bad(format!("type '{other}' is not a JSON schema type"))),
     };
     Ok(push(nodes, node))
 }

@@ -11,7 +11,7 @@ pub mod schema;
 pub use machine::JsonState;
 pub use schema::Grammar;
 
-use ferrite::tokenize::Tokenizer;
+use crate::tokenize::Tokenizer;
 
 /// Sets to -inf the logits of tokens that may not come next in `state`;
 /// `is_end(id)` says whether a token ends generation. Returns whether any

@@ -1,0 +1,122 @@
+//! `ferrite run` is the library's generation loop: `--json-schema`
+//! constrains it as the server's `response_format` does, and
+//! `ferrite::Generator::complete` gives the text `run` prints.
+
+mod common;
+
+use common::{ferrite, ok};
+use ferrite::{GenerateOptions, SamplerOptions, Threads};
+
+const QWEN_PROMPT: &str = "<|im_start|>user\nDescribe a fictional person as JSON with their name, age and hobbies.<|im_end|>\n<|im_start|>assistant\n";
+
+fn schema_file(name: &str, schema: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("ferrite-{}-{name}.json", std::process::id()));
+    std::fs::write(&path, schema).unwrap();
+    path
+}
+
+#[test]
+fn json_schema_output_parses_and_matches() {
+    let schema = schema_file(
+        "person",
+        r#"{"type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                           "hobbies": {"type": "array", "items": {"type": "string"}}},
+            "required": ["name", "age", "hobbies"]}"#,
+    );
+    let out = ferrite(
+        &[
+            "run",
+            "qwen2.5-0.5b",
+            "-p",
+            QWEN_PROMPT,
+            "--json-schema",
+            schema.to_str().unwrap(),
+            "--temp",
+            "0",
+            "-n",
+            "200",
+            "--verbose",
+        ],
+        None,
+    );
+    std::fs::remove_file(&schema).ok();
+    let (stdout, stderr) = ok(&out);
+    assert!(stderr.contains("stop: end of generation"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("the reply parses");
+    assert!(v["name"].is_string(), "{v}");
+    assert!(v["age"].is_i64(), "{v}");
+    assert!(
+        v["hobbies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h.is_string()),
+        "{v}"
+    );
+}
+
+#[test]
+fn bad_json_schemas_are_refused_before_loading() {
+    let unsupported = schema_file(
+        "pattern",
+        r#"{"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}}"#,
+    );
+    let not_json = schema_file("notjson", "{type: object");
+    for (file, want) in [
+        (&unsupported, "pattern"),
+        (&not_json, "not JSON"),
+        (
+            &std::path::PathBuf::from("/nonexistent/schema.json"),
+            "/nonexistent/schema.json",
+        ),
+    ] {
+        let out = ferrite(
+            &[
+                "run",
+                "smollm2",
+                "-p",
+                "x",
+                "--json-schema",
+                file.to_str().unwrap(),
+            ],
+            None,
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("--json-schema") && stderr.contains(want),
+            "{stderr}"
+        );
+    }
+    std::fs::remove_file(&unsupported).ok();
+    std::fs::remove_file(&not_json).ok();
+}
+
+#[test]
+fn the_library_generator_prints_what_run_prints() {
+    let prompt = "The capital of France is";
+    let out = ferrite(
+        &["run", "smollm2", "-p", prompt, "-n", "24", "--temp", "0"],
+        None,
+    );
+    let (stdout, _) = ok(&out);
+    let generator = ferrite::open("smollm2")
+        .and_then(|m| m.into_generator())
+        .expect("smollm2 loads (scripts/fetch-models.sh)");
+    let opts = GenerateOptions {
+        max_tokens: Some(24),
+        ..Default::default()
+    };
+    let text = generator
+        .complete(prompt, &SamplerOptions::greedy(), &opts, Threads::new(2))
+        .unwrap();
+    // `run` ends its output with a newline.
+    assert_eq!(format!("{text}\n"), stdout);
+    // The facade says what a model is when it is the wrong kind.
+    let err = ferrite::open("minilm")
+        .and_then(|m| m.into_generator())
+        .err()
+        .expect("an embedding model is not a generator");
+    assert!(err.to_string().contains("embedding model"), "{err}");
+}

@@ -1,0 +1,198 @@
+//! One sequence's continuation after its prompt, the part of the
+//! generation loop that does not run the model: picking each next token
+//! (the sampler, end-of-generation tokens, an optional JSON-schema
+//! constraint) and turning tokens into text (stream decoding, stop strings,
+//! holding back text that may be the start of one).
+//!
+//! `Session::generate` (the CLI, the library's `Generator`) and the
+//! server's per-choice loop both drive one of these, so a prompt gives the
+//! same text through either; they differ only in how they run the model
+//! (one sequence, or a batch of many) and how they report.
+
+use std::borrow::BorrowMut;
+use std::sync::Arc;
+
+use super::json::{mask_logits, Grammar, JsonState};
+use super::sampler::Sampler;
+use crate::tokenize::{StreamDecoder, Tokenizer};
+
+/// The next token, or the end of the continuation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// An end-of-generation token (or, under a JSON constraint, no token
+    /// may follow): nothing more is generated.
+    End,
+    Token(u32),
+}
+
+/// Text released by [`Continuation::push`].
+#[derive(Debug, Default)]
+pub struct Piece {
+    /// Complete UTF-8 that cannot be the start of a stop string (may be
+    /// empty).
+    pub text: String,
+    /// A stop string appeared: `text` ends just before it, and the
+    /// continuation is over.
+    pub stopped: bool,
+}
+
+/// See the module's notes. The sampler is owned (`Sampler`) or borrowed
+/// (`&mut Sampler`, so that its generator goes on across calls, as a
+/// chat's turns do).
+pub struct Continuation<'t, S: BorrowMut<Sampler> = Sampler> {
+    tokenizer: &'t Tokenizer,
+    sampler: S,
+    end_tokens: Vec<u32>,
+    stop: Vec<String>,
+    /// The constraint and where the text is in it.
+    json: Option<(Arc<Grammar>, JsonState)>,
+    /// The logits after the JSON mask (reused).
+    masked: Vec<f32>,
+    /// `None` once a stop string ended the text.
+    decoder: Option<StreamDecoder<'t>>,
+    /// Text not yet released (a possible stop string's start).
+    pending: String,
+    /// Tokens pushed.
+    pub generated: usize,
+}
+
+impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
+    /// A continuation sampling with `sampler`; `end_tokens` end it besides
+    /// the tokenizer's end-of-generation set, `stop` strings cut it, and
+    /// `json` constrains it to a JSON value of that grammar.
+    pub fn new(
+        tokenizer: &'t Tokenizer,
+        sampler: S,
+        end_tokens: &[u32],
+        stop: &[String],
+        json: Option<Arc<Grammar>>,
+    ) -> Continuation<'t, S> {
+        Continuation {
+            tokenizer,
+            sampler,
+            end_tokens: end_tokens.to_vec(),
+            stop: stop.to_vec(),
+            json: json.map(|g| {
+                let state = JsonState::new(&g);
+                (g, state)
+            }),
+            masked: Vec::new(),
+            decoder: Some(tokenizer.stream_decoder(true)),
+            pending: String::new(),
+            generated: 0,
+        }
+    }
+
+    /// Tells the sampler's penalties about a token already in the sequence
+    /// (the prompt's).
+    pub fn accept_prompt_token(&mut self, token: u32) {
+        self.sampler.borrow_mut().accept(token);
+    }
+
+    /// Whether `token` ends generation.
+    pub fn is_end(&self, token: u32) -> bool {
+        self.tokenizer.is_end_of_generation(token) || self.end_tokens.contains(&token)
+    }
+
+    /// Picks the next token from the model's `logits`.
+    pub fn pick(&mut self, logits: &[f32]) -> Pick {
+        let (tokenizer, end_tokens) = (self.tokenizer, &self.end_tokens);
+        let is_end = |t: u32| tokenizer.is_end_of_generation(t) || end_tokens.contains(&t);
+        let token = match &mut self.json {
+            Some((g, state)) => {
+                self.masked.clear();
+                self.masked.extend_from_slice(logits);
+                if !mask_logits(g, state, tokenizer, &is_end, &mut self.masked) {
+                    // No token may follow (cannot happen with a real
+                    // vocabulary): end rather than break the JSON.
+                    return Pick::End;
+                }
+                let token = self.sampler.borrow_mut().sample(&self.masked);
+                if !is_end(token) {
+                    state.feed_all(g, tokenizer.token_bytes(token));
+                }
+                token
+            }
+            None => self.sampler.borrow_mut().sample(logits),
+        };
+        if is_end(token) {
+            Pick::End
+        } else {
+            Pick::Token(token)
+        }
+    }
+
+    /// Adds a picked token to the text; returns what may be shown now.
+    pub fn push(&mut self, token: u32) -> Piece {
+        self.sampler.borrow_mut().accept(token);
+        self.generated += 1;
+        if let Some(d) = &mut self.decoder {
+            self.pending.push_str(&d.push(token));
+        }
+        if let Some(cut) = find_stop(&self.pending, &self.stop) {
+            self.pending.truncate(cut);
+            self.decoder = None;
+            return Piece {
+                text: std::mem::take(&mut self.pending),
+                stopped: true,
+            };
+        }
+        let safe = self.pending.len() - held_back(&self.pending, &self.stop);
+        Piece {
+            text: self.pending.drain(..safe).collect(),
+            stopped: false,
+        }
+    }
+
+    /// The text still held back, at the end of a continuation that no stop
+    /// string ended (empty after one did).
+    pub fn finish(&mut self) -> String {
+        match self.decoder.take() {
+            Some(d) => {
+                let mut text = std::mem::take(&mut self.pending);
+                text.push_str(&d.finish());
+                text
+            }
+            None => String::new(),
+        }
+    }
+}
+
+/// Byte offset of the first stop string in `text`, if any.
+pub fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
+}
+
+/// How many bytes at the end of `text` could be the start of a stop string
+/// (and so must not be shown yet). Always on a character boundary.
+pub fn held_back(text: &str, stops: &[String]) -> usize {
+    let mut held = 0;
+    for stop in stops {
+        for (i, _) in stop.char_indices().skip(1) {
+            if text.ends_with(&stop[..i]) {
+                held = held.max(i);
+            }
+        }
+    }
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_string_helpers() {
+        let stops = vec!["</s>".to_string(), "User:".to_string()];
+        assert_eq!(find_stop("hello User: x", &stops), Some(6));
+        assert_eq!(find_stop("hello", &stops), None);
+        assert_eq!(held_back("hello Us", &stops), 2);
+        assert_eq!(held_back("hello <", &stops), 1);
+        assert_eq!(held_back("hello", &stops), 0);
+        assert_eq!(held_back("é", &["éa".to_string()]), 2);
+    }
+}

@@ -1,0 +1,314 @@
+//! The one entry point: [`open`] takes what a user typed (a path or a
+//! short name), decides what kind of model it is, and loads it.
+//!
+//! The rules, in order (the only place they are written):
+//! 1. a directory that holds a Marian / opus-mt or T5 model is a
+//!    translator;
+//! 2. any other directory needs a `config.json`: an encoder `model_type`
+//!    (BERT, nomic-bert, MPNet) is an embedder, anything else is read as a
+//!    Hugging Face decoder (whose reader names what is wrong);
+//! 3. a file starting with GGUF's magic is an embedder when its
+//!    `general.architecture` is an encoder's, else a decoder;
+//! 4. any other file is read as a llama2.c checkpoint, with the
+//!    `tokenizer.bin` beside it (or [`OpenOptions::tokenizer`]).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::embed::Embedder;
+use crate::formats::gguf::GgufFile;
+use crate::formats::safetensors::read_json;
+use crate::formats::{hf_decoder, llama2c};
+use crate::generate::sampler::{Sampler, SamplerOptions};
+use crate::generate::session::{GenerateOptions, Session, StopReason};
+use crate::models::{encoder_arch, load_causal_lm, CausalLm};
+use crate::parallel::Threads;
+use crate::tokenize::Tokenizer;
+use crate::translate::{is_translation_dir, Translator};
+use crate::{model_path, Error};
+
+pub use crate::models::seq2seq::weights::WeightFormat;
+
+/// What kind of model a file or directory holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    /// A decoder: text generation (completion, chat).
+    Generator,
+    /// An encoder: sentence embeddings.
+    Embedder,
+    /// An encoder-decoder: translation.
+    Translator,
+}
+
+impl ModelKind {
+    /// What the model does, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ModelKind::Generator => "a text-generation model",
+            ModelKind::Embedder => "an embedding model",
+            ModelKind::Translator => "a translation model",
+        }
+    }
+}
+
+/// Choices made when a model is loaded.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// The `tokenizer.bin` of a llama2.c checkpoint (default: the one
+    /// beside the checkpoint).
+    pub tokenizer: Option<PathBuf>,
+    /// Weight storage of a translation model (`Q8_0`: quantized at load).
+    pub translation_weights: WeightFormat,
+    /// Threads a translator runs on (default: one per core).
+    pub threads: Option<Threads>,
+}
+
+/// A loaded decoder model with its tokenizer.
+pub struct Generator {
+    /// The file the model came from (a GGUF file, or one read into memory
+    /// from a Hugging Face directory or a llama2.c checkpoint).
+    pub file: Arc<GgufFile>,
+    pub model: Box<dyn CausalLm>,
+    pub tokenizer: Tokenizer,
+    /// Where it was loaded from.
+    pub path: PathBuf,
+}
+
+impl Generator {
+    /// Loads the decoder in the GGUF `file` (already opened from `path`).
+    pub fn from_gguf(file: Arc<GgufFile>, path: &Path) -> Result<Generator, Error> {
+        let tokenizer = Tokenizer::from_gguf(file.metadata())
+            .map_err(|e| Error::model(path.display().to_string(), e.to_string()))?;
+        let model = load_causal_lm(file.clone())?;
+        Ok(Generator {
+            file,
+            model,
+            tokenizer,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Continues `prompt` (special-token text such as `<|im_start|>` parsed,
+    /// BOS added where the model wants it), calling `on_text` with each
+    /// piece of text as it is complete (`false` stops); the same text as
+    /// `ferrite run -p PROMPT` with the same options.
+    pub fn complete_with(
+        &self,
+        prompt: &str,
+        sampling: &SamplerOptions,
+        opts: &GenerateOptions,
+        threads: Threads,
+        on_text: impl FnMut(&str) -> bool,
+    ) -> Result<StopReason, Error> {
+        sampling.validate()?;
+        let tokens = self.tokenizer.encode(prompt, true, true);
+        let mut session = Session::new(self.model.as_ref(), &self.tokenizer, None, threads)?;
+        session.set_prompt(&tokens)?;
+        let mut sampler = Sampler::new(sampling.clone());
+        session.generate(&mut sampler, opts, on_text)
+    }
+
+    /// As [`Generator::complete_with`], returning the whole text.
+    pub fn complete(
+        &self,
+        prompt: &str,
+        sampling: &SamplerOptions,
+        opts: &GenerateOptions,
+        threads: Threads,
+    ) -> Result<String, Error> {
+        let mut text = String::new();
+        self.complete_with(prompt, sampling, opts, threads, |piece| {
+            text.push_str(piece);
+            true
+        })?;
+        Ok(text)
+    }
+
+    /// Bytes of the key/value cache of one sequence of `n_ctx` positions
+    /// (what a state from [`CausalLm::new_state`] allocates).
+    pub fn kv_bytes(&self, n_ctx: usize) -> usize {
+        self.model.decoder().kv_bytes(n_ctx)
+    }
+}
+
+/// A loaded model of any kind.
+pub enum Model {
+    Generator(Box<Generator>),
+    Embedder(Box<Embedder>),
+    Translator(Box<Translator>),
+}
+
+impl Model {
+    /// The decoder, or an error saying what kind of model this is.
+    pub fn into_generator(self) -> Result<Generator, Error> {
+        match self {
+            Model::Generator(g) => Ok(*g),
+            other => Err(other.not(ModelKind::Generator)),
+        }
+    }
+
+    /// The embedding model, or an error saying what kind of model this is.
+    pub fn into_embedder(self) -> Result<Embedder, Error> {
+        match self {
+            Model::Embedder(e) => Ok(*e),
+            other => Err(other.not(ModelKind::Embedder)),
+        }
+    }
+
+    /// The translation model, or an error saying what kind of model this is.
+    pub fn into_translator(self) -> Result<Translator, Error> {
+        match self {
+            Model::Translator(t) => Ok(*t),
+            other => Err(other.not(ModelKind::Translator)),
+        }
+    }
+
+    fn not(&self, wanted: ModelKind) -> Error {
+        Error::Input(format!(
+            "this is {}, not {}",
+            self.kind().describe(),
+            wanted.describe()
+        ))
+    }
+
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            Model::Generator(_) => ModelKind::Generator,
+            Model::Embedder(_) => ModelKind::Embedder,
+            Model::Translator(_) => ModelKind::Translator,
+        }
+    }
+}
+
+/// A model found but not yet loaded: its kind, and what was read to tell.
+pub enum Found {
+    /// A decoder, its file already read.
+    Generator(Arc<GgufFile>),
+    Embedder,
+    Translator,
+}
+
+impl Found {
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            Found::Generator(_) => ModelKind::Generator,
+            Found::Embedder => ModelKind::Embedder,
+            Found::Translator => ModelKind::Translator,
+        }
+    }
+}
+
+/// The file or directory a user means by `name_or_path`: an existing path
+/// as is, else a short name (`smollm2`) or file name in the models
+/// directory (`FERRITE_MODELS`).
+pub fn resolve(name_or_path: &str) -> Result<PathBuf, Error> {
+    model_path::resolve(name_or_path)
+}
+
+/// Opens the model named by `name_or_path` (a path or a short name).
+pub fn open(name_or_path: &str) -> Result<Model, Error> {
+    open_with(name_or_path, &OpenOptions::default())
+}
+
+/// As [`open`], with options.
+pub fn open_with(name_or_path: &str, opts: &OpenOptions) -> Result<Model, Error> {
+    let path = resolve(name_or_path)?;
+    open_path(&path, opts)
+}
+
+/// Opens the model at `path` (no short-name lookup).
+pub fn open_path(path: &Path, opts: &OpenOptions) -> Result<Model, Error> {
+    Ok(match find(path, opts)? {
+        Found::Generator(file) => Model::Generator(Box::new(Generator::from_gguf(file, path)?)),
+        Found::Embedder => Model::Embedder(Box::new(Embedder::open(path)?)),
+        Found::Translator => {
+            let threads = opts.threads.clone().unwrap_or_else(Threads::all_cores);
+            Model::Translator(Box::new(Translator::open_with_threads(
+                path,
+                opts.translation_weights,
+                threads,
+            )?))
+        }
+    })
+}
+
+/// Opens the decoder at `path`, or says what kind of model it is instead.
+pub fn open_generator(path: &Path, opts: &OpenOptions) -> Result<Generator, Error> {
+    match find(path, opts)? {
+        Found::Generator(file) => Generator::from_gguf(file, path),
+        other => Err(wrong_kind(path, other.kind(), ModelKind::Generator)),
+    }
+}
+
+/// The error for a model of kind `is` used where `wanted` is needed.
+pub fn wrong_kind(path: &Path, is: ModelKind, wanted: ModelKind) -> Error {
+    Error::Input(format!(
+        "{} is {}, not {}",
+        path.display(),
+        is.describe(),
+        wanted.describe()
+    ))
+}
+
+/// Reads `path` far enough to tell its kind (see the module's rules).
+pub fn find(path: &Path, opts: &OpenOptions) -> Result<Found, Error> {
+    let shown = || path.display().to_string();
+    if !path.exists() {
+        return Err(Error::NotFound(format!(
+            "{}: no such file or directory",
+            shown()
+        )));
+    }
+    if is_translation_dir(path) {
+        return Ok(Found::Translator);
+    }
+    let is_encoder = |name: &str, hf: bool| encoder_arch(name, hf, "").is_ok();
+    if path.is_dir() {
+        if !path.join("config.json").is_file() {
+            return Err(Error::model(
+                shown(),
+                "not a model directory: expected a Hugging Face model (config.json and \
+                 model.safetensors), a Marian / T5 translation model, or give a .gguf file",
+            ));
+        }
+        let config = read_json(&path.join("config.json"))?;
+        let model_type = config.get("model_type").and_then(|v| v.as_str());
+        if model_type.is_some_and(|t| is_encoder(t, true)) {
+            return Ok(Found::Embedder);
+        }
+        return Ok(Found::Generator(Arc::new(hf_decoder::open(path)?)));
+    }
+    if !starts_with_gguf_magic(path) {
+        let tokenizer = match &opts.tokenizer {
+            Some(t) => t.clone(),
+            None => path.with_file_name("tokenizer.bin"),
+        };
+        let file = llama2c::open(path, &tokenizer).map_err(|e| {
+            Error::model(
+                shown(),
+                format!("not a GGUF file; as a llama2.c checkpoint: {e}"),
+            )
+        })?;
+        return Ok(Found::Generator(Arc::new(file)));
+    }
+    let file = GgufFile::open(path)?;
+    if file
+        .header
+        .architecture()
+        .is_some_and(|a| is_encoder(a, false))
+    {
+        return Ok(Found::Embedder);
+    }
+    Ok(Found::Generator(Arc::new(file)))
+}
+
+/// Whether `path` starts with GGUF's magic (else it may be a llama2.c
+/// checkpoint). Unreadable files count as GGUF, whose reader says why.
+fn starts_with_gguf_magic(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    match std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)) {
+        Ok(()) => &magic == b"GGUF",
+        Err(_) => true,
+    }
+}

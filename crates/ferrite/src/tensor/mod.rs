@@ -1,0 +1,391 @@
+//! Weights as the model code sees them: a [`Linear`] matrix in any block
+//! format, and an [`Embedding`] table, both borrowing their bytes from the
+//! memory-mapped model file.
+//!
+//! One model file serves every weight format: the format is data (a
+//! [`GgmlType`]), and the matmul picks the matching dot product from the
+//! kernels crate.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use ferrite_kernels::dot::interleave::{self, RowOf};
+use ferrite_kernels::dot::{vec_dot_kernel, VecDotKernel};
+use ferrite_kernels::quant::dequantize;
+use ferrite_kernels::GgmlType;
+
+use crate::formats::gguf::GgufFile;
+use crate::formats::names;
+use crate::Error;
+
+mod acts;
+mod matmul;
+
+pub use acts::QuantizedActs;
+pub use matmul::{matmul_many, MatmulJob, TILE_ROWS};
+
+/// The bytes of an f32 slice (little-endian on every platform we build
+/// for), as the kernels' f32 dot product takes them.
+pub fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and any byte pattern may be read as u8;
+    // the length is the same memory measured in bytes, and the lifetime is
+    // tied to the input borrow.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+/// Bytes of one tensor inside a shared, memory-mapped file.
+#[derive(Clone)]
+pub struct TensorBytes {
+    file: Arc<GgufFile>,
+    range: Range<usize>,
+}
+
+impl TensorBytes {
+    pub fn bytes(&self) -> &[u8] {
+        // The range was taken from a validated tensor view of this file.
+        &self.file.bytes()[self.range.clone()]
+    }
+}
+
+/// A named tensor's shape, type and bytes, fetched from a GGUF file with the
+/// shape checked against what the model expects.
+pub struct Loader {
+    file: Arc<GgufFile>,
+}
+
+impl Loader {
+    pub fn new(file: Arc<GgufFile>) -> Loader {
+        Loader { file }
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// Whether the file has tensor `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.file.tensor(name).is_some()
+    }
+
+    /// Tensor `name` with exactly the dims `dims` (ggml order).
+    fn get(&self, name: &str, dims: &[u64]) -> Result<(GgmlType, TensorBytes), Error> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| Error::model(self.source(), format!("missing tensor '{name}'")))?;
+        if t.info.dims != dims {
+            return Err(Error::model(
+                self.source(),
+                format!(
+                    "tensor '{name}' has shape {:?}, expected {dims:?}",
+                    t.info.dims
+                ),
+            ));
+        }
+        let start = t.data.as_ptr() as usize - self.file.bytes().as_ptr() as usize;
+        let range = start..start + t.data.len();
+        let bytes = TensorBytes {
+            file: self.file.clone(),
+            range,
+        };
+        Ok((t.info.ty, bytes))
+    }
+
+    fn source(&self) -> String {
+        self.file.path().display().to_string()
+    }
+
+    /// The group size of [`names::INT8_ACTIVATION_GROUPS`] for an f32
+    /// matrix of `cols` columns, if the file asks for the rounding.
+    fn int8_groups(&self, ty: GgmlType, cols: usize) -> Result<Option<usize>, Error> {
+        let Some(gs) = self.file.metadata().get_u64(names::INT8_ACTIVATION_GROUPS) else {
+            return Ok(None);
+        };
+        match usize::try_from(gs) {
+            Ok(gs) if ty == GgmlType::F32 && gs > 0 && cols.is_multiple_of(gs) => Ok(Some(gs)),
+            _ => Err(Error::model(
+                self.source(),
+                format!(
+                    "{} = {gs} does not fit a {ty} matrix of {cols} columns",
+                    names::INT8_ACTIVATION_GROUPS
+                ),
+            )),
+        }
+    }
+
+    /// A `rows x cols` matrix stored as `name` (ggml dims `[cols, rows]`).
+    pub fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, Error> {
+        let (ty, bytes) = self.get(name, &[cols as u64, rows as u64])?;
+        let kernel = vec_dot_kernel(ty).ok_or_else(|| {
+            Error::model(
+                self.source(),
+                format!("tensor '{name}': no matmul kernel for type {ty}"),
+            )
+        })?;
+        let row_bytes = bytes.bytes().len() / rows;
+        // The grouped rows are read from the copy from now on.
+        let start = bytes.range.start;
+        let release = |r: Range<usize>| self.file.release(start + r.start..start + r.end);
+        let group_rows = kernel.group_rows;
+        let groups = kernel
+            .group_kernels()
+            .and_then(|_| {
+                let matrix = Matrix {
+                    ty,
+                    rows,
+                    row_bytes,
+                };
+                interleave_groups(matrix, group_rows, bytes.bytes(), release)
+            })
+            .map(Arc::new);
+        Ok(Linear {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            bytes,
+            kernel,
+            groups,
+            bias: None,
+            int8_groups: self.int8_groups(ty, cols)?,
+        })
+    }
+
+    /// As [`Loader::linear`], plus the bias vector `bias` (`rows` values)
+    /// when the file has it: `out = W x + b`.
+    pub fn linear_opt_bias(
+        &self,
+        name: &str,
+        bias: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear, Error> {
+        let mut w = self.linear(name, rows, cols)?;
+        if self.has(bias) {
+            w.bias = Some(self.vector(bias, rows)?);
+        }
+        Ok(w)
+    }
+
+    /// A vector of `n` values stored as `name`, or None if the file has no
+    /// tensor of that name.
+    pub fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, Error> {
+        if self.has(name) {
+            self.vector(name, n).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// A vector of `n` values stored as `name`, dequantized to f32.
+    pub fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, Error> {
+        let (ty, bytes) = self.get(name, &[n as u64])?;
+        let mut out = vec![0f32; n];
+        dequantize(ty, bytes.bytes(), &mut out)
+            .map_err(|e| Error::model(self.source(), format!("tensor '{name}': {e}")))?;
+        Ok(out)
+    }
+
+    /// The token embedding table `embd` and the output matrix `output`
+    /// (`n_vocab x dim` both; the same tensor when the embeddings are
+    /// tied, which then serves both from one repacked copy).
+    pub fn embedding_and_output(
+        &self,
+        embd: &str,
+        output: &str,
+        n_vocab: usize,
+        dim: usize,
+    ) -> Result<(Embedding, Linear), Error> {
+        let mut table = self.embedding(embd, n_vocab, dim)?;
+        let output = self.linear(output, n_vocab, dim)?;
+        table.share_rows_with(&output);
+        Ok((table, output))
+    }
+
+    /// An embedding table of `n_vocab` rows of `dim` values.
+    pub fn embedding(&self, name: &str, n_vocab: usize, dim: usize) -> Result<Embedding, Error> {
+        let (ty, bytes) = self.get(name, &[dim as u64, n_vocab as u64])?;
+        if !ty.can_dequantize() {
+            return Err(Error::model(
+                self.source(),
+                format!("tensor '{name}': cannot dequantize type {ty}"),
+            ));
+        }
+        Ok(Embedding {
+            ty,
+            dim,
+            n_vocab,
+            bytes,
+            groups: None,
+        })
+    }
+}
+
+/// An embedding table: row `i` is the vector of token `i`.
+pub struct Embedding {
+    pub ty: GgmlType,
+    pub dim: usize,
+    pub n_vocab: usize,
+    bytes: TensorBytes,
+    /// The interleaved copy of the same tensor made for the output matrix
+    /// (tied embeddings), and its rows per group: its rows are read from
+    /// there, since the file's pages of those rows were released.
+    groups: Option<(Arc<Packed>, usize)>,
+}
+
+impl Embedding {
+    /// Writes the vector of `token` into `out` (`dim` values).
+    pub fn lookup(&self, token: u32, out: &mut [f32]) -> Result<(), Error> {
+        let t = token as usize;
+        if t >= self.n_vocab {
+            return Err(Error::TokenOutOfRange {
+                token,
+                n_vocab: self.n_vocab,
+            });
+        }
+        let row_bytes = self.bytes.bytes().len() / self.n_vocab;
+        let bad = |e: ferrite_kernels::quant::QuantError| Error::Input(e.to_string());
+        if let Some((groups, group_rows)) = &self.groups {
+            let group_rows = *group_rows;
+            let (g, row) = (t / group_rows, t % group_rows);
+            let at = RowOf { group_rows, row };
+            let span = group_rows * row_bytes;
+            if let Some(group) = groups.get(g * span..(g + 1) * span) {
+                // Block by block through a small buffer: no allocation.
+                let (block, values) = (self.ty.type_size(), self.ty.block_size());
+                let mut buf = [0u8; 256];
+                let buf = buf.get_mut(..block).ok_or_else(|| {
+                    Error::Input(format!("{} blocks are too large to look up", self.ty))
+                })?;
+                for (b, out) in out.chunks_mut(values).enumerate() {
+                    if !interleave::block_of_row(self.ty, group, at, b, buf) {
+                        return Err(Error::Input(format!("token {token}: bad packed row")));
+                    }
+                    dequantize(self.ty, buf, out).map_err(bad)?;
+                }
+                return Ok(());
+            }
+        }
+        let row = &self.bytes.bytes()[t * row_bytes..(t + 1) * row_bytes];
+        dequantize(self.ty, row, out).map_err(bad)
+    }
+
+    /// Reads rows from `output`'s interleaved copy when `output` is this
+    /// very tensor (tied embeddings) and has one.
+    pub fn share_rows_with(&mut self, output: &Linear) {
+        let same = Arc::ptr_eq(&self.bytes.file, &output.bytes.file)
+            && self.bytes.range == output.bytes.range
+            && self.ty == output.ty;
+        if same {
+            self.groups = output.groups.clone().map(|g| (g, output.kernel.group_rows));
+        }
+    }
+}
+
+/// A weight matrix of `rows` output features by `cols` input features, each
+/// row stored contiguously in block format `ty`.
+pub struct Linear {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    row_bytes: usize,
+    bytes: TensorBytes,
+    kernel: VecDotKernel,
+    /// When the kernel has group kernels (`dot8`, or `dot16`): the first
+    /// `rows / R * R` rows, repacked in groups of `R = kernel.group_rows`
+    /// (`ferrite_kernels::dot::interleave`), `R * row_bytes` bytes a group.
+    /// Those rows are then read from here, not from the file; any last
+    /// rows that do not fill a group still are.
+    groups: Option<Arc<Packed>>,
+    /// Added to every output row after the products (`rows` values).
+    pub bias: Option<Vec<f32>>,
+    /// For f32 weights: the inputs are first rounded as int8 values with
+    /// one f32 scale per this many values
+    /// ([`QuantizedActs::round_as_int8`]), when the file says its reference
+    /// engine does that ([`names::INT8_ACTIVATION_GROUPS`]).
+    int8_groups: Option<usize>,
+}
+
+/// Memory for repacked weights: an anonymous mapping (zero pages that only
+/// become resident as they are written) for which Linux is asked to use
+/// transparent huge pages. Decoding streams every weight once per token;
+/// with 2 MiB pages the hardware prefetchers are not stopped at every 4 KiB
+/// page boundary and the TLB covers far more of the stream.
+pub struct Packed(memmap2::MmapMut);
+
+impl Packed {
+    /// `len` zero bytes, or None if the OS refuses the mapping.
+    fn zeroed(len: usize) -> Option<Packed> {
+        let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
+        #[cfg(target_os = "linux")]
+        {
+            // A hint: without huge page support the pages stay small.
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        Some(Packed(map))
+    }
+}
+
+impl std::ops::Deref for Packed {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Packed {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// A matrix's shape in bytes: `rows` rows of `row_bytes`, of type `ty`.
+#[derive(Clone, Copy)]
+struct Matrix {
+    ty: GgmlType,
+    rows: usize,
+    row_bytes: usize,
+}
+
+/// The whole groups of `group_rows` rows of `bytes` (`m`) repacked for a
+/// group kernel, or None if the type has no such layout. `release(range)`
+/// is called for each stretch of `bytes` once it has been copied, so that
+/// the copy grows while the source's pages are let go and peak memory
+/// stays near the file's size (the copy's zeroed pages only become
+/// resident as they are written).
+fn interleave_groups(
+    m: Matrix,
+    group_rows: usize,
+    bytes: &[u8],
+    release: impl Fn(Range<usize>),
+) -> Option<Packed> {
+    /// Bytes copied between two releases.
+    const STRETCH: usize = 4 << 20;
+    let Matrix {
+        ty,
+        rows,
+        row_bytes,
+    } = m;
+    let group_bytes = group_rows * row_bytes;
+    let n_groups = rows.checked_div(group_rows)?;
+    if !interleave::has_layout(ty) || n_groups == 0 {
+        return None;
+    }
+    let mut out = Packed::zeroed(n_groups * group_bytes)?;
+    let mut released = 0;
+    for (g, (src, dst)) in bytes
+        .chunks_exact(group_bytes)
+        .zip(out.chunks_exact_mut(group_bytes))
+        .enumerate()
+    {
+        if !interleave::interleave(ty, group_rows, src, dst) {
+            return None;
+        }
+        let done = (g + 1) * group_bytes;
+        if done - released >= STRETCH || g + 1 == n_groups {
+            release(released..done);
+            released = done;
+        }
+    }
+    Some(out)
+}
