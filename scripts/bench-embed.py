@@ -423,9 +423,9 @@ def run_ferrite(cmd, timeout):
     return p.stdout, None
 
 
-def ferrite_bench(ferrite, model_dir, texts_file, batch_size, threads, reps, timeout, bf16=False):
+def ferrite_bench(ferrite, model_dir, texts_file, batch_size, threads, reps, timeout, products=()):
     cmd = [ferrite, "bench", str(model_dir), "--texts", str(texts_file), "--batch-size",
-           str(batch_size), "-t", str(threads), "-r", str(reps), "--json"] + (["--bf16"] if bf16 else [])
+           str(batch_size), "-t", str(threads), "-r", str(reps), "--json"] + list(products)
     out, err = run_ferrite(cmd, timeout)
     if err:
         return cmd, None, err
@@ -578,7 +578,11 @@ def parse_args():
     ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per ferrite command")
     ap.add_argument("--bf16", action="store_true",
                     help="time ferrite with --bf16 (bf16 products, AVX512-BF16 only; not the f32 results)")
+    ap.add_argument("--int8", action="store_true",
+                    help="time ferrite with --int8 (int8 products, any CPU; not the f32 results)")
     a = ap.parse_args()
+    if a.bf16 and a.int8:
+        ap.error("--bf16 and --int8 exclude each other")
     if a.onnx is None:
         a.onnx = ONNX_CACHE / f"{a.model.name}.onnx"
     try:
@@ -687,8 +691,9 @@ def main():
                     if ferrite_error:
                         line.append("ferrite missing")
                         continue
+                    products = ["--bf16"] * a.bf16 + ["--int8"] * a.int8
                     cmd, r, err = ferrite_bench(a.ferrite, a.model, texts_file, a.batch_size, t, a.reps, a.timeout,
-                                                 a.bf16)
+                                                 products)
                     ferrite_cmds[t] = shlex.join(cmd)
                     if err:
                         ferrite_error = f"`{shlex.join(cmd)}` failed: {err}"

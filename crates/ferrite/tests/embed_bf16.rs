@@ -9,9 +9,10 @@
 
 mod common;
 
-use common::embed::{corpus, embed, embed_dir, json, min_cosine, rows};
-use ferrite::embed::{EmbedOptions, Embedder};
-use ferrite::parallel::Threads;
+use common::embed::{
+    assert_bits_independent_of_batch_and_threads, corpus, cosines_to_golden, embed_dir, json,
+};
+use ferrite::embed::Embedder;
 
 /// The model switched to bf16, or None (after checking the refusal) when
 /// this CPU cannot.
@@ -31,14 +32,8 @@ fn check(name: &str, golden: &str, dim: usize, texts: &[String]) {
     let Some(model) = open_bf16(name) else {
         return;
     };
-    let want = rows(&embed_dir().join(golden), dim);
-    assert_eq!(want.len(), texts.len());
-    let got = embed(&model, texts, EmbedOptions::default());
-    let min_cos = min_cosine(&got, &want);
-    println!(
-        "{name} bf16: min cosine {min_cos:.7} over {} texts",
-        texts.len()
-    );
+    let cos = cosines_to_golden(&model, &format!("{name} bf16"), golden, dim, texts);
+    let min_cos = cos.into_iter().fold(f64::MAX, f64::min);
     assert!(min_cos >= 0.9999, "{name}: min cosine {min_cos}");
 }
 
@@ -65,21 +60,5 @@ fn bf16_bits_do_not_depend_on_batch_or_threads() {
         return;
     };
     let texts: Vec<String> = corpus().into_iter().take(40).collect();
-    let bits = |v: &[Vec<f32>]| -> Vec<Vec<u32>> {
-        v.iter()
-            .map(|r| r.iter().map(|x| x.to_bits()).collect())
-            .collect()
-    };
-    let opts = EmbedOptions::default();
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let with = |n: usize| -> Vec<Vec<f32>> {
-        let out = model.embed(&refs, &opts, &Threads::new(n)).unwrap();
-        out.into_iter().map(|e| e.vector).collect()
-    };
-    let (one, two) = (with(1), with(2));
-    assert_eq!(bits(&one), bits(&two), "1 vs 2 threads");
-    for i in [0, 7, 39] {
-        let alone = embed(&model, &texts[i..=i], opts);
-        assert_eq!(bits(&alone), bits(&one[i..=i]), "text {i} alone");
-    }
+    assert_bits_independent_of_batch_and_threads(&model, &texts);
 }

@@ -20,7 +20,9 @@ use ferrite_kernels::dispatch::{kernel_set_name, KernelSet};
 /// both vocabularies (prefill in chunks of 7, then three single-token
 /// steps, the decode path); for the MiniLM encoder, the embeddings of the
 /// embedding benchmark's first 24 sentences (batches of 8: the GEMM with
-/// its bias and GELU, attention's softmax, layer norm).
+/// its bias and GELU, attention's softmax, layer norm); `minilm-int8` the
+/// same with the int8 products (`--int8`: the calibration pass, the
+/// smoothed weights, the activation quantizers and integer kernels).
 ///
 /// `MODEL+prefill`: the last token's logits after one prefill of 40 tokens
 /// in one chunk, so that the many-row kernels run whole passes of 16 rows
@@ -37,8 +39,11 @@ fn outputs(model_name: &str) -> Vec<f32> {
             .unwrap();
         return logits;
     }
-    if model_name == "minilm" {
-        let model = Embedder::open(&common::real_model(model_name)).unwrap();
+    if let Some(products) = model_name.strip_prefix("minilm") {
+        let mut model = Embedder::open(&common::real_model("minilm")).unwrap();
+        if products == "-int8" {
+            model.use_int8().unwrap();
+        }
         let bench = std::fs::read_to_string(common::testdata().join("embed/bench-sentences.txt"))
             .expect("testdata/embed/bench-sentences.txt");
         let texts: Vec<&str> = bench.lines().take(24).collect();
@@ -118,6 +123,7 @@ fn every_kernel_set_gives_the_same_logits() {
         "smollm2",
         "gemma3-270m",
         "minilm",
+        "minilm-int8",
         "gemma3-270m+prefill",
         "qwen2.5-0.5b+prefill",
     ] {

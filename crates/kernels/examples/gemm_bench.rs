@@ -2,13 +2,16 @@
 //! the core's f32 FMA peak for comparison:
 //! `cargo run --release -p ferrite-kernels --example gemm_bench`
 //! (MiniLM's shapes), `... --example gemm_bench -- mpnet` (768 wide,
-//! all-mpnet-base-v2 and nomic-embed-text's shapes); with AVX512-BF16, the
-//! optional bf16 product's figures beside each shape's.
+//! all-mpnet-base-v2 and nomic-embed-text's shapes); beside each shape's,
+//! the optional int8 product's figures (GFLOP/s counting its integer
+//! multiply-adds as two operations) and, with AVX512-BF16, the bf16
+//! product's.
 
 use std::time::Instant;
 
 use ferrite_kernels::gemm::{gemm, Acts, OutPtr, PackedWeights};
 use ferrite_kernels::gemm_bf16::{self, PackedBf16};
+use ferrite_kernels::gemm_i8::{self, PackedI8};
 
 fn main() {
     println!(
@@ -60,28 +63,40 @@ fn main() {
             best = best.min(t.elapsed().as_secs_f64());
         }
         let gflops = 2.0 * (m * n * k) as f64 / best / 1e9;
-        // The optional bf16 product (`--bf16`), where the CPU has it.
-        let bf16 = if gemm_bf16::available() {
-            let packed =
-                PackedBf16::from_rows(n, k, |j, out| out.copy_from_slice(&w[j * k..(j + 1) * k]));
+        // The optional bf16 product (`--bf16`), where the CPU has it, and
+        // the int8 product (`--int8`, every CPU).
+        let time = |f: &dyn Fn(OutPtr<'static>)| {
             let mut best = f64::MAX;
             for _ in 0..8 {
                 let t = Instant::now();
-                let out = OutPtr::plain(c.as_mut_ptr(), n);
-                // SAFETY: c holds m x n values, borrowed for the call.
-                unsafe { gemm_bf16::gemm_bf16_panels(acts, &packed, 0..packed.n_panels(), out) };
+                f(OutPtr::plain(c.as_ptr().cast_mut(), n));
                 best = best.min(t.elapsed().as_secs_f64());
             }
             format!(
-                "  bf16 {:8.3} ms {:6.1} GFLOP/s",
+                "{:8.3} ms {:6.1} GFLOP/s",
                 best * 1e3,
                 2.0 * (m * n * k) as f64 / best / 1e9
             )
+        };
+        let row = |j: usize, out: &mut [f32]| out.copy_from_slice(&w[j * k..(j + 1) * k]);
+        let bf16 = if gemm_bf16::available() {
+            let packed = PackedBf16::from_rows(n, k, row);
+            // SAFETY: c holds m x n values, not otherwise used meanwhile.
+            let f = |out: OutPtr<'_>| unsafe {
+                gemm_bf16::gemm_bf16_panels(acts, &packed, 0..packed.n_panels(), out)
+            };
+            format!("  bf16 {}", time(&f))
         } else {
             String::new()
         };
+        let packed = PackedI8::from_rows(n, k, row);
+        // SAFETY: as above.
+        let f = |out: OutPtr<'_>| unsafe {
+            gemm_i8::gemm_i8_panels(acts, &packed, 0..packed.n_panels(), out)
+        };
+        let int8 = format!("  int8 {}", time(&f));
         println!(
-            "m={m:4} n={n:5} k={k:5}: {:8.3} ms  {gflops:6.1} GFLOP/s{bf16}",
+            "m={m:4} n={n:5} k={k:5}: {:8.3} ms  {gflops:6.1} GFLOP/s{bf16}{int8}",
             best * 1e3
         );
     }

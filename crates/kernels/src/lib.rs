@@ -15,6 +15,7 @@ pub mod dot;
 pub mod gemm;
 pub mod gemm_bf16;
 pub mod gemm_f16;
+pub mod gemm_i8;
 pub mod math;
 pub mod quant;
 pub mod table;

@@ -11,7 +11,7 @@
 //! Every entry gives the scalar reference's bits (see the modules of the
 //! public wrappers: `crate::math`, `crate::attend`, `crate::attend_f32`,
 //! `crate::columns`, `crate::gemm`,
-//! `crate::gemm_f16`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
+//! `crate::gemm_f16`, `crate::gemm_i8`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -20,6 +20,7 @@ use crate::attend::F16Rows;
 use crate::dispatch::{active_kernel_set, KernelSet};
 use crate::gemm::{Acts, OutPtr, PackedWeights};
 use crate::gemm_f16::PackedF16;
+use crate::gemm_i8::PackedI8;
 use crate::math::Activation;
 use crate::quant::{BlockQ8K, QK, QK_K};
 
@@ -35,6 +36,9 @@ pub type GemmPanelsFn = unsafe fn(Acts, &PackedWeights, Range<usize>, OutPtr);
 /// `crate::gemm_f16::gemm_f16_panels`' contract (arguments checked by the
 /// wrapper).
 pub type GemmF16PanelsFn = unsafe fn(Acts, &PackedF16, Range<usize>, OutPtr);
+/// `crate::gemm_i8::gemm_i8_panels`' contract (arguments checked by the
+/// wrapper).
+pub type GemmI8PanelsFn = unsafe fn(Acts, &PackedI8, Range<usize>, OutPtr);
 /// `crate::attend::scores_f16`.
 pub type ScoresFn = fn(&[f32], usize, &[F16Rows], usize, f32, &mut [f32]);
 /// `crate::attend::weighted_sum_f16`.
@@ -71,6 +75,7 @@ pub struct KernelTable {
     pub set: KernelSet,
     pub gemm_panels: Entry<GemmPanelsFn>,
     pub gemm_f16_panels: Entry<GemmF16PanelsFn>,
+    pub gemm_i8_panels: Entry<GemmI8PanelsFn>,
     pub scores_f16: Entry<ScoresFn>,
     pub weighted_sum_f16: Entry<WeightedSumFn>,
     pub activate: Entry<ActivateFn>,
@@ -92,6 +97,7 @@ pub struct KernelTable {
 pub enum Kernel {
     GemmPanels,
     GemmF16Panels,
+    GemmI8Panels,
     ScoresF16,
     WeightedSumF16,
     Activate,
@@ -109,9 +115,10 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 17] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
+        Kernel::GemmI8Panels,
         Kernel::ScoresF16,
         Kernel::WeightedSumF16,
         Kernel::Activate,
@@ -135,6 +142,7 @@ impl KernelTable {
         match k {
             Kernel::GemmPanels => self.gemm_panels.by,
             Kernel::GemmF16Panels => self.gemm_f16_panels.by,
+            Kernel::GemmI8Panels => self.gemm_i8_panels.by,
             Kernel::ScoresF16 => self.scores_f16.by,
             Kernel::WeightedSumF16 => self.weighted_sum_f16.by,
             Kernel::Activate => self.activate.by,
@@ -163,6 +171,10 @@ impl KernelTable {
             },
             gemm_f16_panels: Entry {
                 f: crate::gemm_f16::gemm_f16_panels_scalar,
+                by,
+            },
+            gemm_i8_panels: Entry {
+                f: crate::gemm_i8::gemm_i8_panels_scalar,
                 by,
             },
             scores_f16: Entry {

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use ferrite::embed::Products;
+
 /// Everything `ferrite serve` can be told.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -41,9 +43,10 @@ pub struct Limits {
     pub max_embed_inputs: usize,
     /// Most choices (`n`) in one request.
     pub max_n: usize,
-    /// Embedding models multiply in bf16 (`ferrite serve --bf16`; see
-    /// `Embedder::use_bf16`): loading fails on a CPU without AVX512-BF16.
-    pub embed_bf16: bool,
+    /// How embedding models multiply (`ferrite serve --bf16` / `--int8`;
+    /// see `Embedder::use_products`): bf16 fails to load on a CPU without
+    /// AVX512-BF16.
+    pub embed_products: Products,
 }
 
 impl Default for Limits {
@@ -58,7 +61,7 @@ impl Default for Limits {
             embed_batch_tokens: 8192,
             max_embed_inputs: 2048,
             max_n: 16,
-            embed_bf16: false,
+            embed_products: Products::F32,
         }
     }
 }

@@ -47,11 +47,10 @@ impl EmbedModel {
         metrics: ModelMetrics,
     ) -> Result<EmbedModel, ferrite::Error> {
         let mut embedder = Embedder::open(path)?;
-        if limits.embed_bf16 {
-            embedder
-                .use_bf16()
-                .map_err(|e| ferrite::Error::Input(format!("--bf16: {e}")))?;
-        }
+        let products = limits.embed_products;
+        embedder
+            .use_products(products)
+            .map_err(|e| ferrite::Error::Input(format!("{}: {e}", products.name())))?;
         Ok(EmbedModel {
             name: name.to_string(),
             embedder,

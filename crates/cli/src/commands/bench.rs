@@ -46,8 +46,11 @@ pub struct Args {
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
     /// With --texts: bf16 products (see `ferrite embed --bf16`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "int8")]
     bf16: bool,
+    /// With --texts: int8 products (see `ferrite embed --int8`).
+    #[arg(long, requires = "texts")]
+    int8: bool,
 }
 
 /// Mean and sample standard deviation of the per-repetition rates (tokens/s).
@@ -171,7 +174,7 @@ pub fn run(args: Args) -> Result<(), String> {
             threads: args.threads,
             reps: args.reps,
             json: args.json,
-            bf16: args.bf16,
+            products: super::embed::products(args.bf16, args.int8),
         });
     }
     let loaded = load(args.model.as_deref())?;

@@ -9,7 +9,7 @@
 use std::io::{self, Write};
 use std::time::Instant;
 
-use ferrite::embed::EmbedOptions;
+use ferrite::embed::{EmbedOptions, Products};
 use ferrite_kernels::dispatch::kernel_set_name;
 
 use super::embed::{batch_size, load, read_lines};
@@ -24,7 +24,7 @@ pub struct EmbedBench<'a> {
     pub threads: Option<usize>,
     pub reps: usize,
     pub json: bool,
-    pub bf16: bool,
+    pub products: Products,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -37,7 +37,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(b: EmbedBench) -> Result<(), String> {
-    let embedder = load(b.model, b.bf16)?;
+    let embedder = load(b.model, b.products)?;
     let texts = read_lines(Some(b.texts))?;
     if texts.is_empty() {
         return Err(format!("{}: no texts", b.texts));
@@ -75,10 +75,10 @@ pub fn run(b: EmbedBench) -> Result<(), String> {
     }
     let single_ms = median(times);
 
-    let kernels = if b.bf16 {
-        format!("{}+bf16", kernel_set_name())
-    } else {
-        kernel_set_name().to_string()
+    let kernels = match b.products {
+        Products::F32 => kernel_set_name().to_string(),
+        Products::Bf16 => format!("{}+bf16", kernel_set_name()),
+        Products::Int8 => format!("{}+int8", kernel_set_name()),
     };
     let text = if b.json {
         let json = serde_json::json!({

@@ -64,8 +64,12 @@ pub struct Args {
     grace: u64,
     /// Embedding models multiply in bf16 on CPUs with AVX512-BF16 (see
     /// `ferrite embed --bf16`: faster, not the f32 results).
-    #[arg(long, env = "FERRITE_BF16")]
+    #[arg(long, env = "FERRITE_BF16", conflicts_with = "int8")]
     bf16: bool,
+    /// Embedding models multiply in int8 on any CPU (see `ferrite embed
+    /// --int8`: faster, not the f32 results); other models are unchanged.
+    #[arg(long, env = "FERRITE_INT8")]
+    int8: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -104,7 +108,7 @@ pub fn run(args: Args) -> Result<(), String> {
             kv_cache_mib: args.kv_cache_mib,
             batch_tokens: args.batch_tokens,
             embed_batch_tokens: args.embed_batch_tokens.max(1),
-            embed_bf16: args.bf16,
+            embed_products: super::embed::products(args.bf16, args.int8),
             ..defaults
         },
         grace: Duration::from_secs(args.grace),

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use crate::formats::gguf::GgufFile;
 use crate::formats::safetensors::{read_json, SafetensorsDir};
 use crate::models::encoder::weights::WeightSource;
+pub use crate::models::encoder::Products;
 use crate::models::encoder::{Encoder, Workspace};
 use crate::models::encoder_arch;
 use crate::models::hparams::HParams;
@@ -151,6 +152,34 @@ impl Default for EmbedOptions {
 /// it.
 type BatchResult = Result<Vec<Embedding>, Error>;
 
+/// The texts whose f32 activations set the int8 products' smoothing
+/// ([`Embedder::use_int8`]): short and long, questions, code, numbers,
+/// several languages, and nomic-embed-text's task prefixes (none of them
+/// from the test corpus).
+pub const CALIBRATION_TEXTS: &[&str] = &[
+    "The weather today is sunny with a light breeze from the west.",
+    "How do I reset my password if I no longer have access to my email?",
+    "search_query: what causes the seasons on Earth?",
+    "search_document: The tilt of the Earth's axis relative to its orbit causes the seasons: \
+     the hemisphere tilted towards the Sun receives more direct sunlight and longer days.",
+    "classification: This product broke after two days and the support team never answered.",
+    "clustering: Central banks raised interest rates again to fight inflation.",
+    "fn main() { let v: Vec<u32> = (0..10).map(|x| x * x).collect(); println!(\"{v:?}\"); }",
+    "SELECT name, COUNT(*) FROM orders WHERE total > 100 GROUP BY name ORDER BY 2 DESC;",
+    "In 1969, Apollo 11 landed on the Moon; Neil Armstrong stepped out at 02:56 UTC on July 21.",
+    "Photosynthesis converts light energy, water and carbon dioxide into glucose and oxygen.",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "Le musée ouvre à neuf heures, mais la billetterie ferme à dix-sept heures trente.",
+    "東京は日本の首都であり、世界で最も人口の多い都市圏の一つです。",
+    "OK",
+    "A recipe: whisk two eggs, add 200 g of flour and 300 ml of milk, rest for 30 minutes, \
+     then fry thin pancakes in a hot buttered pan, turning each once.",
+    "The committee reviewed the proposal in detail. After a long discussion about costs, \
+     risks and the schedule, it approved the first phase and asked for a revised budget \
+     for the second, to be presented at the next quarterly meeting together with an \
+     assessment of the staffing needs and of the legal questions raised by the partners.",
+];
+
 /// One input's result.
 pub struct Embedding {
     pub vector: Vec<f32>,
@@ -179,6 +208,30 @@ impl Embedder {
     /// sentence-transformers in f32: cosine >= 0.9999 (tests/embed_bf16.rs).
     pub fn use_bf16(&mut self) -> Result<(), Error> {
         self.encoder.use_bf16()
+    }
+
+    /// Switches to int8 products (`--int8`): see [`Encoder::use_int8`],
+    /// the inputs' ranges measured by the f32 model on
+    /// [`CALIBRATION_TEXTS`]. Measured against sentence-transformers
+    /// (all-MiniLM-L6-v2, all-mpnet-base-v2) and llama.cpp
+    /// (nomic-embed-text-v1.5) in f32 in tests/embed_int8.rs.
+    pub fn use_int8(&mut self) -> Result<(), Error> {
+        let ids = CALIBRATION_TEXTS
+            .iter()
+            .map(|t| Ok(self.tokenizer.encode(t, true)?.ids))
+            .collect::<Result<Vec<Vec<u32>>, Error>>()?;
+        let seqs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+        let ranges = self.encoder.input_ranges(&seqs, &Threads::all_cores())?;
+        self.encoder.use_int8(&ranges)
+    }
+
+    /// Switches to `products` (see [`Products`]).
+    pub fn use_products(&mut self, products: Products) -> Result<(), Error> {
+        match products {
+            Products::F32 => Ok(()),
+            Products::Bf16 => self.use_bf16(),
+            Products::Int8 => self.use_int8(),
+        }
     }
 
     /// Loads a model directory or GGUF file.

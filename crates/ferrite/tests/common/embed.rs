@@ -102,3 +102,53 @@ pub fn check_token_ids(model: &Embedder, texts: &[String], golden: &Path, max: u
     }
     n_cut
 }
+
+/// The cosines of `model`'s vectors of `texts` to the golden `n x dim`
+/// rows in testdata/embed/`golden`, in the texts' order (printed: the
+/// smallest, with its text's index, and the mean).
+pub fn cosines_to_golden(
+    model: &Embedder,
+    label: &str,
+    golden: &str,
+    dim: usize,
+    texts: &[String],
+) -> Vec<f64> {
+    let want = rows(&embed_dir().join(golden), dim);
+    assert_eq!(want.len(), texts.len());
+    let got = embed(model, texts, EmbedOptions::default());
+    let cos: Vec<f64> = got.iter().zip(&want).map(|(a, b)| cosine(a, b)).collect();
+    let (worst, min) = cos
+        .iter()
+        .copied()
+        .enumerate()
+        .fold((0, f64::MAX), |m, (i, c)| if c < m.1 { (i, c) } else { m });
+    let mean = cos.iter().sum::<f64>() / cos.len() as f64;
+    println!(
+        "{label}: min cosine {min:.7} (text {worst}), mean {mean:.7} over {} texts",
+        texts.len()
+    );
+    cos
+}
+
+/// Asserts that `model`'s vectors of `texts` have the same bits at one and
+/// two threads, and for a few texts embedded alone.
+pub fn assert_bits_independent_of_batch_and_threads(model: &Embedder, texts: &[String]) {
+    let bits = |v: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        v.iter()
+            .map(|r| r.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    let opts = EmbedOptions::default();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let with = |n: usize| -> Vec<Vec<f32>> {
+        let out = model.embed(&refs, &opts, &Threads::new(n)).unwrap();
+        out.into_iter().map(|e| e.vector).collect()
+    };
+    let (one, two) = (with(1), with(2));
+    assert_eq!(bits(&one), bits(&two), "1 vs 2 threads");
+    let last = texts.len() - 1;
+    for i in [0, last / 2, last] {
+        let alone = embed(model, &texts[i..=i], opts);
+        assert_eq!(bits(&alone), bits(&one[i..=i]), "text {i} alone");
+    }
+}

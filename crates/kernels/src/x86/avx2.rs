@@ -22,6 +22,7 @@ mod columns;
 pub(crate) mod convert;
 mod float;
 pub(crate) mod gemm;
+mod gemm_i8;
 mod k_quants;
 mod legacy;
 pub(crate) mod math;

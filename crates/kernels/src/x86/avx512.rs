@@ -23,9 +23,31 @@
 //! the same f32 operation chains, so the same bits as the scalar
 //! reference.
 
+/// `$tile::<R, $p>($t)` for the tile height `R = $rows` (1..=12, larger
+/// taken as 1): the micro-kernels' row counts as constants.
+macro_rules! tile_of_rows {
+    ($tile:ident, $p:ident, $rows:expr, $t:expr) => {
+        match $rows {
+            12 => $tile::<12, $p>($t),
+            11 => $tile::<11, $p>($t),
+            10 => $tile::<10, $p>($t),
+            9 => $tile::<9, $p>($t),
+            8 => $tile::<8, $p>($t),
+            7 => $tile::<7, $p>($t),
+            6 => $tile::<6, $p>($t),
+            5 => $tile::<5, $p>($t),
+            4 => $tile::<4, $p>($t),
+            3 => $tile::<3, $p>($t),
+            2 => $tile::<2, $p>($t),
+            _ => $tile::<1, $p>($t),
+        }
+    };
+}
+
 mod columns;
 mod gemm;
 mod gemm_bf16;
+mod gemm_i8;
 mod math;
 mod quantize;
 
@@ -41,6 +63,7 @@ use crate::GgmlType;
 pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::GemmPanels,
     Kernel::GemmF16Panels,
+    Kernel::GemmI8Panels,
     Kernel::ScoresF16,
     Kernel::WeightedSumF16,
     Kernel::Activate,
@@ -65,6 +88,10 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     t.gemm_panels = Entry { f: gemm_panels, by };
     t.gemm_f16_panels = Entry {
         f: gemm_f16_panels,
+        by,
+    };
+    t.gemm_i8_panels = Entry {
+        f: gemm_i8_panels,
         by,
     };
     t.scores_f16 = Entry { f: scores_f16, by };
@@ -197,6 +224,15 @@ unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: Out
     // which its caller does only on a CPU with AVX-512 (and AVX2, FMA);
     // the output contract is the caller's.
     unsafe { gemm::gemm_panels(a, w, panels, out) }
+}
+
+/// # Safety
+/// As `crate::gemm_i8::gemm_i8_panels` (checked by it).
+unsafe fn gemm_i8_panels(a: Acts, w: &crate::gemm_i8::PackedI8, panels: Range<usize>, out: OutPtr) {
+    // SAFETY: reachable only through a table `override_table` filled,
+    // which its caller does only on a CPU with AVX-512 and VNNI; the
+    // output contract is the caller's.
+    unsafe { gemm_i8::gemm_i8_panels(a, w, panels, out) }
 }
 
 /// Most activation rows for which [`gemm_f16_panels`] converts the weights

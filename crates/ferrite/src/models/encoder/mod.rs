@@ -127,7 +127,135 @@ pub struct Encoder {
     pub layers: Vec<EncoderLayer>,
 }
 
+/// How an encoder's weight matrices multiply: in f32 (the default, the
+/// reference's results), or by one of the optional faster products that
+/// round their inputs ([`Encoder::use_bf16`], [`Encoder::use_int8`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    #[default]
+    F32,
+    Bf16,
+    Int8,
+}
+
+impl Products {
+    /// The command-line option that asks for it (`--bf16`, `--int8`), or
+    /// `f32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Products::F32 => "f32",
+            Products::Bf16 => "--bf16",
+            Products::Int8 => "--int8",
+        }
+    }
+}
+
+/// The largest magnitude of each input of a layer's products, over the
+/// tokens of a calibration pass ([`Encoder::input_ranges`]).
+#[derive(Clone, Debug)]
+pub struct InputRanges {
+    /// The Q/K/V product's inputs (the layer's input).
+    pub qkv: Vec<f32>,
+    /// The attention output product's inputs.
+    pub out: Vec<f32>,
+    /// The MLP's first product's (and gate's) inputs.
+    pub up: Vec<f32>,
+    /// The MLP's last product's inputs.
+    pub down: Vec<f32>,
+}
+
+impl InputRanges {
+    fn new(dim: usize, ffn: usize) -> InputRanges {
+        InputRanges {
+            qkv: vec![0.0; dim],
+            out: vec![0.0; dim],
+            up: vec![0.0; dim],
+            down: vec![0.0; ffn],
+        }
+    }
+}
+
+/// `max[c] = max(max[c], |x[r][c]|)` over the rows of `x`.
+fn record_max(max: &mut [f32], x: &[f32]) {
+    for row in x.chunks_exact(max.len()) {
+        for (m, &v) in max.iter_mut().zip(row) {
+            *m = m.max(v.abs());
+        }
+    }
+}
+
+/// SmoothQuant's exponent: an input's activations are divided (and its
+/// weights multiplied) by `max|x|^α / max|w|^(1 - α)`.
+pub const SMOOTH_ALPHA: f32 = 0.5;
+
 impl Encoder {
+    /// The layers' weight matrices (attention Q/K/V and output, the MLP's).
+    fn matrices(&mut self) -> impl Iterator<Item = &mut Dense> {
+        self.layers.iter_mut().flat_map(|l| {
+            let mut mats = vec![&mut l.qkv, &mut l.out];
+            match &mut l.mlp {
+                Mlp::Plain { up, down, .. } => mats.extend([up, down]),
+                Mlp::SwiGlu { gate, up, down } => mats.extend([gate, up, down]),
+            }
+            mats
+        })
+    }
+
+    /// Each layer's [`InputRanges`] over every token of `seqs`, from the
+    /// f32 forward pass (whose bits do not depend on the kernel set, the
+    /// threads or the batch, so neither do these).
+    pub fn input_ranges(
+        &self,
+        seqs: &[&[u32]],
+        threads: &Threads,
+    ) -> Result<Vec<InputRanges>, Error> {
+        let mut ranges =
+            vec![InputRanges::new(self.config.dim, self.config.ffn); self.layers.len()];
+        let mut ws = Workspace::default();
+        self.forward_recording(seqs, threads, &mut ws, Some(&mut ranges))?;
+        Ok(ranges)
+    }
+
+    /// Rounds every weight matrix to int8, one scale per output feature,
+    /// for the optional int8 product (`ferrite_kernels::gemm_i8`: each
+    /// product's inputs rounded to int8 per token as it starts, integer
+    /// sums, scales applied in f32; faster than f32, not its bits);
+    /// attention, norms and activations stay in f32. Each product's
+    /// inputs are first smoothed (SmoothQuant, see
+    /// `ferrite_kernels::gemm_i8::PackedI8::from_rows_smoothed`) with
+    /// factors from `ranges`, the f32 model's input magnitudes over
+    /// calibration texts ([`Encoder::input_ranges`]): without it BERT's
+    /// outlier dimensions take most of each token's int8 range (MiniLM's
+    /// cosine to the f32 vectors fell to 0.981, mpnet's to 0.950). Runs on
+    /// every CPU (the same bits in every kernel set); fails only for rows
+    /// longer than `ferrite_kernels::gemm_i8::MAX_K` inputs.
+    pub fn use_int8(&mut self, ranges: &[InputRanges]) -> Result<(), Error> {
+        let max = ferrite_kernels::gemm_i8::MAX_K;
+        if let Some(d) = self.matrices().find(|d| d.w.k() > max) {
+            return Err(Error::Input(format!(
+                "int8 products take rows of at most {max} inputs; this model has {}",
+                d.w.k()
+            )));
+        }
+        assert_eq!(ranges.len(), self.layers.len(), "one range per layer");
+        for (l, r) in self.layers.iter_mut().zip(ranges) {
+            l.qkv.w = l.qkv.w.to_int8(&r.qkv);
+            l.out.w = l.out.w.to_int8(&r.out);
+            match &mut l.mlp {
+                Mlp::Plain { up, down, .. } => {
+                    up.w = up.w.to_int8(&r.up);
+                    down.w = down.w.to_int8(&r.down);
+                }
+                Mlp::SwiGlu { gate, up, down } => {
+                    gate.w = gate.w.to_int8(&r.up);
+                    up.w = up.w.to_int8(&r.up);
+                    down.w = down.w.to_int8(&r.down);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Rounds every weight matrix to bf16 for the optional bf16 product
     /// (`ferrite_kernels::gemm_bf16`: up to twice the f32 product's speed,
     /// not its bits); attention, norms and activations stay in f32. Fails
@@ -145,15 +273,8 @@ impl Encoder {
                 }
             )));
         }
-        for l in &mut self.layers {
-            let mut mats = vec![&mut l.qkv, &mut l.out];
-            match &mut l.mlp {
-                Mlp::Plain { up, down, .. } => mats.extend([up, down]),
-                Mlp::SwiGlu { gate, up, down } => mats.extend([gate, up, down]),
-            }
-            for d in mats {
-                d.w = d.w.to_bf16();
-            }
+        for d in self.matrices() {
+            d.w = d.w.to_bf16();
         }
         Ok(())
     }
@@ -208,6 +329,18 @@ impl Encoder {
         threads: &Threads,
         ws: &'w mut Workspace,
     ) -> Result<&'w [f32], Error> {
+        self.forward_recording(seqs, threads, ws, None)
+    }
+
+    /// [`Encoder::forward`], also recording the products' input ranges
+    /// layer by layer if asked.
+    fn forward_recording<'w>(
+        &self,
+        seqs: &[&[u32]],
+        threads: &Threads,
+        ws: &'w mut Workspace,
+        mut ranges: Option<&mut [InputRanges]>,
+    ) -> Result<&'w [f32], Error> {
         let c = &self.config;
         let dim = c.dim;
         let mut starts = Vec::with_capacity(seqs.len() + 1);
@@ -230,8 +363,9 @@ impl Encoder {
 
         resize(&mut ws.x, total * dim);
         self.embed_tokens(seqs, &starts, &mut ws.x, threads)?;
-        for layer in &self.layers {
-            self.layer(layer, &starts, total, threads, ws);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let r = ranges.as_deref_mut().map(|r| &mut r[i]);
+            self.layer(layer, &starts, total, threads, ws, r);
         }
         Ok(&ws.x)
     }
@@ -285,14 +419,22 @@ impl Encoder {
         total: usize,
         threads: &Threads,
         ws: &mut Workspace,
+        mut ranges: Option<&mut InputRanges>,
     ) {
         let c = &self.config;
         let dim = c.dim;
+        let mut record = |which: fn(&mut InputRanges) -> &mut Vec<f32>, x: &[f32]| {
+            if let Some(r) = ranges.as_deref_mut() {
+                record_max(which(r), x);
+            }
+        };
+        record(|r| &mut r.qkv, &ws.x);
         resize(&mut ws.qkv, total * 3 * dim);
         dense(&l.qkv, &ws.x, total, &mut ws.qkv, None, threads);
         resize(&mut ws.attn, total * dim);
         self.attention(starts, threads, ws);
         resize(&mut ws.proj, total * dim);
+        record(|r| &mut r.out, &ws.attn);
         dense_add_norm(
             &l.out,
             &ws.attn,
@@ -302,6 +444,7 @@ impl Encoder {
             threads,
         );
 
+        record(|r| &mut r.up, &ws.x);
         match &l.mlp {
             Mlp::Plain { up, act, .. } => {
                 resize(&mut ws.up, total * c.ffn);
@@ -316,6 +459,7 @@ impl Encoder {
         let down = match &l.mlp {
             Mlp::Plain { down, .. } | Mlp::SwiGlu { down, .. } => down,
         };
+        record(|r| &mut r.down, &ws.up);
         dense_add_norm(down, &ws.up, &mut ws.proj, &mut ws.x, &l.out_norm, threads);
     }
 
@@ -494,8 +638,10 @@ const ROWS_PER_THREAD_TO_SPLIT_ROWS: usize = 96;
 /// Whether [`dense`] splits the rows of this product across the threads
 /// (else the output features).
 fn splits_rows(d: &Dense, m: usize, threads: &Threads) -> bool {
-    matches!(d.w, weights::Matrix::F32(_) | weights::Matrix::Bf16(_))
-        && threads.count() > 1
+    matches!(
+        d.w,
+        weights::Matrix::F32(_) | weights::Matrix::Bf16(_) | weights::Matrix::Int8(_)
+    ) && threads.count() > 1
         && m >= threads.count() * ROWS_PER_THREAD_TO_SPLIT_ROWS
 }
 

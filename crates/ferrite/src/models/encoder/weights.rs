@@ -11,6 +11,7 @@ use std::ops::Range;
 use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr, PackedWeights};
 use ferrite_kernels::gemm_bf16::{gemm_bf16_panels, PackedBf16};
 use ferrite_kernels::gemm_f16::{gemm_f16_panels, PackedF16};
+use ferrite_kernels::gemm_i8::{gemm_i8_panels, PackedI8};
 use ferrite_kernels::quant::dequantize;
 use ferrite_kernels::GgmlType;
 
@@ -180,11 +181,13 @@ pub fn token_tables(
 }
 
 /// A weight matrix packed for the GEMM, in f32 or kept in f16, or rounded
-/// to bf16 for the optional bf16 product ([`Matrix::to_bf16`]).
+/// to bf16 or int8 for the optional products ([`Matrix::to_bf16`],
+/// [`Matrix::to_int8`]).
 pub enum Matrix {
     F32(PackedWeights),
     F16(PackedF16),
     Bf16(PackedBf16),
+    Int8(PackedI8),
 }
 
 impl Matrix {
@@ -194,6 +197,7 @@ impl Matrix {
             Matrix::F32(w) => w.n(),
             Matrix::F16(w) => w.n(),
             Matrix::Bf16(w) => w.n(),
+            Matrix::Int8(w) => w.n(),
         }
     }
 
@@ -203,6 +207,7 @@ impl Matrix {
             Matrix::F32(w) => w.k(),
             Matrix::F16(w) => w.k(),
             Matrix::Bf16(w) => w.k(),
+            Matrix::Int8(w) => w.k(),
         }
     }
 
@@ -211,6 +216,7 @@ impl Matrix {
             Matrix::F32(w) => w.n_panels(),
             Matrix::F16(w) => w.n_panels(),
             Matrix::Bf16(w) => w.n_panels(),
+            Matrix::Int8(w) => w.n_panels(),
         }
     }
 
@@ -220,17 +226,69 @@ impl Matrix {
             Matrix::F32(w) => w.size_bytes(),
             Matrix::F16(w) => w.size_bytes(),
             Matrix::Bf16(w) => w.size_bytes(),
+            Matrix::Int8(w) => w.size_bytes(),
         }
     }
 
     /// This matrix rounded to bf16 (see `ferrite_kernels::gemm_bf16`).
     pub fn to_bf16(&self) -> Matrix {
+        match self {
+            Matrix::Bf16(w) => Matrix::Bf16(w.clone()),
+            _ => Matrix::Bf16(PackedBf16::from_rows(self.n(), self.k(), |j, out| {
+                self.row(j, out)
+            })),
+        }
+    }
+
+    /// This matrix rounded to int8 per row (see
+    /// `ferrite_kernels::gemm_i8`), its inputs smoothed for activations
+    /// whose largest magnitudes per input are `x_max` (SmoothQuant: input
+    /// `kk` divided by `s = x_max^α / w_max^(1 - α)`, `w_max` its weights'
+    /// largest magnitude, [`super::SMOOTH_ALPHA`]; 1 where either is 0).
+    ///
+    /// # Panics
+    /// If `k` is above `ferrite_kernels::gemm_i8::MAX_K` (callers check),
+    /// `x_max` is not `k` long, or the matrix is already rounded.
+    pub fn to_int8(&self, x_max: &[f32]) -> Matrix {
         let (n, k) = (self.n(), self.k());
-        Matrix::Bf16(match self {
-            Matrix::F32(w) => PackedBf16::from_rows(n, k, |j, out| w.row(j, out)),
-            Matrix::F16(w) => PackedBf16::from_rows(n, k, |j, out| w.row(j, out)),
-            Matrix::Bf16(w) => w.clone(),
-        })
+        assert_eq!(x_max.len(), k, "one range per input");
+        let mut w_max = vec![0f32; k];
+        let mut buf = vec![0f32; k];
+        for j in 0..n {
+            self.row(j, &mut buf);
+            w_max
+                .iter_mut()
+                .zip(&buf)
+                .for_each(|(m, &v)| *m = m.max(v.abs()));
+        }
+        let alpha = super::SMOOTH_ALPHA;
+        let smooth: Vec<f32> = x_max
+            .iter()
+            .zip(&w_max)
+            .map(|(&x, &w)| {
+                let s = x.powf(alpha) / w.powf(1.0 - alpha);
+                if s.is_finite() && s > 0.0 {
+                    s
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        Matrix::Int8(PackedI8::from_rows_smoothed(n, k, &smooth, |j, out| {
+            self.row(j, out)
+        }))
+    }
+
+    /// Row `j` (output feature `j`'s weights) as f32, for a matrix in f32
+    /// or f16 (the rounded ones are not read back).
+    fn row(&self, j: usize, out: &mut [f32]) {
+        match self {
+            Matrix::F32(w) => w.row(j, out),
+            Matrix::F16(w) => w.row(j, out),
+            Matrix::Bf16(_) | Matrix::Int8(_) => {
+                unreachable!("a rounded matrix is not rounded again")
+            }
+        }
     }
 
     /// `C = A · Wᵀ` for the output features of `panels`.
@@ -244,6 +302,7 @@ impl Matrix {
                 Matrix::F32(w) => gemm_panels(a, w, panels, out),
                 Matrix::F16(w) => gemm_f16_panels(a, w, panels, out),
                 Matrix::Bf16(w) => gemm_bf16_panels(a, w, panels, out),
+                Matrix::Int8(w) => gemm_i8_panels(a, w, panels, out),
             }
         }
     }

@@ -94,10 +94,6 @@ struct Tile<'a> {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn tile<const R: usize>(t: Tile) {
-    let mut bias = [0f32; NR];
-    if let Some(b) = t.bias {
-        bias[..t.cols].copy_from_slice(&b[..t.cols]);
-    }
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     // Each row's own pointer: `a + r * lda + kk` would make the compiler
     // step from row to row with a chain of dependent additions.
@@ -117,14 +113,39 @@ unsafe fn tile<const R: usize>(t: Tile) {
             }
         }
     }
-    // The tile's results, bias added, then the activation over all of
-    // them at once (a long loop overlaps its iterations' latencies).
+    // SAFETY: the output places as this function's contract says.
+    unsafe { finish_tile(acc, t.c, t.ldc, t.cols, t.bias, t.act) };
+}
+
+/// A tile's results on the way out: bias added, then the activation over
+/// all of them at once (a long loop overlaps its iterations' latencies),
+/// stored to the `cols` features of each row at `c + r * ldc`. The sums
+/// are taken by value (by reference they would live in memory through
+/// the caller's whole loop).
+///
+/// # Safety
+/// AVX2 and FMA; `c` writable for `R` rows of `cols` values; `bias`, if
+/// any, holds `cols` values.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) unsafe fn finish_tile<const R: usize>(
+    acc: [[__m256; 2]; R],
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    bias_of: Option<&[f32]>,
+    act: Option<Activation>,
+) {
+    let mut bias = [0f32; NR];
+    if let Some(b) = bias_of {
+        bias[..cols].copy_from_slice(&b[..cols]);
+    }
     let mut rows = [[0f32; NR]; R];
     for (acc_r, row) in acc.iter().zip(rows.iter_mut()) {
         // SAFETY: `row` and `bias` are 16 values each.
         unsafe {
             let (mut v0, mut v1) = (acc_r[0], acc_r[1]);
-            if t.bias.is_some() {
+            if bias_of.is_some() {
                 v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias.as_ptr()));
                 v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias.as_ptr().add(8)));
             }
@@ -132,19 +153,19 @@ unsafe fn tile<const R: usize>(t: Tile) {
             _mm256_storeu_ps(row.as_mut_ptr().add(8), v1);
         }
     }
-    if let Some(act) = t.act {
+    if let Some(act) = act {
         // SAFETY: AVX2 and FMA, by this function's contract.
         unsafe { super::math::activate(act, rows.as_flattened_mut()) };
     }
     for (r, row) in rows.iter().enumerate() {
         // SAFETY: row r of the output has `cols` writable values.
         unsafe {
-            let c = t.c.add(r * t.ldc);
-            if t.cols == NR {
+            let c = c.add(r * ldc);
+            if cols == NR {
                 _mm256_storeu_ps(c, _mm256_loadu_ps(row.as_ptr()));
                 _mm256_storeu_ps(c.add(8), _mm256_loadu_ps(row.as_ptr().add(8)));
             } else {
-                for (l, &v) in row[..t.cols].iter().enumerate() {
+                for (l, &v) in row[..cols].iter().enumerate() {
                     c.add(l).write(v);
                 }
             }

@@ -129,22 +129,7 @@ struct Tile<'a> {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")]
 unsafe fn tile_rows<const P: usize>(rows: usize, t: &Tile) {
     // SAFETY: the caller's contract, passed on.
-    unsafe {
-        match rows {
-            12 => tile::<12, P>(t),
-            11 => tile::<11, P>(t),
-            10 => tile::<10, P>(t),
-            9 => tile::<9, P>(t),
-            8 => tile::<8, P>(t),
-            7 => tile::<7, P>(t),
-            6 => tile::<6, P>(t),
-            5 => tile::<5, P>(t),
-            4 => tile::<4, P>(t),
-            3 => tile::<3, P>(t),
-            2 => tile::<2, P>(t),
-            _ => tile::<1, P>(t),
-        }
-    }
+    unsafe { tile_of_rows!(tile, P, rows, t) }
 }
 
 /// `R` rows by `P` panels, over every input pair.
