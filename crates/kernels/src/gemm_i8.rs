@@ -176,7 +176,8 @@ impl PackedI8 {
         self.act_mul.as_deref()
     }
 
-    /// Panel `p`'s 16 weight sums.
+    /// Panel `p`'s 16 weight sums (the x86 kernels' offset correction).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn panel_sums(&self, p: usize) -> &[i32] {
         &self.sums[p * NR..(p + 1) * NR]
     }
@@ -284,6 +285,8 @@ thread_local! {
 
 /// Weight bytes of the panels a group of tiles walks while they stay in
 /// the L2 cache.
+// Used by the x86 kernels only (other targets run the scalar reference).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const B_BLOCK_BYTES: usize = 256 * 1024;
 
 /// Calls `tile(rows, panels)` over `m` rows and `panels`, in tiles of
@@ -292,6 +295,8 @@ const B_BLOCK_BYTES: usize = 256 * 1024;
 /// order: the block's weights stay in the L2 cache while every row goes
 /// past them). The order changes no bit: every value is one exact integer
 /// sum.
+// Used by the x86 kernels only (other targets run the scalar reference).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn for_each_tile(
     m: usize,
     panels: Range<usize>,
