@@ -456,6 +456,7 @@ mod request_tests {
     use super::*;
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn kernel_requests_name_what_runs() {
         use KernelRequest::*;
         use KernelSet::*;
@@ -486,5 +487,34 @@ mod request_tests {
         );
         let scalar_cpu = |s: KernelSet| s == Scalar;
         assert_eq!(KernelRequest::parse(Some("avx2"), scalar_cpu).set(), Scalar);
+    }
+
+    /// The same rules with aarch64's sets (`KernelSet::ALL` is per
+    /// architecture: an x86 name is no set there).
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn kernel_requests_name_what_runs() {
+        use KernelRequest::*;
+        use KernelSet::*;
+        let dotprod_cpu = |s: KernelSet| s != I8mm;
+        assert_eq!(KernelRequest::parse(None, dotprod_cpu), Fastest(Dotprod));
+        assert_eq!(
+            KernelRequest::parse(Some("NEON"), dotprod_cpu),
+            Forced(Neon)
+        );
+        assert_eq!(
+            KernelRequest::parse(Some("i8mm"), dotprod_cpu),
+            Unsupported {
+                asked: I8mm,
+                used: Dotprod
+            }
+        );
+        assert_eq!(
+            KernelRequest::parse(Some("avx2"), |_| true),
+            Unknown {
+                name: "avx2".into(),
+                used: I8mm
+            }
+        );
     }
 }
