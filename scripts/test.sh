@@ -5,6 +5,9 @@
 # then runs the aarch64 build under emulation (scripts/test-arm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One models directory for every step (the emulated ARM tests run from
+# target/<triple>/ and cannot guess it from their own path).
+export FERRITE_MODELS="${FERRITE_MODELS:-$PWD/models}"
 # The default models, and the two embedding models only the tests use.
 scripts/fetch-models.sh
 scripts/fetch-models.sh nomic-embed-v1.5 mpnet

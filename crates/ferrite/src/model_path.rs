@@ -48,7 +48,8 @@ pub const MODELS_ENV: &str = "FERRITE_MODELS";
 
 /// The models directory: `$FERRITE_MODELS`, else `./models` if it exists,
 /// else `models/` at the root of the source tree this binary was built from
-/// (found from the executable's path, `target/<profile>/ferrite`), else `./models`.
+/// (found from the executable's path: `target/<profile>/ferrite`, or a test
+/// binary as deep as `target/<triple>/<profile>/deps/`), else `./models`.
 pub fn models_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(MODELS_ENV) {
         return PathBuf::from(dir);
@@ -58,7 +59,7 @@ pub fn models_dir() -> PathBuf {
         return local;
     }
     if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(4) {
+        for dir in exe.ancestors().skip(1).take(5) {
             let candidate = dir.join("models");
             if candidate.is_dir() {
                 return candidate;
