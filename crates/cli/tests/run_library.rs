@@ -120,3 +120,67 @@ fn the_library_generator_prints_what_run_prints() {
         .expect("an embedding model is not a generator");
     assert!(err.to_string().contains("embedding model"), "{err}");
 }
+
+/// `ferrite run --beams 4` prints transformers' `num_beams=4` continuation
+/// (the first case of testdata/beam/goldens.json: tiny GPT-2, 12 new
+/// tokens), and the beam options are refused without `--beams`.
+#[test]
+fn beams_print_the_searched_continuation() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let goldens: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("testdata/beam/goldens.json")).unwrap(),
+    )
+    .unwrap();
+    let case = &goldens["models"]["gpt2"]["cases"][0];
+    assert_eq!(case["options"]["num_beams"], 4);
+    assert_eq!(case["options"]["max_new_tokens"], 12);
+    let ids: Vec<u32> = case["new_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let model = root.join("testdata/gpt2/tiny-hf");
+    let gen = ferrite::open(model.to_str().unwrap())
+        .and_then(|m| m.into_generator())
+        .unwrap();
+    let prompt_ids: Vec<u32> = case["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let prompt = gen.tokenizer.decode(&prompt_ids, false);
+    assert_eq!(gen.tokenizer.encode(&prompt, true, true), prompt_ids);
+    let want = gen.tokenizer.decode(&ids, false);
+    let out = ferrite(
+        &[
+            "run",
+            model.to_str().unwrap(),
+            "-p",
+            &prompt,
+            "-n",
+            "12",
+            "--beams",
+            "4",
+        ],
+        None,
+    );
+    let (stdout, _) = ok(&out);
+    assert_eq!(stdout, format!("{want}\n"));
+
+    let out = ferrite(
+        &[
+            "run",
+            model.to_str().unwrap(),
+            "-p",
+            &prompt,
+            "--no-repeat-ngram",
+            "2",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--beams"), "{stderr}");
+}

@@ -20,6 +20,7 @@ use crate::embed::Embedder;
 use crate::formats::gguf::GgufFile;
 use crate::formats::safetensors::read_json;
 use crate::formats::{hf_decoder, llama2c};
+use crate::generate::beam::{generate_decoder, SearchOptions};
 use crate::generate::sampler::{Sampler, SamplerOptions};
 use crate::generate::session::{GenerateOptions, Session, StopReason};
 use crate::models::{encoder_arch, load_causal_lm, CausalLm};
@@ -123,6 +124,24 @@ impl Generator {
             true
         })?;
         Ok(text)
+    }
+
+    /// The best continuation of `prompt` by beam search
+    /// (`opts.num_beams` beams; transformers' `generate(num_beams=N,
+    /// do_sample=False)`), ended by the model's EOS; `opts.max_length`
+    /// counts the prompt's tokens. Returns the text (the EOS left out) and
+    /// the generated ids (EOS included if produced).
+    pub fn beam_search(
+        &self,
+        prompt: &str,
+        opts: &SearchOptions,
+        threads: Threads,
+    ) -> Result<(String, Vec<u32>), Error> {
+        let tokens = self.tokenizer.encode(prompt, true, true);
+        let eos = self.tokenizer.eos_id().unwrap_or(u32::MAX);
+        let ids = generate_decoder(self.model.as_ref(), &tokens, eos, opts, threads)?;
+        let text_ids = ids.strip_suffix(&[eos]).unwrap_or(&ids);
+        Ok((self.tokenizer.decode(text_ids, false), ids))
     }
 
     /// Bytes of the key/value cache of one sequence of `n_ctx` positions

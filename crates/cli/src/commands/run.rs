@@ -2,7 +2,11 @@
 //! continuation to stdout; a stats line goes to stderr with `--verbose` or
 //! when stderr is a terminal.
 
+use std::io::Write;
 use std::sync::Arc;
+
+use ferrite::generate::beam::SearchOptions;
+use ferrite::Generator;
 
 use ferrite::generate::json::Grammar;
 use ferrite::generate::sampler::Sampler;
@@ -53,6 +57,20 @@ pub struct Args {
     /// decoding): a reply that ends by itself parses and matches it.
     #[arg(long, value_name = "FILE")]
     json_schema: Option<std::path::PathBuf>,
+    /// Beam search with N beams (transformers' `num_beams`): the most
+    /// likely continuation among N kept at each step, printed when the
+    /// search ends. 1 (the default): the sampler below, streamed.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    beams: usize,
+    /// Beam search: finished continuations are scored by their
+    /// log-probability / length^F (transformers' `length_penalty`).
+    /// (Default 1.)
+    #[arg(long, value_name = "F")]
+    length_penalty: Option<f32>,
+    /// Beam search: never repeat an n-gram of this size
+    /// (`no_repeat_ngram_size`; 0: off).
+    #[arg(long, value_name = "N")]
+    no_repeat_ngram: Option<usize>,
     #[command(flatten)]
     model_args: ModelArgs,
     #[command(flatten)]
@@ -60,7 +78,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let sampler_opts = args.sampling.options(args.verbose)?;
+    if args.beams == 1 && (args.length_penalty.is_some() || args.no_repeat_ngram.is_some()) {
+        return Err(
+            "--length-penalty and --no-repeat-ngram apply to beam search (--beams N)".into(),
+        );
+    }
     let json = args.json_schema.as_deref().map(json_grammar).transpose()?;
     let max_tokens = max_tokens(args.max_tokens)?;
     let prompt = match (&args.prompt, &args.file) {
@@ -71,6 +93,10 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     refuse_text_file(args.model.as_deref(), "run")?;
     let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
+    if args.beams != 1 {
+        return beam_search(&args, &loaded, &prompt, max_tokens);
+    }
+    let sampler_opts = args.sampling.options(args.verbose)?;
     let tokens = loaded.tokenizer.encode(&prompt, true, true);
     let mut session = Session::new(
         loaded.model.as_ref(),
@@ -89,6 +115,53 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let mut sampler = Sampler::new(sampler_opts);
     generate_to_stdout(&mut session, &mut sampler, &opts, show_stats(args.verbose))?;
+    Ok(())
+}
+
+/// `--beams N`: the search's best continuation, printed at the end.
+fn beam_search(
+    args: &Args,
+    loaded: &Generator,
+    prompt: &str,
+    max_tokens: Option<usize>,
+) -> Result<(), String> {
+    if args.beams == 0 {
+        return Err("--beams must be at least 1".into());
+    }
+    if !args.stop.is_empty() || args.json_schema.is_some() {
+        return Err("--beams does not combine with --stop or --json-schema".into());
+    }
+    let length_penalty = args.length_penalty.unwrap_or(1.0);
+    if !length_penalty.is_finite() {
+        return Err("--length-penalty must be a finite number".into());
+    }
+    let n_prompt = loaded.tokenizer.encode(prompt, true, true).len();
+    let n_ctx = args
+        .model_args
+        .ctx
+        .unwrap_or(usize::MAX)
+        .min(loaded.model.n_ctx_train());
+    let opts = SearchOptions {
+        num_beams: args.beams,
+        max_length: max_tokens.map_or(n_ctx, |m| n_prompt.saturating_add(m).min(n_ctx)),
+        length_penalty,
+        no_repeat_ngram_size: args.no_repeat_ngram.unwrap_or(0),
+        ..SearchOptions::default()
+    };
+    let start = std::time::Instant::now();
+    let (text, ids) = loaded
+        .beam_search(prompt, &opts, args.model_args.threads()?)
+        .map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    super::output_result(writeln!(out, "{text}").and_then(|()| out.flush()))?;
+    if show_stats(args.verbose) {
+        eprintln!(
+            "prompt: {n_prompt} tokens | beam search ({} beams): {} tokens in {:.2} s",
+            args.beams,
+            ids.len(),
+            start.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
 }
 

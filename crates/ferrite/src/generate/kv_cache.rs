@@ -155,6 +155,14 @@ pub struct KvCache {
     written: usize,
 }
 
+/// An empty cache with no room (a placeholder a search's spare slots start
+/// from; it is replaced by a clone before use).
+impl Default for KvCache {
+    fn default() -> Self {
+        KvCache::new(0, 0, &[])
+    }
+}
+
 impl KvCache {
     /// A cache for `n_ctx` positions; `capacities[l]` slots for layer `l`.
     pub fn new(kv_dim: usize, n_ctx: usize, capacities: &[usize]) -> KvCache {
