@@ -3,10 +3,12 @@
 //! errors as one line on stderr with a non-zero exit.
 
 mod commands;
+mod error;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use error::{CliError, CliResult};
 use ferrite_kernels::dispatch::{KernelRequest, KernelSet};
 
 #[derive(Parser)]
@@ -42,15 +44,15 @@ enum Command {
 
 /// `FERRITE_KERNELS`: a name that is no kernel set is an error; a set
 /// this CPU cannot run is said, with the set that runs instead.
-fn check_kernel_request() -> Result<(), String> {
+fn check_kernel_request() -> CliResult {
     match KernelRequest::from_env() {
         KernelRequest::Unknown { name, .. } => {
             let names: Vec<&str> = KernelSet::ALL.iter().map(|s| s.name()).collect();
-            Err(format!(
+            Err(CliError::usage(format!(
                 "FERRITE_KERNELS={name}: no such kernel set (expected {}, or unset for the \
                  fastest this CPU runs)",
                 names.join(", ")
-            ))
+            )))
         }
         KernelRequest::Unsupported { asked, used } => {
             eprintln!(

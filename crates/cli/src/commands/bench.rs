@@ -10,6 +10,7 @@
 //!   REPS timed runs, each from an empty cache; t/s is the mean ± sample
 //!   standard deviation of the per-run rates.
 
+use crate::error::{CliError, CliResult};
 use std::io::{self, Write};
 use std::time::Instant;
 
@@ -107,8 +108,8 @@ fn measure(
     state: &mut DecoderState,
     reps: usize,
     n_tokens: usize,
-    mut run: impl FnMut(&mut DecoderState, bool) -> Result<(), String>,
-) -> Result<Rate, String> {
+    mut run: impl FnMut(&mut DecoderState, bool) -> CliResult,
+) -> CliResult<Rate> {
     state.cache.truncate(0);
     run(state, true)?;
     let mut rates = Vec::with_capacity(reps);
@@ -126,13 +127,13 @@ fn bench_pp(
     state: &mut DecoderState,
     src: &mut TokenSource,
     a: &Args,
-) -> Result<Rate, String> {
+) -> CliResult<Rate> {
     let mut logits = Vec::new();
     measure(state, a.reps, a.n_prompt, |state, _warm_up| {
         let tokens = src.sequence(a.n_prompt);
         model
             .forward(&tokens, state, Logits::Last, &mut logits)
-            .map_err(|e| e.to_string())
+            .map_err(CliError::from)
     })
 }
 
@@ -141,14 +142,12 @@ fn bench_tg(
     state: &mut DecoderState,
     src: &mut TokenSource,
     a: &Args,
-) -> Result<Rate, String> {
+) -> CliResult<Rate> {
     let mut logits = Vec::new();
     measure(state, a.reps, a.n_gen, |state, warm_up| {
         let n = if warm_up { 1 } else { a.n_gen };
         for token in src.sequence(n) {
-            model
-                .forward(&[token], state, Logits::Last, &mut logits)
-                .map_err(|e| e.to_string())?;
+            model.forward(&[token], state, Logits::Last, &mut logits)?;
         }
         Ok(())
     })
@@ -162,9 +161,9 @@ fn peak_rss_bytes() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> CliResult {
     if args.reps == 0 {
-        return Err("--repetitions must be at least 1".into());
+        return Err(CliError::usage("--repetitions must be at least 1"));
     }
     if let Some(texts) = &args.texts {
         return super::bench_embed::run(super::bench_embed::EmbedBench {
@@ -183,12 +182,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let n_threads = threads.count();
     let n_ctx = args.n_prompt.max(args.n_gen).max(1);
     if n_ctx > model.n_ctx_train() {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "{n_ctx} tokens exceed the model's context of {}",
             model.n_ctx_train()
-        ));
+        )));
     }
-    let mut state = model.new_state(n_ctx, threads).map_err(|e| e.to_string())?;
+    let mut state = model.new_state(n_ctx, threads)?;
     let mut src = TokenSource {
         bos: loaded
             .tokenizer

@@ -6,6 +6,7 @@
 //! - latency: each of the first 64 lines embedded alone, after one warm-up
 //!   pass over them; the median milliseconds per sentence.
 
+use crate::error::{CliError, CliResult};
 use std::io::{self, Write};
 use std::time::Instant;
 
@@ -36,11 +37,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-pub fn run(b: EmbedBench) -> Result<(), String> {
+pub fn run(b: EmbedBench) -> CliResult {
     let embedder = load(b.model, b.products)?;
     let texts = read_lines(Some(b.texts))?;
     if texts.is_empty() {
-        return Err(format!("{}: no texts", b.texts));
+        return Err(CliError::input(b.texts, "no texts"));
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let opts = EmbedOptions {
@@ -48,11 +49,7 @@ pub fn run(b: EmbedBench) -> Result<(), String> {
         ..EmbedOptions::default()
     };
     let threads = super::input::threads(b.threads)?;
-    let embed = |t: &[&str]| {
-        embedder
-            .embed(t, &opts, &threads)
-            .map_err(|e| e.to_string())
-    };
+    let embed = |t: &[&str]| embedder.embed(t, &opts, &threads).map_err(CliError::from);
 
     embed(&refs)?;
     let mut runs = Vec::with_capacity(b.reps);

@@ -10,6 +10,7 @@
 //! which model answers and how to quit; piped input is one message a line.
 //! EOF (Ctrl-D) ends the chat.
 
+use crate::error::{CliError, CliResult};
 use std::io::{self, BufRead, IsTerminal};
 
 use ferrite::generate::chat::{
@@ -62,12 +63,13 @@ pub struct Args {
     sampling: SamplingArgs,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> CliResult {
     let system = match (&args.system, &args.file) {
         (_, Some(f)) if f == "-" => {
-            return Err("--file -: standard input carries the messages; \
-                        give the system prompt in a file"
-                .into())
+            return Err(CliError::usage(
+                "--file -: standard input carries the messages; \
+                        give the system prompt in a file",
+            ))
         }
         (_, Some(f)) => Some(read_prompt(f)?),
         (s, None) => s.clone(),
@@ -80,9 +82,9 @@ pub fn run(args: Args) -> Result<(), String> {
         Some("chatml") => Some(ChatTemplate::chatml()),
         Some("gemma") => Some(ChatTemplate::gemma()),
         Some(other) => {
-            return Err(format!(
+            return Err(CliError::usage(format!(
                 "--chat-template '{other}': expected chatml or gemma"
-            ))
+            )))
         }
     };
     refuse_text_file(args.model.as_deref(), "chat")?;
@@ -92,22 +94,21 @@ pub fn run(args: Args) -> Result<(), String> {
     let template = match builtin {
         Some(t) => t,
         None if !has_template => {
-            return Err(format!(
+            return Err(CliError::usage(format!(
                 "{name} has no chat template: it looks like a base model, which continues \
                  a text rather than answering in turns (its replies would not end). \
                  `ferrite run {name} -p TEXT` continues a text; --chat-template chatml or \
                  gemma chats with it anyway"
-            ))
+            )))
         }
-        None => model_template(&loaded.file, &loaded.tokenizer).map_err(|e| e.to_string())?,
+        None => model_template(&loaded.file, &loaded.tokenizer).map_err(ferrite::Error::from)?,
     };
     let mut session = Session::new(
         loaded.model.as_ref(),
         &loaded.tokenizer,
         args.model_args.ctx,
         args.model_args.threads()?,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let mut sampler = Sampler::new(sampler_opts);
     let opts = GenerateOptions {
         json: None,
@@ -150,7 +151,7 @@ pub fn run(args: Args) -> Result<(), String> {
         bytes.clear();
         let n = stdin
             .read_until(b'\n', &mut bytes)
-            .map_err(|e| format!("reading standard input: {e}"))?;
+            .map_err(|e| CliError::read("reading standard input", e))?;
         if n == 0 {
             break;
         }
@@ -181,14 +182,12 @@ pub fn run(args: Args) -> Result<(), String> {
                 messages.pop();
                 continue;
             }
-            Err(e) => return Err(e.to_string()),
+            Err(PromptError::Template(e)) => return Err(ferrite::Error::from(e).into()),
         };
         if prompt.dropped > 0 {
             tell_full(session.n_ctx());
         }
-        session
-            .set_prompt(&prompt.tokens)
-            .map_err(|e| e.to_string())?;
+        session.set_prompt(&prompt.tokens)?;
 
         let reply = generate_to_stdout(&mut session, &mut sampler, &opts, show_stats)?;
         match reply.stop {

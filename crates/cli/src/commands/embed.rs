@@ -2,6 +2,7 @@
 //! embedding per output line out (a JSON array of floats), in input order;
 //! or all of them as one `.npy` matrix with `--format npy --output F`.
 
+use crate::error::{CliError, CliResult};
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -101,19 +102,18 @@ pub fn products(bf16: bool, int8: bool) -> Products {
 }
 
 impl Flags {
-    pub fn options(&self) -> Result<EmbedOptions, String> {
+    pub fn options(&self) -> CliResult<EmbedOptions> {
         let pooling = match &self.pooling {
             None => None,
-            Some(p) => Some(
-                Pooling::from_name(p)
-                    .ok_or_else(|| format!("--pooling '{p}': expected mean, cls or last"))?,
-            ),
+            Some(p) => Some(Pooling::from_name(p).ok_or_else(|| {
+                CliError::usage(format!("--pooling '{p}': expected mean, cls or last"))
+            })?),
         };
         let task = match &self.task {
             None => None,
             Some(t) => Some(Task::from_name(t).ok_or_else(|| {
                 let names: Vec<&str> = Task::ALL.iter().map(|t| t.name()).collect();
-                format!("--task '{t}': expected {}", names.join(", "))
+                CliError::usage(format!("--task '{t}': expected {}", names.join(", ")))
             })?),
         };
         Ok(EmbedOptions {
@@ -129,40 +129,41 @@ impl Flags {
 }
 
 /// `--batch-size`, checked.
-pub fn batch_size(n: usize) -> Result<usize, String> {
+pub fn batch_size(n: usize) -> CliResult<usize> {
     if n == 0 {
-        return Err("--batch-size must be at least 1".into());
+        return Err(CliError::usage("--batch-size must be at least 1"));
     }
     Ok(n)
 }
 
 /// Loads an embedding model by path or short name, for `products`.
-pub fn load(model: Option<&str>, products: Products) -> Result<Embedder, String> {
+pub fn load(model: Option<&str>, products: Products) -> CliResult<Embedder> {
     input::refuse_text_file(model, "embed")?;
-    let path =
-        model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL)).map_err(|e| e.to_string())?;
-    let mut embedder = Embedder::open(&path).map_err(|e| e.to_string())?;
-    embedder
-        .use_products(products)
-        .map_err(|e| format!("{}: {e}", products.name()))?;
+    let path = model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL))?;
+    let mut embedder = Embedder::open(&path)?;
+    embedder.use_products(products)?;
     Ok(embedder)
 }
 
 /// Reads texts, one per line (`\n` or `\r\n` endings), from a file or `-`;
 /// a line that is not UTF-8 is an error naming it, before any output.
-pub fn read_lines(file: Option<&str>) -> Result<Vec<String>, String> {
+pub fn read_lines(file: Option<&str>) -> CliResult<Vec<String>> {
     let source = file.unwrap_or("-");
     input::utf8_lines(input::input_name(source), &input::read_source(source)?)
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> CliResult {
     let npy = match args.format.as_str() {
         "json" => false,
         "npy" => true,
-        other => return Err(format!("--format '{other}': expected json or npy")),
+        other => {
+            return Err(CliError::usage(format!(
+                "--format '{other}': expected json or npy"
+            )))
+        }
     };
     if npy && args.output.is_none() {
-        return Err("--format npy needs --output FILE".into());
+        return Err(CliError::usage("--format npy needs --output FILE"));
     }
     let opts = args.flags.options()?;
     let embedder = load(args.model.as_deref(), args.flags.products())?;
@@ -186,9 +187,7 @@ pub fn run(args: Args) -> Result<(), String> {
             }
         }
     };
-    let embeddings = embedder
-        .embed_with_progress(&refs, &opts, &threads, &mut progress)
-        .map_err(|e| e.to_string())?;
+    let embeddings = embedder.embed_with_progress(&refs, &opts, &threads, &mut progress)?;
     let cut: Vec<usize> = embeddings
         .iter()
         .enumerate()
@@ -203,7 +202,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let result = match &args.output {
         Some(path) => {
             let file =
-                std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                std::fs::File::create(path).map_err(|e| CliError::write(path.display(), e))?;
             let mut w = BufWriter::new(file);
             let r = if npy {
                 write_npy(&mut w, &embeddings)
@@ -211,7 +210,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 write_json_lines(&mut w, &embeddings)
             };
             r.and_then(|()| w.flush())
-                .map_err(|e| format!("{}: {e}", path.display()))
+                .map_err(|e| CliError::write(path.display(), e))
         }
         None => {
             let mut w = BufWriter::new(io::stdout().lock());

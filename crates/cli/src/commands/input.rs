@@ -1,6 +1,7 @@
 //! Rules every subcommand shares for what it is given: thread counts, and
 //! text read from a file or standard input (`-`), which must be UTF-8.
 
+use crate::error::{CliError, CliResult};
 use std::io::{self, Read};
 use std::path::Path;
 
@@ -24,8 +25,8 @@ pub fn parse_threads(s: &str) -> Result<usize, String> {
 
 /// The thread pool for `-t` (`None`: one thread per core); an error, not a
 /// panic, when the OS cannot start that many threads.
-pub fn threads(n: Option<usize>) -> Result<Threads, String> {
-    Threads::try_new(n.unwrap_or_else(available_cores)).map_err(|e| e.to_string())
+pub fn threads(n: Option<usize>) -> CliResult<Threads> {
+    Ok(Threads::try_new(n.unwrap_or_else(available_cores))?)
 }
 
 /// How an input is named in messages: its path, or "standard input".
@@ -37,16 +38,16 @@ pub fn input_name(source: &str) -> &str {
 }
 
 /// The bytes of file `source`, or of standard input for `-`.
-pub fn read_source(source: &str) -> Result<Vec<u8>, String> {
+pub fn read_source(source: &str) -> CliResult<Vec<u8>> {
     let mut bytes = Vec::new();
     match source {
         "-" => {
             io::stdin()
                 .lock()
                 .read_to_end(&mut bytes)
-                .map_err(|e| format!("reading standard input: {e}"))?;
+                .map_err(|e| CliError::read("reading standard input", e))?;
         }
-        path => bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?,
+        path => bytes = std::fs::read(path).map_err(|e| CliError::read(path, e))?,
     }
     Ok(bytes)
 }
@@ -60,25 +61,26 @@ pub fn utf8_error(
     valid_up_to: usize,
     first_line: usize,
     base: usize,
-) -> String {
+) -> CliError {
     let before = &bytes[..valid_up_to];
     let line = first_line + before.iter().filter(|&&b| b == b'\n').count();
     let line_start = before
         .iter()
         .rposition(|&b| b == b'\n')
         .map_or(0, |i| i + 1);
-    format!(
-        "{name}: line {line} is not valid UTF-8: byte 0x{:02x} at offset {} of the line \
+    let problem = format!(
+        "line {line} is not valid UTF-8: byte 0x{:02x} at offset {} of the line \
          ({} of the input)",
         bytes[valid_up_to],
         valid_up_to - line_start,
         base + valid_up_to
-    )
+    );
+    CliError::input(name, problem)
 }
 
 /// `bytes` as text, or an error naming the line and offset of the first
 /// byte that is not UTF-8.
-pub fn utf8_text(name: &str, bytes: Vec<u8>) -> Result<String, String> {
+pub fn utf8_text(name: &str, bytes: Vec<u8>) -> CliResult<String> {
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         utf8_error(name, e.as_bytes(), valid, 1, 0)
@@ -87,7 +89,7 @@ pub fn utf8_text(name: &str, bytes: Vec<u8>) -> Result<String, String> {
 
 /// The lines of `bytes` (`\n` or `\r\n` endings), all checked before any
 /// is returned: the first that is not UTF-8 is an error naming it.
-pub fn utf8_lines(name: &str, bytes: &[u8]) -> Result<Vec<String>, String> {
+pub fn utf8_lines(name: &str, bytes: &[u8]) -> CliResult<Vec<String>> {
     if let Err(e) = std::str::from_utf8(bytes) {
         return Err(utf8_error(name, bytes, e.valid_up_to(), 1, 0));
     }
@@ -105,7 +107,7 @@ pub fn utf8_lines(name: &str, bytes: &[u8]) -> Result<Vec<String>, String> {
 
 /// Text given as a file or `-` (standard input) for a prompt: UTF-8, one
 /// final newline removed (as llama.cpp's `-f` does).
-pub fn read_prompt(source: &str) -> Result<String, String> {
+pub fn read_prompt(source: &str) -> CliResult<String> {
     let mut text = utf8_text(input_name(source), read_source(source)?)?;
     if text.ends_with('\n') {
         text.pop();
@@ -135,7 +137,7 @@ fn looks_like_text(path: &Path) -> bool {
 /// An error when the model argument of `command` names a text file (the
 /// input given where the model belongs): a clearer message than a model
 /// loader's complaint about the file's first bytes.
-pub fn refuse_text_file(model: Option<&str>, command: &str) -> Result<(), String> {
+pub fn refuse_text_file(model: Option<&str>, command: &str) -> CliResult {
     let Some(arg) = model else {
         return Ok(());
     };
@@ -155,7 +157,9 @@ pub fn refuse_text_file(model: Option<&str>, command: &str) -> Result<(), String
         "run" => format!("a prompt in a file is given with -f: `ferrite run -f {arg}`"),
         _ => format!("`ferrite {command} --help` says what it takes"),
     };
-    Err(format!("{arg} is a text file, not a model: {usage}"))
+    Err(CliError::usage(format!(
+        "{arg} is a text file, not a model: {usage}"
+    )))
 }
 
 /// One warning on stderr per input line that was cut to `max` tokens
@@ -181,7 +185,7 @@ mod tests {
         let bytes = b"ok\nfine\nba\xffd\n";
         let e = utf8_lines("f.txt", bytes).unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "f.txt: line 3 is not valid UTF-8: byte 0xff at offset 2 of the line (10 of the input)"
         );
         assert_eq!(

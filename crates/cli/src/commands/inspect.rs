@@ -1,6 +1,7 @@
 //! `ferrite inspect FILE_OR_DIR`: a human-readable summary, `--json` for
 //! machines, or `--tensor NAME --values N` for raw values.
 
+use crate::error::CliResult;
 use std::io::{self, BufWriter, Write};
 use std::sync::Arc;
 
@@ -27,12 +28,12 @@ pub struct Args {
     full: bool,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
-    let path = model_path::resolve(&args.model).map_err(|e| e.to_string())?;
+pub fn run(args: Args) -> CliResult {
+    let path = model_path::resolve(&args.model)?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if let Some(name) = &args.tensor {
-        for v in tensor_values(&path, name, args.values).map_err(|e| e.to_string())? {
+        for v in tensor_values(&path, name, args.values)? {
             // `{:?}` is Rust's shortest representation that reads back to
             // the same f32 (e.g. 0.1, 1e-5, -0.0, NaN, inf).
             let written = writeln!(out, "{v:?}");
@@ -47,12 +48,12 @@ pub fn run(args: Args) -> Result<(), String> {
         // A GGUF file, or a llama2.c checkpoint read as one (`ferrite::open`'s rules).
         let file = match ferrite::open::find(&path, &Default::default()) {
             Ok(ferrite::open::Found::Generator(file)) => file,
-            Ok(_) => Arc::new(GgufFile::open(&path).map_err(|e| e.to_string())?),
-            Err(e) => return Err(e.to_string()),
+            Ok(_) => Arc::new(GgufFile::open(&path)?),
+            Err(e) => return Err(e.into()),
         };
-        (inspect_gguf(&file).map_err(|e| e.to_string())?, Some(file))
+        (inspect_gguf(&file)?, Some(file))
     } else {
-        (inspect(&path).map_err(|e| e.to_string())?, None)
+        (inspect(&path)?, None)
     };
     let written = if args.json {
         serde_json::to_writer(&mut out, &report.to_json())

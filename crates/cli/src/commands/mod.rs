@@ -11,13 +11,14 @@ pub mod serve;
 pub mod tokenize;
 pub mod translate;
 
+use crate::error::{CliError, CliResult};
 use std::io;
 
 /// The outcome of writing to stdout: a closed pipe (`ferrite ... | head`)
 /// is a normal way for a reader to stop, not an error.
-pub fn output_result(r: io::Result<()>) -> Result<(), String> {
+pub fn output_result(r: io::Result<()>) -> CliResult {
     match r {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.map_err(|e| format!("writing output: {e}")),
+        other => other.map_err(|e| CliError::write("writing output", e)),
     }
 }

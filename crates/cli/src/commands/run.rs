@@ -2,6 +2,7 @@
 //! continuation to stdout; a stats line goes to stderr with `--verbose` or
 //! when stderr is a terminal.
 
+use crate::error::{CliError, CliResult};
 use std::io::Write;
 use std::sync::Arc;
 
@@ -77,11 +78,11 @@ pub struct Args {
     sampling: SamplingArgs,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> CliResult {
     if args.beams == 1 && (args.length_penalty.is_some() || args.no_repeat_ngram.is_some()) {
-        return Err(
-            "--length-penalty and --no-repeat-ngram apply to beam search (--beams N)".into(),
-        );
+        return Err(CliError::usage(
+            "--length-penalty and --no-repeat-ngram apply to beam search (--beams N)",
+        ));
     }
     let json = args.json_schema.as_deref().map(json_grammar).transpose()?;
     let max_tokens = max_tokens(args.max_tokens)?;
@@ -89,7 +90,7 @@ pub fn run(args: Args) -> Result<(), String> {
         (Some(p), None) if p != "-" => p.clone(),
         (Some(_), None) => read_prompt("-")?,
         (_, Some(f)) => read_prompt(f)?,
-        (None, None) => return Err("give a prompt: -p TEXT, -p - or -f FILE".into()),
+        (None, None) => return Err(CliError::usage("give a prompt: -p TEXT, -p - or -f FILE")),
     };
     refuse_text_file(args.model.as_deref(), "run")?;
     let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
@@ -103,9 +104,8 @@ pub fn run(args: Args) -> Result<(), String> {
         &loaded.tokenizer,
         args.model_args.ctx,
         args.model_args.threads()?,
-    )
-    .map_err(|e| e.to_string())?;
-    session.set_prompt(&tokens).map_err(|e| e.to_string())?;
+    )?;
+    session.set_prompt(&tokens)?;
 
     let opts = GenerateOptions {
         max_tokens,
@@ -124,16 +124,18 @@ fn beam_search(
     loaded: &Generator,
     prompt: &str,
     max_tokens: Option<usize>,
-) -> Result<(), String> {
+) -> CliResult {
     if args.beams == 0 {
-        return Err("--beams must be at least 1".into());
+        return Err(CliError::usage("--beams must be at least 1"));
     }
     if !args.stop.is_empty() || args.json_schema.is_some() {
-        return Err("--beams does not combine with --stop or --json-schema".into());
+        return Err(CliError::usage(
+            "--beams does not combine with --stop or --json-schema",
+        ));
     }
     let length_penalty = args.length_penalty.unwrap_or(1.0);
     if !length_penalty.is_finite() {
-        return Err("--length-penalty must be a finite number".into());
+        return Err(CliError::usage("--length-penalty must be a finite number"));
     }
     let n_prompt = loaded.tokenizer.encode(prompt, true, true).len();
     let n_ctx = args
@@ -149,9 +151,7 @@ fn beam_search(
         ..SearchOptions::default()
     };
     let start = std::time::Instant::now();
-    let (text, ids) = loaded
-        .beam_search(prompt, &opts, args.model_args.threads()?)
-        .map_err(|e| e.to_string())?;
+    let (text, ids) = loaded.beam_search(prompt, &opts, args.model_args.threads()?)?;
     let mut out = std::io::stdout().lock();
     super::output_result(writeln!(out, "{text}").and_then(|()| out.flush()))?;
     if show_stats(args.verbose) {
@@ -166,12 +166,12 @@ fn beam_search(
 }
 
 /// The grammar of the JSON Schema in `path`.
-fn json_grammar(path: &std::path::Path) -> Result<Arc<Grammar>, String> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("--json-schema {shown}: {e}"))?;
-    let schema: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("--json-schema {shown}: not JSON: {e}"))?;
+fn json_grammar(path: &std::path::Path) -> CliResult<Arc<Grammar>> {
+    let shown = format!("--json-schema {}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::read(&shown, e))?;
+    let schema: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::input(&shown, format!("not JSON: {e}")))?;
     Grammar::from_schema(&schema)
         .map(Arc::new)
-        .map_err(|e| format!("--json-schema {shown}: {e}"))
+        .map_err(|e| CliError::input(&shown, e))
 }

@@ -2,6 +2,7 @@
 //! (`crates/server`). With no model it serves the default chat model and
 //! `minilm`. Every option can also come from a `FERRITE_*` variable.
 
+use crate::error::{CliError, CliResult};
 use std::time::Duration;
 
 use ferrite_server::{Limits, ServerConfig};
@@ -72,7 +73,7 @@ pub struct Args {
     int8: bool,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> CliResult {
     let models = if args.models.is_empty() {
         vec![
             DEFAULT_CHAT_MODEL.to_string(),
@@ -84,12 +85,14 @@ pub fn run(args: Args) -> Result<(), String> {
     let defaults = Limits::default();
     let max_chunk = ferrite::models::decoder::MAX_CHUNK;
     if args.max_seqs == 0 || args.max_seqs > max_chunk {
-        return Err(format!("--max-seqs must be in 1..={max_chunk}"));
+        return Err(CliError::usage(format!(
+            "--max-seqs must be in 1..={max_chunk}"
+        )));
     }
     if args.batch_tokens < args.max_seqs || args.batch_tokens > max_chunk {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "--batch-tokens must be in --max-seqs..={max_chunk} (a pass holds every running sequence)"
-        ));
+        )));
     }
     let threads = args
         .threads
@@ -113,5 +116,5 @@ pub fn run(args: Args) -> Result<(), String> {
         },
         grace: Duration::from_secs(args.grace),
     };
-    ferrite_server::run(config).map_err(|e| e.to_string())
+    Ok(ferrite_server::run(config)?)
 }

@@ -3,6 +3,7 @@
 //! defaults: BOS/EOS added where the model asks for them, special-token
 //! texts parsed.
 
+use crate::error::{CliError, CliResult};
 use std::io::{self, Write};
 
 use ferrite::embed::tokenizer::EmbedTokenizer;
@@ -29,8 +30,8 @@ pub struct Args {
 
 /// The ids (with the model's special tokens) and their texts of `text`
 /// for an embedding model, whose tokenizer runs as `ferrite embed` runs it.
-fn encoder_tokens(tok: &EmbedTokenizer, text: &str) -> Result<(Vec<u32>, Vec<String>), String> {
-    let ids = tok.encode_untruncated(text).map_err(|e| e.to_string())?;
+fn encoder_tokens(tok: &EmbedTokenizer, text: &str) -> Result<(Vec<u32>, Vec<String>), CliError> {
+    let ids = tok.encode_untruncated(text)?;
     let pieces = ids
         .iter()
         .map(|&id| tok.token_text(id).unwrap_or_default())
@@ -38,33 +39,31 @@ fn encoder_tokens(tok: &EmbedTokenizer, text: &str) -> Result<(Vec<u32>, Vec<Str
     Ok((ids, pieces))
 }
 
-pub fn run(args: Args) -> Result<(), String> {
-    let path = ferrite::open::resolve(&args.model).map_err(|e| e.to_string())?;
+pub fn run(args: Args) -> CliResult {
+    let path = ferrite::open::resolve(&args.model)?;
     // What the model is: `ferrite::open`'s rules (a decoder may be a GGUF
     // file, a Hugging Face directory or a llama2.c checkpoint).
-    let found = ferrite::open::find(&path, &Default::default()).map_err(|e| e.to_string())?;
+    let found = ferrite::open::find(&path, &Default::default())?;
     let file = match found {
         Found::Generator(file) => file,
         Found::Embedder => {
             if args.no_parse_special {
-                return Err(format!(
+                return Err(CliError::usage(format!(
                     "{}: --no-parse-special: an embedding model's tokenizer always reads its \
                      special tokens",
                     path.display()
-                ));
+                )));
             }
-            let tok = EmbedTokenizer::of_model(&path)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("{}: no embedding tokenizer", path.display()))?;
+            let tok = EmbedTokenizer::of_model(&path)?;
             let (ids, pieces) = encoder_tokens(&tok, &read_text(args.text)?)?;
             return print_tokens(&ids, args.pieces.then_some(&pieces[..]));
         }
         other => {
-            return Err(wrong_kind(&path, other.kind(), ModelKind::Generator).to_string());
+            return Err(wrong_kind(&path, other.kind(), ModelKind::Generator).into());
         }
     };
-    let tokenizer =
-        Tokenizer::from_gguf(file.metadata()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(file.metadata())
+        .map_err(|e| ferrite::Error::model(path.display().to_string(), e.to_string()))?;
     let text = read_text(args.text)?;
     let ids = tokenizer.encode(&text, tokenizer.adds_bos(), !args.no_parse_special);
     let pieces: Vec<String> = ids
@@ -76,7 +75,7 @@ pub fn run(args: Args) -> Result<(), String> {
 
 /// The text argument, or standard input byte for byte for `-` (no final
 /// newline dropped).
-fn read_text(text: String) -> Result<String, String> {
+fn read_text(text: String) -> CliResult<String> {
     if text == "-" {
         input::utf8_text(input::input_name("-"), input::read_source("-")?)
     } else {
@@ -85,7 +84,7 @@ fn read_text(text: String) -> Result<String, String> {
 }
 
 /// One JSON array on one line: the ids, or the pieces' texts if given.
-fn print_tokens(ids: &[u32], pieces: Option<&[String]>) -> Result<(), String> {
+fn print_tokens(ids: &[u32], pieces: Option<&[String]>) -> CliResult {
     let items: Vec<String> = match pieces {
         Some(p) => p
             .iter()

@@ -6,6 +6,7 @@
 //! chunks, each printed as soon as it is done, with progress on stderr for
 //! long inputs on a terminal.
 
+use crate::error::{CliError, CliResult};
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -48,26 +49,29 @@ pub struct Args {
     verbose: bool,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> CliResult {
     if args.batch_size == 0 {
-        return Err("--batch-size must be at least 1".into());
+        return Err(CliError::usage("--batch-size must be at least 1"));
     }
     if args.beams.is_some_and(|b| b == 0 || b > MAX_BEAMS) {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "--beams must be 1 to {MAX_BEAMS} (1 is greedy; wider beams take longer and rarely \
              change a translation)"
-        ));
+        )));
     }
     let format = match args.weights.as_str() {
         "f32" => WeightFormat::F32,
         "q8_0" => WeightFormat::Q8_0,
-        other => return Err(format!("--weights '{other}': expected f32 or q8_0")),
+        other => {
+            return Err(CliError::usage(format!(
+                "--weights '{other}': expected f32 or q8_0"
+            )))
+        }
     };
     super::input::refuse_text_file(args.model.to_str(), "translate")?;
     let threads = super::input::threads(args.threads)?;
     let loading = Instant::now();
-    let translator =
-        Translator::open_with_threads(&args.model, format, threads).map_err(|e| e.to_string())?;
+    let translator = Translator::open_with_threads(&args.model, format, threads)?;
     let load_secs = loading.elapsed().as_secs_f64();
     let opts = TranslateOptions {
         beams: args.beams,
@@ -78,7 +82,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let lines = super::embed::read_lines(args.input.as_deref())?;
     let mut cut = Vec::new();
     for (i, line) in lines.iter().enumerate() {
-        if translator.is_cut(line).map_err(|e| e.to_string())? {
+        if translator.is_cut(line)? {
             cut.push(i + 1);
         }
     }
@@ -89,9 +93,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let translating = Instant::now();
     for (c, chunk) in lines.chunks(CHUNK).enumerate() {
         let texts: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        let translated = translator
-            .translate(&texts, &opts)
-            .map_err(|e| e.to_string())?;
+        let translated = translator.translate(&texts, &opts)?;
         let written = (|| {
             for t in &translated {
                 // One line per input: a translation never holds a newline.

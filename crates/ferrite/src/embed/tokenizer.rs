@@ -142,33 +142,16 @@ impl EmbedTokenizer {
         })
     }
 
-    /// The tokenizer of the embedding model at `path` (a directory whose
-    /// `config.json` names an encoder, or a GGUF file of an encoder
-    /// architecture), with no length limit; `None` if `path` is not an
-    /// embedding model. For `ferrite tokenize`.
-    pub fn of_model(path: &Path) -> Result<Option<EmbedTokenizer>, Error> {
-        let source = path.display().to_string();
+    /// The tokenizer of the embedding model at `path` (what
+    /// [`crate::open::find`] tells is an embedder: a directory with a
+    /// `tokenizer.json`, or a GGUF file of an encoder architecture), with no
+    /// length limit. For `ferrite tokenize`.
+    pub fn of_model(path: &Path) -> Result<EmbedTokenizer, Error> {
         if path.is_dir() {
-            let config = path.join("config.json");
-            if !config.is_file() {
-                return Ok(None);
-            }
-            let config = crate::formats::safetensors::read_json(&config)?;
-            let model_type = config.get("model_type").and_then(|v| v.as_str());
-            if model_type.is_none_or(|t| crate::models::encoder_arch(t, true, "").is_err()) {
-                return Ok(None);
-            }
-            return Self::from_file(&path.join("tokenizer.json"), usize::MAX).map(Some);
+            return Self::from_file(&path.join("tokenizer.json"), usize::MAX);
         }
-        // Not a GGUF file (a llama2.c checkpoint, say): not an encoder.
-        let Ok(file) = crate::formats::gguf::GgufFile::open(path) else {
-            return Ok(None);
-        };
-        let arch = file.header.architecture().unwrap_or("");
-        if crate::models::encoder_arch(arch, false, "").is_err() {
-            return Ok(None);
-        }
-        Self::from_gguf(file.metadata(), usize::MAX, &source).map(Some)
+        let file = crate::formats::gguf::GgufFile::open(path)?;
+        Self::from_gguf(file.metadata(), usize::MAX, &path.display().to_string())
     }
 
     /// The text of token `id` in the vocabulary (`##ing`, `[CLS]`, ...).

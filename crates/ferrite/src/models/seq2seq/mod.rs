@@ -15,6 +15,7 @@
 //! References: HF transformers `models/marian/modeling_marian.py`,
 //! `models/t5/modeling_t5.py`.
 
+mod decode;
 pub mod forward;
 pub mod weights;
 
