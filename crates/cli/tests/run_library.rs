@@ -169,18 +169,17 @@ fn beams_print_the_searched_continuation() {
     let (stdout, _) = ok(&out);
     assert_eq!(stdout, format!("{want}\n"));
 
-    let out = ferrite(
-        &[
-            "run",
-            model.to_str().unwrap(),
-            "-p",
-            &prompt,
-            "--no-repeat-ngram",
-            "2",
-        ],
-        None,
-    );
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--beams"), "{stderr}");
+    // Beam options without --beams, sampling options with it: refused.
+    for args in [
+        &["--no-repeat-ngram", "2"][..],
+        &["--beams", "2", "--temp", "0.5"],
+        &["--beams", "2", "--seed", "3"],
+    ] {
+        let mut all = vec!["run", model.to_str().unwrap(), "-p", &prompt];
+        all.extend_from_slice(args);
+        let out = ferrite(&all, None);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--beams"), "{args:?}: {stderr}");
+    }
 }

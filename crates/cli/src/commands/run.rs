@@ -61,7 +61,15 @@ pub struct Args {
     /// Beam search with N beams (transformers' `num_beams`): the most
     /// likely continuation among N kept at each step, printed when the
     /// search ends. 1 (the default): the sampler below, streamed.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        conflicts_with_all = [
+            "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+            "presence_penalty", "frequency_penalty", "logit_bias", "seed",
+        ]
+    )]
     beams: usize,
     /// Beam search: finished continuations are scored by their
     /// log-probability / length^F (transformers' `length_penalty`).
