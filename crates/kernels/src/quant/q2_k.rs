@@ -5,7 +5,7 @@
 //! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
 
 use super::float::{f16_le, f16_le_from};
-use super::ksearch::{make_qkx2_quants, nearest_int, pack_2bit, Qkx2};
+use super::ksearch::{make_qkx2_quants_x8, nearest_int, pack_2bit, Qkx2};
 use super::{Block, QK_K};
 
 /// One Q2_K super-block: 84 bytes.
@@ -59,17 +59,32 @@ impl BlockQ2K {
             nstep: 15,
             use_mad: true,
         };
+        // Two passes of eight groups, lane g of pass h holding group 8h + g.
         let mut l = [0u8; QK_K];
-        let mut laux = [0u8; 16];
         let mut scales = [0f32; QK_K / 16];
         let mut mins = [0f32; QK_K / 16];
+        for h in 0..2 {
+            let mut xt = [[0f32; 8]; 16];
+            let mut wt = [[0f32; 8]; 16];
+            for g in 0..8 {
+                for i in 0..16 {
+                    let v = x[16 * (8 * h + g) + i];
+                    xt[i][g] = v;
+                    wt[i][g] = v.abs();
+                }
+            }
+            let mut lt = [[0u8; 8]; 16];
+            let (s, m) = make_qkx2_quants_x8(&SEARCH, &xt, &wt, &mut lt);
+            scales[8 * h..][..8].copy_from_slice(&s);
+            mins[8 * h..][..8].copy_from_slice(&m);
+            for (i, row) in lt.iter().enumerate() {
+                for (g, &q) in row.iter().enumerate() {
+                    l[16 * (8 * h + g) + i] = q;
+                }
+            }
+        }
         let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-        for g in 0..QK_K / 16 {
-            let xg = &x[16 * g..][..16];
-            let weights: [f32; 16] = std::array::from_fn(|i| xg[i].abs());
-            let (s, m) = make_qkx2_quants(&SEARCH, xg, &weights, &mut l[16 * g..][..16], &mut laux);
-            scales[g] = s;
-            mins[g] = m;
+        for (&s, &m) in scales.iter().zip(&mins) {
             if s > max_scale {
                 max_scale = s;
             }

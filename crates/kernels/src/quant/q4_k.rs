@@ -5,7 +5,7 @@
 //! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
 
 use super::float::{f16_le, f16_le_from};
-use super::ksearch::{make_qkx2_quants, nearest_int, Qkx2};
+use super::ksearch::{make_qkx2_quants_x8, nearest_int, Qkx2};
 use super::{Block, QK_K};
 
 /// One Q4_K super-block: 144 bytes.
@@ -53,11 +53,9 @@ pub(crate) fn quantize_k4_groups(
     x: &[f32; QK_K],
     p: &Qkx2,
 ) -> ([u8; 2], [u8; 2], [u8; 12], [u8; QK_K]) {
-    let mut l = [0u8; QK_K];
-    let mut laux = [0u8; 32];
-    let mut scales = [0f32; QK_K / 32];
-    let mut mins = [0f32; QK_K / 32];
-    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    // Lane g holds group g: value i of every group at once.
+    let mut xt = [[0f32; 8]; 32];
+    let mut wt = [[0f32; 8]; 32];
     for g in 0..QK_K / 32 {
         let xg = &x[32 * g..][..32];
         let mut sum_x2 = 0.0f32;
@@ -65,15 +63,26 @@ pub(crate) fn quantize_k4_groups(
             sum_x2 += v * v;
         }
         let av_x = (sum_x2 / 32.0).sqrt();
-        let weights: [f32; 32] = std::array::from_fn(|i| av_x + xg[i].abs());
-        let (s, m) = make_qkx2_quants(p, xg, &weights, &mut l[32 * g..][..32], &mut laux);
-        scales[g] = s;
-        mins[g] = m;
-        if s > max_scale {
-            max_scale = s;
+        for i in 0..32 {
+            xt[i][g] = xg[i];
+            wt[i][g] = av_x + xg[i].abs();
         }
-        if m > max_min {
-            max_min = m;
+    }
+    let mut lt = [[0u8; 8]; 32];
+    let (scales, mins) = make_qkx2_quants_x8(p, &xt, &wt, &mut lt);
+    let mut l = [0u8; QK_K];
+    for (i, row) in lt.iter().enumerate() {
+        for (g, &q) in row.iter().enumerate() {
+            l[32 * g + i] = q;
+        }
+    }
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for g in 0..QK_K / 32 {
+        if scales[g] > max_scale {
+            max_scale = scales[g];
+        }
+        if mins[g] > max_min {
+            max_min = mins[g];
         }
     }
     let inv_scale = if max_scale > 0.0 {

@@ -5,7 +5,7 @@
 //! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
 
 use super::float::{f16_le, f16_le_from};
-use super::ksearch::{make_qx_quants_rmse1, nearest_int, GROUP_MAX_EPS};
+use super::ksearch::{make_qx_quants_rmse1_x8, nearest_int, GROUP_MAX_EPS};
 use super::{Block, QK_K};
 
 /// One Q6_K super-block: 210 bytes.
@@ -55,15 +55,27 @@ impl BlockQ6K {
     /// rounded to i8 against the one of largest magnitude (which maps to
     /// -128), and the values are rounded again against the rounded scales.
     pub fn from_f32(x: &[f32; QK_K]) -> Self {
+        // Two passes of eight groups, lane g of pass h holding group 8h + g.
         let mut l = [0i8; QK_K];
         let mut scales = [0f32; QK_K / 16];
+        for h in 0..2 {
+            let xt: [[f32; 8]; 16] =
+                std::array::from_fn(|i| std::array::from_fn(|g| x[16 * (8 * h + g) + i]));
+            let mut lt = [[0i8; 8]; 16];
+            let s = make_qx_quants_rmse1_x8(32, &xt, &mut lt);
+            scales[8 * h..][..8].copy_from_slice(&s);
+            for (i, row) in lt.iter().enumerate() {
+                for (g, &q) in row.iter().enumerate() {
+                    l[16 * (8 * h + g) + i] = q;
+                }
+            }
+        }
         let mut max_scale = 0.0f32;
         let mut max_abs_scale = 0.0f32;
-        for (g, s) in scales.iter_mut().enumerate() {
-            *s = make_qx_quants_rmse1(32, &x[16 * g..][..16], &mut l[16 * g..][..16]);
+        for &s in &scales {
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
-                max_scale = *s;
+                max_scale = s;
             }
         }
         let mut y = BlockQ6K {
