@@ -40,6 +40,9 @@ enum Command {
     /// Serve models over an OpenAI-compatible HTTP API (chat, completions,
     /// embeddings) with continuous batching.
     Serve(commands::serve::Args),
+    /// Quantize a GGUF file to another type or llama.cpp mix (Q4_K_M,
+    /// Q8_0, ...), byte for byte as llama-quantize does.
+    Quantize(commands::quantize::Args),
 }
 
 /// `FERRITE_KERNELS`: a name that is no kernel set is an error; a set
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Translate(args) => commands::translate::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Quantize(args) => commands::quantize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -57,6 +57,7 @@ pub mod model_path;
 pub mod models;
 pub mod open;
 pub mod parallel;
+pub mod quantize;
 pub mod tensor;
 pub mod tokenize;
 pub mod translate;

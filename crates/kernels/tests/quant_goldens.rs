@@ -1,6 +1,8 @@
 //! ferrite's scalar (de)quantizers against goldens from the independent
 //! reference (the `gguf` Python package's numpy code), made by
-//! `scripts/make-quant-goldens.py` into `testdata/quant/`. Dequantized
+//! `scripts/make-quant-goldens.py` into `testdata/quant/`; the k-quant
+//! quantizers (which gguf-py lacks) against ggml's C reference quantizers,
+//! made by `scripts/make-kquant-goldens.py`. Dequantized
 //! values must match bit for bit, quantized blocks byte for byte.
 
 use std::path::{Path, PathBuf};
@@ -123,4 +125,10 @@ golden_tests! { check_quant:
     quant_q8_0 => "Q8_0",
     quant_q8_1 => "Q8_1",
     quant_q8_k => "Q8_K",
+    // From ggml's C reference itself (scripts/make-kquant-goldens.py).
+    quant_q2_k => "Q2_K",
+    quant_q3_k => "Q3_K",
+    quant_q4_k => "Q4_K",
+    quant_q5_k => "Q5_K",
+    quant_q6_k => "Q6_K",
 }

@@ -6,6 +6,7 @@ pub mod common;
 pub mod embed;
 pub mod input;
 pub mod inspect;
+pub mod quantize;
 pub mod run;
 pub mod serve;
 pub mod tokenize;

@@ -13,6 +13,7 @@
 use std::fmt;
 
 pub(crate) mod float;
+mod ksearch;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -169,13 +170,10 @@ impl GgmlType {
         )
     }
 
-    /// Whether [`quantize`] supports this type.
+    /// Whether [`quantize`] supports this type: the same types as
+    /// [`dequantize`].
     pub fn can_quantize(self) -> bool {
-        use GgmlType::*;
-        matches!(
-            self,
-            F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8K
-        )
+        self.can_dequantize()
     }
 
     /// (name, values per block, bytes per block), from ggml's type traits.
@@ -389,7 +387,9 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantE
 
 /// Quantizes `src` to type `t` into `dst`, which must be exactly the bytes
 /// of `src.len()` values (whole blocks). Byte-exact with ggml's
-/// `quantize_row_*_ref` / `ggml_fp32_to_*_row`.
+/// `quantize_row_*_ref` / `ggml_fp32_to_*_row` (for the k-quants, the
+/// reference quantizers that `llama-quantize` uses without an importance
+/// matrix).
 pub fn quantize(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     use GgmlType::*;
     if !t.can_quantize() {
@@ -409,6 +409,11 @@ pub fn quantize(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantErr
         Q5_1 => blocks_from_f32(src, dst, BlockQ5_1::from_f32),
         Q8_0 => blocks_from_f32(src, dst, BlockQ8_0::from_f32),
         Q8_1 => blocks_from_f32(src, dst, BlockQ8_1::from_f32),
+        Q2K => blocks_from_f32(src, dst, BlockQ2K::from_f32),
+        Q3K => blocks_from_f32(src, dst, BlockQ3K::from_f32),
+        Q4K => blocks_from_f32(src, dst, BlockQ4K::from_f32),
+        Q5K => blocks_from_f32(src, dst, BlockQ5K::from_f32),
+        Q6K => blocks_from_f32(src, dst, BlockQ6K::from_f32),
         Q8K => blocks_from_f32(src, dst, BlockQ8K::from_f32),
         _ => {
             return Err(QuantError::Unsupported {

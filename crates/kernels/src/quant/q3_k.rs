@@ -4,7 +4,8 @@
 //! `block_q3_K` (ggml-common.h) and `dequantize_row_q3_K` (ggml-quants.c) of
 //! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
 
-use super::float::f16_le;
+use super::float::{f16_le, f16_le_from};
+use super::ksearch::{make_q3_quants_rmse, nearest_int, pack_2bit};
 use super::{Block, QK_K};
 
 /// One Q3_K super-block: 110 bytes.
@@ -63,5 +64,68 @@ impl BlockQ3K {
                 y[16 * g + l] = dl * f32::from(v);
             }
         }
+    }
+
+    /// Quantizes 256 values as `quantize_row_q3_K_ref`: a `make_q3_quants`
+    /// search per group of 16, the 16 scales rounded to 6 bits against the
+    /// one of largest magnitude (which maps to -32), then the values
+    /// rounded again against the rounded scales.
+    pub fn from_f32(x: &[f32; QK_K]) -> Self {
+        let mut l = [0i8; QK_K];
+        let mut scales = [0f32; QK_K / 16];
+        let mut max_scale = 0.0f32;
+        let mut amax = 0.0f32;
+        for (g, s) in scales.iter_mut().enumerate() {
+            *s = make_q3_quants_rmse(4, &x[16 * g..][..16], &mut l[16 * g..][..16]);
+            if s.abs() > amax {
+                amax = s.abs();
+                max_scale = *s;
+            }
+        }
+        let mut y = BlockQ3K {
+            hmask: [0; QK_K / 8],
+            qs: [0; QK_K / 4],
+            scales: [0; 12],
+            d: [0; 2],
+        };
+        if max_scale != 0.0 {
+            let iscale = -32.0 / max_scale;
+            for (j, &s) in scales.iter().enumerate() {
+                // C keeps the rounded value in an int8_t (wrapping).
+                let q = (nearest_int(iscale * s) as i8).clamp(-32, 31) + 32;
+                let q = q as u8;
+                if j < 8 {
+                    y.scales[j] = q & 0x0f;
+                } else {
+                    y.scales[j - 8] |= (q & 0x0f) << 4;
+                }
+                y.scales[8 + j % 4] |= (q >> 4) << (2 * (j / 4));
+            }
+            y.d = f16_le_from(1.0 / iscale);
+        } else {
+            y.d = f16_le_from(0.0);
+        }
+        let d = f16_le(y.d);
+        for (g, &sc) in y.scales().iter().enumerate() {
+            let dg = d * f32::from(sc);
+            if dg == 0.0 {
+                continue;
+            }
+            for (o, &v) in l[16 * g..][..16].iter_mut().zip(&x[16 * g..][..16]) {
+                *o = (nearest_int(v / dg).clamp(-4, 3) + 4) as i8;
+            }
+        }
+        // The high bit of value j goes to bit j / 32 of byte j % 32.
+        let mut low = [0u8; QK_K];
+        for (j, (&v, o)) in l.iter().zip(low.iter_mut()).enumerate() {
+            let mut v = v as u8;
+            if v > 3 {
+                y.hmask[j % 32] |= 1 << (j / 32);
+                v -= 4;
+            }
+            *o = v;
+        }
+        pack_2bit(&low, &mut y.qs);
+        y
     }
 }

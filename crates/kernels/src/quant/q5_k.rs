@@ -4,7 +4,8 @@
 //! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
 
 use super::float::f16_le;
-use super::q4_k::scale_min_k4;
+use super::ksearch::Qkx2;
+use super::q4_k::{quantize_k4_groups, scale_min_k4};
 use super::{Block, QK_K};
 
 /// One Q5_K super-block: 176 bytes.
@@ -44,6 +45,42 @@ impl BlockQ5K {
                 let q = ((lo >> shift) & 0x0f) + if hi & (1 << g) != 0 { 16 } else { 0 };
                 *y = d1 * f32::from(q) - m1;
             }
+        }
+    }
+
+    /// Quantizes 256 values as `quantize_row_q5_K_ref` (the Q4_K scheme
+    /// with 32 levels and its own search range).
+    pub fn from_f32(x: &[f32; QK_K]) -> Self {
+        const SEARCH: Qkx2 = Qkx2 {
+            nmax: 31,
+            rmin: -0.5,
+            rdelta: 0.1,
+            nstep: 15,
+            use_mad: false,
+        };
+        let (d, dmin, scales, l) = quantize_k4_groups(x, &SEARCH);
+        let mut qs = [0u8; QK_K / 2];
+        let mut qh = [0u8; QK_K / 8];
+        for p in 0..QK_K / 64 {
+            for i in 0..32 {
+                let (mut l1, mut l2) = (l[64 * p + i], l[64 * p + i + 32]);
+                if l1 > 15 {
+                    l1 -= 16;
+                    qh[i] |= 1 << (2 * p);
+                }
+                if l2 > 15 {
+                    l2 -= 16;
+                    qh[i] |= 2 << (2 * p);
+                }
+                qs[32 * p + i] = l1 | (l2 << 4);
+            }
+        }
+        BlockQ5K {
+            d,
+            dmin,
+            scales,
+            qh,
+            qs,
         }
     }
 }

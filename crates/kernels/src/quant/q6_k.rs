@@ -4,7 +4,8 @@
 //! `dequantize_row_q6_K` (ggml-quants.c) of
 //! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
 
-use super::float::f16_le;
+use super::float::{f16_le, f16_le_from};
+use super::ksearch::{make_qx_quants_rmse1_x8, nearest_int, GROUP_MAX_EPS};
 use super::{Block, QK_K};
 
 /// One Q6_K super-block: 210 bytes.
@@ -47,5 +48,72 @@ impl BlockQ6K {
                 *y = d * f32::from(sc) * f32::from(q);
             }
         }
+    }
+
+    /// Quantizes 256 values as `quantize_row_q6_K_ref`: each group of 16
+    /// gets its scale from the `make_qx_quants` search, the scales are
+    /// rounded to i8 against the one of largest magnitude (which maps to
+    /// -128), and the values are rounded again against the rounded scales.
+    pub fn from_f32(x: &[f32; QK_K]) -> Self {
+        // Two passes of eight groups, lane g of pass h holding group 8h + g.
+        let mut l = [0i8; QK_K];
+        let mut scales = [0f32; QK_K / 16];
+        for h in 0..2 {
+            let xt: [[f32; 8]; 16] =
+                std::array::from_fn(|i| std::array::from_fn(|g| x[16 * (8 * h + g) + i]));
+            let mut lt = [[0i8; 8]; 16];
+            let s = make_qx_quants_rmse1_x8(32, &xt, &mut lt);
+            scales[8 * h..][..8].copy_from_slice(&s);
+            for (i, row) in lt.iter().enumerate() {
+                for (g, &q) in row.iter().enumerate() {
+                    l[16 * (8 * h + g) + i] = q;
+                }
+            }
+        }
+        let mut max_scale = 0.0f32;
+        let mut max_abs_scale = 0.0f32;
+        for &s in &scales {
+            if s.abs() > max_abs_scale {
+                max_abs_scale = s.abs();
+                max_scale = s;
+            }
+        }
+        let mut y = BlockQ6K {
+            ql: [0; QK_K / 2],
+            qh: [0; QK_K / 4],
+            scales: [0; QK_K / 16],
+            d: [0; 2],
+        };
+        if max_abs_scale < GROUP_MAX_EPS {
+            return y;
+        }
+        let iscale = -128.0 / max_scale;
+        y.d = f16_le_from(1.0 / iscale);
+        for (q, &s) in y.scales.iter_mut().zip(&scales) {
+            // C stores the int in an int8_t: wrapping, as `as` does.
+            *q = nearest_int(iscale * s).min(127) as i8;
+        }
+        let d = f16_le(y.d);
+        for (g, &sc) in y.scales.iter().enumerate() {
+            let dg = d * f32::from(sc);
+            if dg == 0.0 {
+                continue;
+            }
+            for (o, &v) in l[16 * g..][..16].iter_mut().zip(&x[16 * g..][..16]) {
+                *o = (nearest_int(v / dg).clamp(-32, 31) + 32) as i8;
+            }
+        }
+        for h in 0..2 {
+            let l = &l[128 * h..];
+            let ql = &mut y.ql[64 * h..][..64];
+            for i in 0..32 {
+                let q = [l[i], l[i + 32], l[i + 64], l[i + 96]].map(|v| v as u8);
+                ql[i] = (q[0] & 0x0f) | ((q[2] & 0x0f) << 4);
+                ql[i + 32] = (q[1] & 0x0f) | ((q[3] & 0x0f) << 4);
+                y.qh[32 * h + i] =
+                    (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+            }
+        }
+        y
     }
 }

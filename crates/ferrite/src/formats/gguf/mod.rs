@@ -20,7 +20,7 @@ use memmap2::Mmap;
 
 pub use read::{parse_header, MAX_ARRAY_NESTING, MAX_DIMS};
 pub use value::{Array, Value, ValueType};
-pub use write::{write_gguf, TensorToWrite};
+pub use write::{write_gguf, write_gguf_header, write_tensor_data, TensorHeader, TensorToWrite};
 
 use super::FormatError;
 

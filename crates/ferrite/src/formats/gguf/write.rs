@@ -26,6 +26,16 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
+/// A tensor's entry in the header: its name, dims and type (the data size
+/// follows from them).
+#[derive(Clone, Copy, Debug)]
+pub struct TensorHeader<'a> {
+    pub name: &'a str,
+    /// ggml order: `dims[0]` is the row length.
+    pub dims: &'a [u64],
+    pub ty: GgmlType,
+}
+
 /// Writes a complete GGUF file of `version` 2 or 3 (their little-endian
 /// layouts are the same). The alignment comes from
 /// `general.alignment` in `metadata` if present (it must be a u32 power of
@@ -36,14 +46,6 @@ pub fn write_gguf<W: Write>(
     metadata: &Metadata,
     tensors: &[TensorToWrite],
 ) -> io::Result<()> {
-    if version != 2 && version != 3 {
-        return Err(invalid(format!("cannot write GGUF version {version}")));
-    }
-    let alignment = match metadata.get(KEY_ALIGNMENT) {
-        None => DEFAULT_ALIGNMENT,
-        Some(Value::U32(a)) if a.is_power_of_two() => u64::from(*a),
-        Some(v) => return Err(invalid(format!("bad {KEY_ALIGNMENT}: {v}"))),
-    };
     for t in tensors {
         let n: u64 = t.dims.iter().product();
         if t.ty.bytes_for(n) != Some(t.data.len() as u64) {
@@ -54,6 +56,52 @@ pub fn write_gguf<W: Write>(
                 n,
                 t.ty
             )));
+        }
+    }
+    let headers: Vec<TensorHeader> = tensors
+        .iter()
+        .map(|t| TensorHeader {
+            name: t.name,
+            dims: t.dims,
+            ty: t.ty,
+        })
+        .collect();
+    let alignment = write_gguf_header(out, version, metadata, &headers)?;
+    for t in tensors {
+        write_tensor_data(out, t.data, alignment)?;
+    }
+    Ok(())
+}
+
+/// Writes everything of a GGUF file up to the tensor data (header,
+/// metadata, tensor infos with sequential offsets, padding), for a writer
+/// that then streams each tensor's data, in the same order, with
+/// [`write_tensor_data`]. Returns the alignment (see [`write_gguf`]).
+pub fn write_gguf_header<W: Write>(
+    out: &mut W,
+    version: u32,
+    metadata: &Metadata,
+    tensors: &[TensorHeader],
+) -> io::Result<u64> {
+    if version != 2 && version != 3 {
+        return Err(invalid(format!("cannot write GGUF version {version}")));
+    }
+    let alignment = match metadata.get(KEY_ALIGNMENT) {
+        None => DEFAULT_ALIGNMENT,
+        Some(Value::U32(a)) if a.is_power_of_two() => u64::from(*a),
+        Some(v) => return Err(invalid(format!("bad {KEY_ALIGNMENT}: {v}"))),
+    };
+    let mut sizes = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        let n = t.dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+        match n.and_then(|n| t.ty.bytes_for(n)) {
+            Some(size) => sizes.push(size),
+            None => {
+                return Err(invalid(format!(
+                    "tensor '{}': dims {:?} are not whole {} blocks",
+                    t.name, t.dims, t.ty
+                )))
+            }
         }
     }
 
@@ -71,7 +119,7 @@ pub fn write_gguf<W: Write>(
         write_value(&mut w, value)?;
     }
     let mut offset = 0u64;
-    for t in tensors {
+    for (t, size) in tensors.iter().zip(sizes) {
         write_string(&mut w, t.name)?;
         w.write_all(&(t.dims.len() as u32).to_le_bytes())?;
         for d in t.dims {
@@ -79,14 +127,22 @@ pub fn write_gguf<W: Write>(
         }
         w.write_all(&t.ty.id().to_le_bytes())?;
         w.write_all(&offset.to_le_bytes())?;
-        offset = (offset + t.data.len() as u64).next_multiple_of(alignment);
+        offset = (offset + size).next_multiple_of(alignment);
     }
     pad(&mut w, alignment)?;
-    for t in tensors {
-        w.write_all(t.data)?;
-        pad(&mut w, alignment)?;
-    }
-    Ok(())
+    Ok(alignment)
+}
+
+/// Writes one tensor's data and the zero padding after it (the data
+/// section starts aligned, so each tensor's padding depends only on its
+/// own length).
+pub fn write_tensor_data<W: Write>(out: &mut W, data: &[u8], alignment: u64) -> io::Result<()> {
+    let mut w = Counting {
+        inner: out,
+        written: 0,
+    };
+    w.write_all(data)?;
+    pad(&mut w, alignment)
 }
 
 /// A writer that counts bytes, for padding.
