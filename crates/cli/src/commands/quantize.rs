@@ -8,6 +8,9 @@ use std::time::Instant;
 
 use ferrite::quantize::{quantize_file, FileType, QuantizeOptions, FILE_TYPES};
 
+use super::input::parse_threads;
+use crate::error::{CliError, CliResult};
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The GGUF file to quantize (best F32, F16 or BF16).
@@ -19,8 +22,8 @@ pub struct Args {
     /// Q8_0, F16, BF16, F32 (Q3_K, Q4_K, Q5_K: the _M mixes).
     #[arg(value_name = "TYPE")]
     ftype: String,
-    /// Worker threads (default: every core).
-    #[arg(short = 't', long)]
+    /// Worker threads, 1 to 512 (default: every core).
+    #[arg(short = 't', long, value_parser = parse_threads)]
     threads: Option<usize>,
     /// Quantize tensors that are already quantized (they are dequantized
     /// first, which loses quality).
@@ -32,20 +35,18 @@ pub struct Args {
     pure: bool,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args) -> CliResult {
     let ftype = FileType::from_name(&args.ftype).ok_or_else(|| {
         let names: Vec<&str> = FILE_TYPES.iter().map(|f| f.name).collect();
-        format!(
+        CliError::usage(format!(
             "unknown quantization type '{}' (expected one of {}, or Q3_K / Q4_K / Q5_K)",
             args.ftype,
             names.join(", ")
-        )
+        ))
     })?;
-    let threads = match args.threads {
-        Some(0) => return Err("-t 0: at least one thread is needed".into()),
-        Some(n) => n,
-        None => ferrite::parallel::available_cores(),
-    };
+    let threads = args
+        .threads
+        .unwrap_or_else(ferrite::parallel::available_cores);
     let opts = QuantizeOptions {
         ftype,
         pure: args.pure,
@@ -70,8 +71,7 @@ pub fn run(args: Args) -> Result<(), String> {
             let _ = io::stderr().flush();
         }
     };
-    let s = quantize_file(&args.input, &args.output, &opts, &mut progress)
-        .map_err(|e| e.to_string())?;
+    let s = quantize_file(&args.input, &args.output, &opts, &mut progress)?;
     if s.requantized > 0 {
         eprintln!(
             "ferrite: warning: {} tensors were already quantized and were requantized",
