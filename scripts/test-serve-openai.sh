@@ -11,5 +11,5 @@ if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'openai>=1.40,<4'
 fi
 cargo build --quiet --profile test -p ferrite-cli
-scripts/fetch-models.sh smollm2 minilm nomic-embed-v1.5
+scripts/fetch-models.sh smollm2 minilm nomic-embed-v1.5 qwen2.5-0.5b
 FERRITE_BIN=target/debug/ferrite exec "$venv/bin/python" crates/cli/tests/openai/test_openai_client.py

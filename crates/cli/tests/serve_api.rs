@@ -416,6 +416,28 @@ fn metrics_count_what_usage_says() {
     );
     assert_eq!(s.metric("ferrite_running_sequences"), 0.0);
     assert_eq!(s.metric("ferrite_kv_cache_usage"), 0.0);
+    // Responses by route and status (this scrape's own is counted after).
+    let _ = s.post("/v1/completions", &json!({"prompt": ""}));
+    let text = s.get("/metrics").text();
+    for (line, n) in [
+        (
+            r#"ferrite_responses_total{route="/v1/completions",status="200"}"#,
+            2,
+        ),
+        (
+            r#"ferrite_responses_total{route="/v1/chat/completions",status="200"}"#,
+            1,
+        ),
+        (
+            r#"ferrite_responses_total{route="/v1/completions",status="400"}"#,
+            1,
+        ),
+    ] {
+        assert!(
+            text.contains(&format!("{line} {n}\n")),
+            "no '{line} {n}' in\n{text}"
+        );
+    }
 }
 
 #[test]
@@ -486,9 +508,17 @@ fn bad_requests_get_openai_errors() {
     assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
     expect(r, 400, "context");
     expect(
-        s.post("/v1/completions", &json!({"prompt": ["a", "b"]})),
+        s.post("/v1/completions", &json!({"prompt": vec!["a"; 17]})),
         400,
-        "one prompt",
+        "1 to 16",
+    );
+    expect(
+        s.post(
+            "/v1/completions",
+            &json!({"prompt": "a", "echo": true, "logprobs": 1}),
+        ),
+        400,
+        "echo",
     );
     expect(
         s.post("/v1/completions", &json!({"max_tokens": 3})),
@@ -587,16 +617,43 @@ fn api_key_is_required_when_set() {
     );
     assert_eq!(good.status, 200);
     assert_eq!(good.json()["data"][0]["id"], "smollm2");
+    // The scheme in any case (RFC 9110).
+    let lower = s.request(
+        "GET",
+        "/v1/models",
+        &[("authorization", "bearer sk-test-123")],
+        b"",
+    );
+    assert_eq!(lower.status, 200);
+    // Without the key, an oversized body gets 401, not 413 (the limit is
+    // nobody else's business).
+    let big = vec![b'a'; 3 << 20];
+    let r = (0..5)
+        .find_map(|_| s.try_request("POST", "/v1/completions", &[], &big).ok())
+        .expect("an answer");
+    assert_eq!(r.status, 401);
+    let r = (0..5)
+        .find_map(|_| {
+            s.try_request(
+                "POST",
+                "/v1/completions",
+                &[("authorization", "Bearer sk-test-123")],
+                &big,
+            )
+            .ok()
+        })
+        .expect("an answer");
+    assert_eq!(r.status, 413);
 }
 
 /// Checks `v` against the test schema below by hand: exactly these keys,
-/// each of its type.
+/// in the schema's order, each of its type.
 fn check_person(v: &Value) {
     let o = v
         .as_object()
         .unwrap_or_else(|| panic!("not an object: {v}"));
     let keys: Vec<&str> = o.keys().map(String::as_str).collect();
-    assert_eq!(keys, ["age", "married", "name", "pet", "tags"], "{v}");
+    assert_eq!(keys, ["name", "age", "pet", "tags", "married"], "{v}");
     assert!(o["age"].is_i64() || o["age"].is_u64(), "{v}");
     assert!(o["married"].is_boolean(), "{v}");
     assert!(o["name"].is_string(), "{v}");

@@ -47,6 +47,23 @@ pub struct Limits {
     /// see `Embedder::use_products`): bf16 fails to load on a CPU without
     /// AVX512-BF16.
     pub embed_products: Products,
+    /// A connection must deliver a complete request head within this of
+    /// starting to wait for one (so an idle keep-alive connection is
+    /// closed after it too).
+    pub header_timeout: Duration,
+    /// A request's whole body must arrive within this of its head (408).
+    pub body_timeout: Duration,
+    /// A connection on which nothing moves for this long while a response
+    /// is being written (a client that stopped reading) is closed, which
+    /// cancels its request.
+    pub idle_timeout: Duration,
+    /// Most tokens (over all its inputs) one embeddings request may hold
+    /// (413 beyond, naming the limit).
+    pub max_embed_work: usize,
+    /// Trusted callers only: control-token text inside chat messages
+    /// becomes control tokens, as in the template's own markup. Off: it is
+    /// tokenized as text (`ferrite::generate::chat::guarded_prompt_tokens`).
+    pub parse_special_in_messages: bool,
 }
 
 impl Default for Limits {
@@ -62,6 +79,11 @@ impl Default for Limits {
             max_embed_inputs: 2048,
             max_n: 16,
             embed_products: Products::F32,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_embed_work: 1 << 16,
+            parse_special_in_messages: false,
         }
     }
 }

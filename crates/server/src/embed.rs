@@ -1,9 +1,11 @@
-//! Embeddings: a loaded embedding model and its worker thread, which
-//! takes every waiting request at once and runs their inputs in batches of
-//! at most `embed_batch_tokens` tokens (a client's large batch is split,
-//! small requests are merged), as text-embeddings-inference's
-//! `max-batch-tokens` does. An input's vector is bit-identical alone or in
-//! any batch (see `ferrite::embed`), so merging changes no result.
+//! Embeddings: a loaded embedding model and its worker thread, which runs
+//! the inputs of every running request in batches of at most
+//! `embed_batch_tokens` tokens (as text-embeddings-inference's
+//! `max-batch-tokens`), each batch taking inputs in turn from every
+//! request: a client's large request is split into many batches with
+//! other clients' inputs between them, and a request whose client left is
+//! dropped before its next batch. An input's vector is bit-identical alone
+//! or in any batch (see `ferrite::embed`), so sharing changes no result.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -115,108 +117,132 @@ pub fn spawn(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("ferrite-embed-{}", model.name))
-        .spawn(move || loop {
-            let jobs: Vec<EmbedJob> = model.queue.lock().requests.drain(..).collect();
-            model.metrics.queue.set(0);
-            if jobs.is_empty() {
-                model.queue.wait(Duration::from_millis(50));
-                continue;
+        .spawn(move || {
+            let mut active: Vec<Running> = Vec::new();
+            let mut turn = 0;
+            loop {
+                active.extend(model.queue.lock().requests.drain(..).map(Running::new));
+                model.metrics.queue.set(0);
+                // A client that left: its request stops here.
+                let before = active.len();
+                active.retain(|r| !r.job.reply.is_closed());
+                let gone = before - active.len();
+                if gone > 0 {
+                    model.metrics.requests.inc_by(gone as u64);
+                }
+                if active.is_empty() {
+                    model.queue.wait(Duration::from_millis(50));
+                    continue;
+                }
+                turn = (turn + 1) % active.len();
+                run_batch(&model, &mut active, turn, &threads);
+                let (done, running): (Vec<Running>, Vec<Running>) =
+                    active.drain(..).partition(Running::is_done);
+                active = running;
+                for r in done {
+                    r.answer(&model);
+                }
             }
-            run_jobs(&model, jobs, &threads);
         })
 }
 
-/// An input of some job: `(job, input)`.
-type Slot = (usize, usize);
+/// A request being embedded.
+struct Running {
+    job: EmbedJob,
+    vectors: Vec<Option<Vec<f32>>>,
+    /// Inputs handed to a batch so far (in order).
+    next: usize,
+    error: Option<ApiError>,
+}
 
-/// Embeds the inputs of `jobs` and answers each.
-fn run_jobs(m: &EmbedModel, jobs: Vec<EmbedJob>, threads: &Threads) {
-    let mut jobs: Vec<EmbedJob> = jobs.into_iter().filter(|j| !j.reply.is_closed()).collect();
-    let mut results: Vec<Vec<Option<Vec<f32>>>> =
-        jobs.iter().map(|j| vec![None; j.texts.len()]).collect();
-    let mut errors: Vec<Option<ApiError>> = vec![None; jobs.len()];
-    // Inputs with the same cut can share a batch.
-    let mut cuts: Vec<Option<usize>> = jobs.iter().map(|j| j.dims).collect();
-    cuts.sort();
-    cuts.dedup();
-    for dims in cuts {
-        let slots: Vec<Slot> = jobs
-            .iter()
-            .enumerate()
-            .filter(|(_, j)| j.dims == dims)
-            .flat_map(|(ji, j)| (0..j.texts.len()).map(move |i| (ji, i)))
-            .collect();
-        for batch in token_batches(&slots, |(j, i)| jobs[j].n_tokens[i], m.batch_tokens) {
-            let texts: Vec<&str> = batch
-                .iter()
-                .map(|&(j, i)| jobs[j].texts[i].as_str())
-                .collect();
-            let opts = EmbedOptions {
-                dim: dims,
-                batch_size: texts.len(),
-                ..EmbedOptions::default()
-            };
-            match m.embedder.embed(&texts, &opts, threads) {
-                Ok(vectors) => {
-                    for (&(j, i), e) in batch.iter().zip(vectors) {
-                        results[j][i] = Some(e.vector);
-                    }
-                }
-                Err(e) => {
-                    for &(j, _) in batch {
-                        errors[j] = Some(ApiError::from_lib(&e, "input"));
-                    }
-                }
-            }
+impl Running {
+    fn new(job: EmbedJob) -> Running {
+        Running {
+            vectors: vec![None; job.texts.len()],
+            job,
+            next: 0,
+            error: None,
         }
     }
-    for ((job, vectors), error) in jobs.drain(..).zip(results).zip(errors) {
-        let n_tokens: usize = job.n_tokens.iter().sum();
-        let reply = match error {
+
+    fn is_done(&self) -> bool {
+        self.error.is_some() || self.next == self.job.texts.len()
+    }
+
+    fn answer(self, m: &EmbedModel) {
+        let reply = match self.error {
             Some(e) => Err(e),
-            None => vectors
+            None => self
+                .vectors
                 .into_iter()
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| ApiError::internal("an input was not embedded")),
         };
+        let n_tokens: usize = self.job.n_tokens.iter().sum();
         m.metrics.prompt_tokens.inc_by(n_tokens as u64);
         m.metrics.requests.inc();
         m.metrics
             .latency
-            .observe(job.arrived.elapsed().as_secs_f64());
-        let _ = job.reply.send(reply);
+            .observe(self.job.arrived.elapsed().as_secs_f64());
+        let _ = self.job.reply.send(reply);
     }
 }
 
-/// Consecutive runs of `slots` whose token counts total at most `limit`
-/// (an input larger than `limit` is a batch of its own).
-fn token_batches<T: Copy>(slots: &[T], tokens: impl Fn(T) -> usize, limit: usize) -> Vec<&[T]> {
-    let mut out = Vec::new();
-    let (mut start, mut sum) = (0, 0);
-    for (i, &s) in slots.iter().enumerate() {
-        let t = tokens(s);
-        if i > start && sum + t > limit {
-            out.push(&slots[start..i]);
-            start = i;
-            sum = 0;
+/// An input of some running request: `(request, input)`.
+type Slot = (usize, usize);
+
+/// Embeds one batch of at most `batch_tokens` tokens, its inputs taken in
+/// turn from every running request with the same cut (starting with
+/// request `first`), so a large request is split into many batches and
+/// other clients' requests go between them. An input's vector is the same
+/// whatever it is batched with.
+fn run_batch(m: &EmbedModel, active: &mut [Running], first: usize, threads: &Threads) {
+    let dims = active[first].job.dims;
+    let order: Vec<usize> = (first..active.len())
+        .chain(0..first)
+        .filter(|&r| active[r].job.dims == dims)
+        .collect();
+    let mut batch: Vec<Slot> = Vec::new();
+    let mut tokens = 0;
+    'fill: loop {
+        let mut added = false;
+        for &r in &order {
+            let run = &mut active[r];
+            if run.next == run.job.texts.len() {
+                continue;
+            }
+            let t = run.job.n_tokens[run.next];
+            if !batch.is_empty() && tokens + t > m.batch_tokens {
+                break 'fill;
+            }
+            batch.push((r, run.next));
+            run.next += 1;
+            tokens += t;
+            added = true;
         }
-        sum += t;
+        if !added {
+            break;
+        }
     }
-    if start < slots.len() {
-        out.push(&slots[start..]);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::token_batches;
-
-    #[test]
-    fn batches_split_by_tokens() {
-        let sizes = [3usize, 4, 2, 10, 1];
-        let b = token_batches(&sizes, |s| s, 7);
-        assert_eq!(b, vec![&[3, 4][..], &[2][..], &[10][..], &[1][..]]);
-        assert!(token_batches(&[] as &[usize], |s| s, 7).is_empty());
+    let texts: Vec<&str> = batch
+        .iter()
+        .map(|&(r, i)| active[r].job.texts[i].as_str())
+        .collect();
+    let opts = EmbedOptions {
+        dim: dims,
+        batch_size: texts.len(),
+        ..EmbedOptions::default()
+    };
+    match m.embedder.embed(&texts, &opts, threads) {
+        Ok(vectors) => {
+            for (&(r, i), e) in batch.iter().zip(vectors) {
+                active[r].vectors[i] = Some(e.vector);
+            }
+        }
+        Err(e) => {
+            for &(r, _) in &batch {
+                active[r].error = Some(ApiError::from_lib(&e, "input"));
+            }
+        }
     }
 }

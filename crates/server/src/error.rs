@@ -117,6 +117,25 @@ impl ApiError {
         )
     }
 
+    /// 413: the request asks for more work than one request may.
+    pub fn too_much_work(message: impl Into<String>) -> ApiError {
+        ApiError {
+            code: Some("request_too_large"),
+            ..Self::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+        }
+    }
+
+    /// 408: the body did not arrive in time.
+    pub fn body_timeout(limit: std::time::Duration) -> ApiError {
+        ApiError {
+            code: Some("request_timeout"),
+            ..Self::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request body did not arrive within {limit:?}"),
+            )
+        }
+    }
+
     /// 429: the queue is full.
     pub fn queue_full() -> ApiError {
         ApiError {
@@ -166,7 +185,7 @@ impl ApiError {
         match self.status.as_u16() {
             401 => "authentication_error",
             404 => "not_found_error",
-            413 | 400 => "invalid_request_error",
+            413 | 408 | 400 => "invalid_request_error",
             499 => "cancelled",
             429 => "rate_limit_error",
             503 => "unavailable_error",

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod conn;
 pub mod embed;
 pub mod error;
 pub mod generate;
@@ -24,7 +25,7 @@ pub mod translate;
 
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ferrite::parallel::Threads;
 use tokio::sync::oneshot;
@@ -37,6 +38,7 @@ use state::AppState;
 /// Runs the server until SIGTERM / Ctrl-C (then drains) or a model fails
 /// to load (then returns the error).
 pub fn run(config: ServerConfig) -> Result<(), ServeError> {
+    return_freed_memory();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FERRITE_LOG")
@@ -101,31 +103,60 @@ async fn serve(config: ServerConfig) -> Result<(), ServeError> {
     });
 
     let (error_tx, error_rx) = oneshot::channel::<ServeError>();
-    let (expired_tx, expired_rx) = oneshot::channel::<()>();
     let drainer = state.clone();
     let grace = config.grace;
-    let shutdown = async move {
-        tokio::select! {
-            () = terminate_signal() => {
-                if !drain(&drainer, grace).await {
-                    let _ = expired_tx.send(());
+    // When SIGTERM came: everything ends within the grace period of it.
+    let term_at = Arc::new(OnceLock::new());
+    let stop = {
+        let term_at = term_at.clone();
+        async move {
+            tokio::select! {
+                () = terminate_signal() => {
+                    let _ = term_at.set(tokio::time::Instant::now());
+                    drain(&drainer, grace).await;
                 }
-            }
-            Ok(e) = failed_rx => {
-                let _ = error_tx.send(e);
+                Ok(e) = failed_rx => {
+                    let _ = error_tx.send(e);
+                }
             }
         }
     };
-    // After the shutdown future, axum waits for every open connection;
-    // once the grace period is over, stop waiting for them.
-    let server = axum::serve(listener, api::router(state.clone())).with_graceful_shutdown(shutdown);
-    tokio::select! {
-        served = server => served.map_err(|e| ServeError::io("server error", e))?,
-        Ok(()) = expired_rx => {}
-    }
+    // After `stop`, open connections finish their requests (idle ones
+    // close at once), but whatever clients do, not past the grace period.
+    let deadline = async move {
+        if let Some(&at) = term_at.get() {
+            tokio::time::sleep_until(at + grace).await;
+        }
+    };
+    let limits = conn::ConnLimits {
+        header_timeout: config.limits.header_timeout,
+        idle_timeout: config.limits.idle_timeout,
+    };
+    conn::serve(listener, api::router(state.clone()), limits, stop, deadline).await;
     match error_rx.await {
         Ok(e) => Err(e),
         Err(_) => Ok(()),
+    }
+}
+
+/// glibc's malloc raises its mmap threshold each time it frees a large
+/// mmapped block; blocks of that size then come from the heap, which keeps
+/// them when freed. KV caches (megabytes each, allocated and freed with
+/// every request) would so stay with the process after a burst: fixing the
+/// threshold keeps them mmapped, returned to the system when freed.
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+        }
+        const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
+        // SAFETY: mallopt only sets a glibc malloc tuning parameter (any
+        // value is valid; it fails by returning 0, which changes nothing);
+        // it is called before the server's threads start.
+        unsafe {
+            mallopt(M_MMAP_THRESHOLD, 256 << 10);
+        }
     }
 }
 

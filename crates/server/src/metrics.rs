@@ -18,6 +18,13 @@ pub struct ModelLabel {
     pub model: String,
 }
 
+/// The labels of the response counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: String,
+    pub status: String,
+}
+
 /// Latency buckets in seconds: 1 ms to ~33 s.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
@@ -37,6 +44,7 @@ pub struct Metrics {
     ttft: HistFamily,
     itl: HistFamily,
     latency: HistFamily,
+    responses: Family<RouteLabel, Counter>,
 }
 
 /// One model's metrics, cheap to clone (each handle shares its value).
@@ -80,6 +88,7 @@ impl Metrics {
             ttft: hist(),
             itl: hist(),
             latency: hist(),
+            responses: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -123,7 +132,22 @@ impl Metrics {
             "Time from a request's arrival to its end",
             m.latency.clone(),
         );
+        registry.register(
+            "responses",
+            "HTTP responses by route and status",
+            m.responses.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Counts a response of `route` with `status`.
+    pub fn response(&self, route: &str, status: u16) {
+        self.responses
+            .get_or_create(&RouteLabel {
+                route: route.to_string(),
+                status: status.to_string(),
+            })
+            .inc();
     }
 
     /// The handles of model `name` (every metric appears at once, at 0).

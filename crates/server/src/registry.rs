@@ -123,6 +123,7 @@ impl Registry {
                         name.clone(),
                         translator,
                         limits.max_queue,
+                        mm,
                     )))
                 }
             };

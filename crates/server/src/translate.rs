@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use ferrite::translate::Translator;
 
+use crate::metrics::ModelMetrics;
+
 /// A translation model being served.
 pub struct TranslateModel {
     pub name: String,
@@ -16,15 +18,23 @@ pub struct TranslateModel {
     admitted: AtomicUsize,
     /// Most requests that may wait while one translates.
     max_waiting: usize,
+    /// Its requests (finished, waiting) and their latency.
+    pub metrics: ModelMetrics,
 }
 
 impl TranslateModel {
-    pub fn new(name: String, translator: Translator, max_waiting: usize) -> TranslateModel {
+    pub fn new(
+        name: String,
+        translator: Translator,
+        max_waiting: usize,
+        metrics: ModelMetrics,
+    ) -> TranslateModel {
         TranslateModel {
             name,
             translator,
             admitted: AtomicUsize::new(0),
             max_waiting,
+            metrics,
         }
     }
 
@@ -32,6 +42,7 @@ impl TranslateModel {
     /// the request counts until the returned guard is dropped.
     pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let before = self.admitted.fetch_add(1, Ordering::AcqRel);
+        self.metrics.queue.set(before as i64);
         let admitted = Admitted(self.clone());
         (before <= self.max_waiting).then_some(admitted)
     }
@@ -43,7 +54,8 @@ pub struct Admitted(Arc<TranslateModel>);
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        self.0.admitted.fetch_sub(1, Ordering::AcqRel);
+        let left = self.0.admitted.fetch_sub(1, Ordering::AcqRel) - 1;
+        self.0.metrics.queue.set(left.saturating_sub(1) as i64);
     }
 }
 
@@ -61,7 +73,8 @@ mod tests {
             .join("../../testdata/translation/tiny-marian");
         let translator =
             Translator::open_with_threads(&dir, WeightFormat::F32, Threads::new(1)).unwrap();
-        let model = Arc::new(TranslateModel::new("tiny".into(), translator, 2));
+        let metrics = crate::metrics::Metrics::new().for_model("tiny");
+        let model = Arc::new(TranslateModel::new("tiny".into(), translator, 2, metrics));
         let running = model.admit().expect("the first runs");
         let waiting: Vec<Admitted> = (0..2).map(|_| model.admit().expect("may wait")).collect();
         assert!(model.admit().is_none(), "a fourth is refused");

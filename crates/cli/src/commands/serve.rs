@@ -57,12 +57,34 @@ pub struct Args {
     /// Most tokens in one embedding batch.
     #[arg(long, env = "FERRITE_EMBED_BATCH_TOKENS", default_value_t = 8192)]
     embed_batch_tokens: usize,
+    /// Most tokens (over all its inputs) one embeddings request may hold;
+    /// more get 413 naming the limit.
+    #[arg(long, env = "FERRITE_MAX_EMBED_TOKENS", default_value_t = 65536)]
+    max_embed_tokens: usize,
     /// Largest request body in bytes.
     #[arg(long, env = "FERRITE_BODY_LIMIT", default_value_t = 2 << 20)]
     body_limit: usize,
     /// Seconds in-flight requests may run after SIGTERM.
     #[arg(long, env = "FERRITE_GRACE", default_value_t = 30)]
     grace: u64,
+    /// Seconds a connection may take to send a request head, counted from
+    /// when it starts waiting for one (idle keep-alive connections close
+    /// after it too).
+    #[arg(long, env = "FERRITE_HEADER_TIMEOUT", default_value_t = 10)]
+    header_timeout: u64,
+    /// Seconds a request's body may take to arrive after its head (408).
+    #[arg(long, env = "FERRITE_BODY_TIMEOUT", default_value_t = 30)]
+    body_timeout: u64,
+    /// Seconds a response may wait on a client that reads nothing before
+    /// its connection is closed (and its request cancelled).
+    #[arg(long, env = "FERRITE_IDLE_TIMEOUT", default_value_t = 60)]
+    idle_timeout: u64,
+    /// Trusted callers only: control-token text inside chat messages
+    /// (`<|im_start|>`, ...) becomes control tokens, so a message can open
+    /// turns of its own. By default it is tokenized as plain text and only
+    /// the chat template's own markup yields control tokens.
+    #[arg(long, env = "FERRITE_PARSE_SPECIAL_IN_MESSAGES")]
+    parse_special_in_messages: bool,
     /// Embedding models multiply in bf16 on CPUs with AVX512-BF16 (see
     /// `ferrite embed --bf16`: faster, not the f32 results).
     #[arg(long, env = "FERRITE_BF16", conflicts_with = "int8")]
@@ -112,9 +134,22 @@ pub fn run(args: Args) -> CliResult {
             batch_tokens: args.batch_tokens,
             embed_batch_tokens: args.embed_batch_tokens.max(1),
             embed_products: super::embed::products(args.bf16, args.int8),
+            header_timeout: seconds("--header-timeout", args.header_timeout)?,
+            body_timeout: seconds("--body-timeout", args.body_timeout)?,
+            idle_timeout: seconds("--idle-timeout", args.idle_timeout)?,
+            parse_special_in_messages: args.parse_special_in_messages,
+            max_embed_work: args.max_embed_tokens.max(1),
             ..defaults
         },
         grace: Duration::from_secs(args.grace),
     };
     Ok(ferrite_server::run(config)?)
+}
+
+/// A timeout in whole seconds, at least 1.
+fn seconds(flag: &str, s: u64) -> Result<Duration, String> {
+    if s == 0 {
+        return Err(format!("{flag} must be at least 1 second"));
+    }
+    Ok(Duration::from_secs(s))
 }

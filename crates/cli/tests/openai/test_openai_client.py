@@ -1,11 +1,13 @@
 """`ferrite serve` driven by the official `openai` Python package.
 
 Starts the server (FERRITE_BIN, default target/debug/ferrite) on a free
-port with smollm2 + minilm + nomic-embed-v1.5 and an API key, and checks what a real client
+port with smollm2 + minilm + nomic-embed-v1.5 + qwen2.5-0.5b and an API key, and checks what a real client
 sees: models, chat and text completions (streamed == whole, usage), logprobs,
 embeddings (the client's default base64 == float; `dimensions` on a
-Matryoshka model, refused on another), json_schema output,
-and the client's typed errors. Run by scripts/test-serve-openai.sh, which makes the venv.
+Matryoshka model, refused on another), json_schema output (keys in the
+schema's order; nested Pydantic models through `.parse`), lists of prompts
+and `echo`, tool calls (required, named, auto, parallel, streamed, a tool
+result sent back, legacy `functions`), and the client's typed errors. Run by scripts/test-serve-openai.sh, which makes the venv.
 """
 
 import json
@@ -32,7 +34,8 @@ def free_port():
 def start_server(binary):
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "serve", "smollm2", "minilm", "nomic-embed-v1.5", "--port", str(port), "--threads", "2",
+        [binary, "serve", "smollm2", "minilm", "nomic-embed-v1.5", "qwen2.5-0.5b", "--port", str(port),
+         "--threads", "2",
          "--api-key", KEY],
         env={**os.environ, "FERRITE_LOG": "error"},
         stdout=subprocess.DEVNULL,
@@ -54,7 +57,7 @@ def start_server(binary):
 
 def test_models(c):
     ids = [m.id for m in c.models.list()]
-    assert ids == ["smollm2", "minilm", "nomic-embed-v1.5"], ids
+    assert ids == ["smollm2", "minilm", "nomic-embed-v1.5", "qwen2.5-0.5b"], ids
 
 
 def test_chat_stream_equals_whole(c):
@@ -125,9 +128,134 @@ def test_json_schema_output_validates(c):
         response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
     assert r.choices[0].finish_reason == "stop", r
     v = json.loads(r.choices[0].message.content)
-    assert list(v) == ["city", "coastal", "population"], v
+    assert list(v) == ["city", "population", "coastal"], v  # the schema's order
     assert isinstance(v["city"], str) and isinstance(v["coastal"], bool)
     assert isinstance(v["population"], int) and not isinstance(v["population"], bool)
+
+
+def test_prompt_lists_and_echo(c):
+    one = [c.completions.create(model="smollm2", prompt=p, max_tokens=6, temperature=0).choices[0].text
+           for p in ("The sky is", "Two plus two is")]
+    both = c.completions.create(model="smollm2", prompt=["The sky is", "Two plus two is"], max_tokens=6,
+                                temperature=0)
+    assert [ch.index for ch in both.choices] == [0, 1], both
+    assert [ch.text for ch in both.choices] == one, (both, one)
+    echoed = c.completions.create(model="smollm2", prompt="The sky is", max_tokens=6, temperature=0, echo=True)
+    assert echoed.choices[0].text == "The sky is" + one[0], echoed
+
+
+def test_pydantic_parse_nested(c):
+    from pydantic import BaseModel
+
+    class Address(BaseModel):
+        city: str
+        country: str
+
+    class Person(BaseModel):
+        name: str
+        age: int
+        address: Address
+
+    r = c.beta.chat.completions.parse(
+        model="qwen2.5-0.5b", max_tokens=120, temperature=0, response_format=Person,
+        messages=[{"role": "user", "content": "Invent a person living in Paris, as JSON."}])
+    p = r.choices[0].message.parsed
+    assert isinstance(p, Person) and isinstance(p.address, Address), r
+    assert list(json.loads(r.choices[0].message.content)) == ["name", "age", "address"]
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Get the current time in a time zone.",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}
+ASK = [{"role": "user", "content": "What is the weather like in Paris today, in celsius?"}]
+
+
+def check_call(call):
+    """A call names a tool and its arguments parse and match its schema."""
+    args = json.loads(call.function.arguments)
+    assert call.id and call.type == "function", call
+    if call.function.name == "get_weather":
+        assert list(args) == ["city", "unit"] and isinstance(args["city"], str), args
+        assert args["unit"] in ("celsius", "fahrenheit"), args
+    else:
+        assert call.function.name == "get_time" and list(args) == ["zone"], call
+    return call.function.name, args
+
+
+def streamed_calls(c, **args):
+    calls, reason, content = {}, None, ""
+    for chunk in c.chat.completions.create(stream=True, **args):
+        for ch in chunk.choices:
+            content += ch.delta.content or ""
+            for tc in ch.delta.tool_calls or []:
+                e = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                e["name"] += tc.function.name or ""
+                e["arguments"] += tc.function.arguments or ""
+            reason = ch.finish_reason or reason
+    return [calls[i] for i in sorted(calls)], reason, content
+
+
+def test_tool_calls(c):
+    base = dict(model="qwen2.5-0.5b", messages=ASK, tools=[WEATHER, TIME], temperature=0, max_tokens=80)
+    # required: the reply is calls only, each valid.
+    r = c.chat.completions.create(tool_choice="required", **base)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, r
+    for call in ch.message.tool_calls:
+        check_call(call)
+    # A named function: exactly one call of it.
+    r = c.chat.completions.create(tool_choice={"type": "function", "function": {"name": "get_time"}}, **base)
+    calls = r.choices[0].message.tool_calls
+    assert len(calls) == 1 and check_call(calls[0])[0] == "get_time", r
+    # auto: this question is answered with a call, streamed the same.
+    r = c.chat.completions.create(**base)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls", r
+    whole = [check_call(t) for t in ch.message.tool_calls]
+    assert whole[0] == ("get_weather", {"city": "Paris", "unit": "celsius"}), whole
+    calls, reason, content = streamed_calls(c, **base)
+    assert reason == "tool_calls" and content == (ch.message.content or ""), (reason, content)
+    assert [(t["name"], json.loads(t["arguments"])) for t in calls] == whole, calls
+    # The tool's result goes back; the model answers in text.
+    call = ch.message.tool_calls[0]
+    follow = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 21, "sky": "sunny"}'}]
+    r = c.chat.completions.create(model="qwen2.5-0.5b", messages=follow, tools=[WEATHER, TIME],
+                                  temperature=0, max_tokens=60)
+    ch = r.choices[0]
+    assert ch.finish_reason in ("stop", "length") and not ch.message.tool_calls, r
+    assert "21" in ch.message.content, ch.message.content
+    # none: no calls.
+    r = c.chat.completions.create(tool_choice="none", **{**base, "max_tokens": 20})
+    assert not r.choices[0].message.tool_calls and r.choices[0].message.content, r
+    # Two questions, parallel calls allowed: every call valid.
+    two = [{"role": "user", "content": "What is the weather in Paris and in Tokyo, in celsius?"}]
+    r = c.chat.completions.create(**{**base, "messages": two, "max_tokens": 120}, tool_choice="required")
+    names = [check_call(t) for t in r.choices[0].message.tool_calls]
+    assert len(names) >= 1, r
+    r = c.chat.completions.create(**{**base, "messages": two}, tool_choice="required", parallel_tool_calls=False)
+    assert len(r.choices[0].message.tool_calls) == 1, r
+    # Legacy functions / function_call.
+    r = c.chat.completions.create(model="qwen2.5-0.5b", messages=ASK, temperature=0, max_tokens=80,
+                                  functions=[WEATHER["function"]], function_call={"name": "get_weather"})
+    ch = r.choices[0]
+    assert ch.finish_reason == "function_call" and ch.message.function_call.name == "get_weather", r
+    json.loads(ch.message.function_call.arguments)
+    # A model whose template has no tools refuses them.
+    try:
+        c.chat.completions.create(model="smollm2", messages=ASK, tools=[WEATHER], max_tokens=4)
+        raise AssertionError("tools accepted by smollm2")
+    except openai.BadRequestError as e:
+        assert e.body["param"] == "tools", e.body
 
 
 def test_typed_errors(c, port):
@@ -160,6 +288,9 @@ def main():
             ("completions_and_logprobs", lambda: test_completions_and_logprobs(c)),
             ("embeddings_base64_equals_float", lambda: test_embeddings_base64_equals_float(c)),
             ("json_schema_output_validates", lambda: test_json_schema_output_validates(c)),
+            ("prompt_lists_and_echo", lambda: test_prompt_lists_and_echo(c)),
+            ("pydantic_parse_nested", lambda: test_pydantic_parse_nested(c)),
+            ("tool_calls", lambda: test_tool_calls(c)),
             ("typed_errors", lambda: test_typed_errors(c, port)),
         ]
         for name, fn in tests:

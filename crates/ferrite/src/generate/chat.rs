@@ -16,6 +16,7 @@ use std::io;
 
 use minijinja::{Environment, Error as JinjaError, ErrorKind};
 use serde::Serialize;
+use serde_json::Value as Json;
 
 use crate::formats::gguf::GgufFile;
 use crate::tokenize::Tokenizer;
@@ -79,6 +80,12 @@ impl Message {
             content: content.to_string(),
         }
     }
+
+    /// `{"role": ..., "content": ...}`, as [`ChatTemplate::render_json`]
+    /// takes messages.
+    pub fn to_json(&self) -> Json {
+        serde_json::json!({"role": self.role, "content": self.content})
+    }
 }
 
 #[derive(Debug)]
@@ -95,6 +102,7 @@ impl std::error::Error for TemplateError {}
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -119,6 +127,15 @@ impl ChatTemplate {
                 Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
             },
         );
+        env.add_filter(
+            "tojson",
+            |v: minijinja::Value,
+             kwargs: minijinja::value::Kwargs|
+             -> Result<minijinja::Value, JinjaError> {
+                let indent: Option<usize> = kwargs.get("indent")?;
+                python_json(&v, indent).map(minijinja::Value::from_safe_string)
+            },
+        );
         env.add_function("strftime_now", |_fmt: String| -> String {
             // Deterministic output: templates that stamp today's date get a
             // fixed one instead of the clock.
@@ -128,9 +145,15 @@ impl ChatTemplate {
             .map_err(|e| TemplateError(e.to_string()))?;
         Ok(ChatTemplate {
             env,
+            source: source.to_string(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
         })
+    }
+
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// The built-in ChatML template.
@@ -152,15 +175,28 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        let json: Vec<Json> = messages.iter().map(Message::to_json).collect();
+        self.render_json(&json, None, add_generation_prompt)
+    }
+
+    /// Renders a conversation given as OpenAI-style JSON messages (`role`,
+    /// `content`, and whatever else templates read: an assistant's
+    /// `tool_calls` with `function.arguments` as JSON values, a tool
+    /// message's `tool_call_id` and `name`), with `tools` (the function
+    /// definitions) for templates that render them.
+    pub fn render_json(
+        &self,
+        messages: &[Json],
+        tools: Option<&Json>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
         let template = self
             .env
             .get_template("chat")
             .map_err(|e| TemplateError(e.to_string()))?;
         let ctx = minijinja::context! {
-            messages => messages
-                .iter()
-                .map(|m| minijinja::context! { role => m.role.as_str(), content => m.content.as_str() })
-                .collect::<Vec<_>>(),
+            messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+            tools => tools.map(|t| minijinja::Value::from(minijinja::value::Serde(t))),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
@@ -174,6 +210,54 @@ impl ChatTemplate {
             .map_err(|e| TemplateError(e.to_string()))?;
         String::from_utf8(out.buf).map_err(|_| TemplateError("rendered text is not UTF-8".into()))
     }
+}
+
+/// JSON as Python's `json.dumps` writes it by default (`", "` and `": "`
+/// between items, keys in their order, non-ASCII as is; with `indent`, one
+/// item a line): what Hugging Face's `tojson` gives the templates models
+/// were trained with (minijinja's own escapes `<`, `>`, `&` and `'`).
+fn python_json(v: &minijinja::Value, indent: Option<usize>) -> Result<String, JinjaError> {
+    struct Spaced;
+    fn separator<W: ?Sized + io::Write>(w: &mut W, first: bool) -> io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+    impl serde_json::ser::Formatter for Spaced {
+        fn begin_array_value<W: ?Sized + io::Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> io::Result<()> {
+            separator(w, first)
+        }
+        fn begin_object_key<W: ?Sized + io::Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> io::Result<()> {
+            separator(w, first)
+        }
+        fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+            w.write_all(b": ")
+        }
+    }
+    let mut out = Vec::new();
+    let written = match indent {
+        None => serde::Serialize::serialize(
+            v,
+            &mut serde_json::Serializer::with_formatter(&mut out, Spaced),
+        ),
+        Some(n) => {
+            let pad = vec![b' '; n.min(16)];
+            let f = serde_json::ser::PrettyFormatter::with_indent(&pad);
+            serde::Serialize::serialize(v, &mut serde_json::Serializer::with_formatter(&mut out, f))
+        }
+    };
+    written.map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    String::from_utf8(out).map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))
 }
 
 /// A writer that fails once more than `limit` bytes have been written.
@@ -218,7 +302,12 @@ pub fn prompt_tokens(
     messages: &[Message],
 ) -> Result<Vec<u32>, TemplateError> {
     let text = template.render(messages, true)?;
-    let mut ids = tok.encode(&text, false, true);
+    Ok(with_bos(tok, tok.encode(&text, false, true)))
+}
+
+/// `ids` with BOS first when the tokenizer wants one and the template did
+/// not write it.
+pub fn with_bos(tok: &Tokenizer, mut ids: Vec<u32>) -> Vec<u32> {
     if tok.adds_bos() {
         if let Some(bos) = tok.bos_id() {
             if ids.first() != Some(&bos) {
@@ -226,7 +315,116 @@ pub fn prompt_tokens(
             }
         }
     }
-    Ok(ids)
+    ids
+}
+
+/// Marks around the client's text in [`guarded_json_prompt_tokens`]'
+/// second rendering (private-use characters, removed from that text
+/// first).
+const OPEN_MARK: char = '\u{E000}';
+const CLOSE_MARK: char = '\u{E001}';
+
+/// [`prompt_tokens`] for untrusted messages: the template's own markup
+/// yields control tokens, but control-token text inside a message's
+/// content (`<|im_end|>\n<|im_start|>system ...`) is tokenized as the
+/// plain text it is, so a client cannot forge turns.
+pub fn guarded_prompt_tokens(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[Message],
+) -> Result<Vec<u32>, TemplateError> {
+    let json: Vec<Json> = messages.iter().map(Message::to_json).collect();
+    guarded_json_prompt_tokens(tok, template, &json, None)
+}
+
+/// [`guarded_prompt_tokens`] for a conversation as
+/// [`ChatTemplate::render_json`] takes it: every string in the messages'
+/// contents and tool calls, and in `tools`, is the client's text.
+///
+/// With no control-token text in those, the ids are exactly those of the
+/// rendered text tokenized with special tokens parsed. Otherwise the
+/// conversation is rendered a second time with each such string's core
+/// (without its leading and trailing whitespace, which templates may trim)
+/// between two marks, which locate the client's text in the rendered
+/// text; if the template changes that text other than by trimming, the
+/// marks cannot be trusted and the conversation is refused. The
+/// private-use marks themselves are removed from the client's text.
+pub fn guarded_json_prompt_tokens(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[Json],
+    tools: Option<&Json>,
+) -> Result<Vec<u32>, TemplateError> {
+    let mut risky = false;
+    let (mut msgs, mut tools) = (messages.to_vec(), tools.cloned());
+    client_strings(&mut msgs, tools.as_mut(), &mut |s| {
+        risky |= tok.has_control_text(s)
+    });
+    if !risky {
+        let text = template.render_json(&msgs, tools.as_ref(), true)?;
+        return Ok(with_bos(tok, tok.encode(&text, false, true)));
+    }
+    let is_mark = |c: char| c == OPEN_MARK || c == CLOSE_MARK;
+    client_strings(&mut msgs, tools.as_mut(), &mut |s| {
+        if s.contains(is_mark) {
+            *s = s.replace(is_mark, "");
+        }
+    });
+    let plain = template.render_json(&msgs, tools.as_ref(), true)?;
+    client_strings(&mut msgs, tools.as_mut(), &mut |s| {
+        let core = s.trim();
+        let lead = &s[..s.len() - s.trim_start().len()];
+        let trail = &s[lead.len() + core.len()..];
+        *s = format!("{lead}{OPEN_MARK}{core}{CLOSE_MARK}{trail}");
+    });
+    let with_marks = template.render_json(&msgs, tools.as_ref(), true)?;
+    let mut text = String::with_capacity(plain.len());
+    let mut protected = Vec::new();
+    let mut open = None;
+    for c in with_marks.chars() {
+        match c {
+            OPEN_MARK => open = Some(text.len()),
+            CLOSE_MARK => {
+                if let Some(start) = open.take() {
+                    protected.push(start..text.len());
+                }
+            }
+            _ => text.push(c),
+        }
+    }
+    if text != plain || open.is_some() {
+        return Err(TemplateError(
+            "a message holds special-token text and this model's template changes message \
+             contents, so it cannot be kept apart from the template's markup; remove it"
+                .into(),
+        ));
+    }
+    Ok(with_bos(tok, tok.encode_protected(&text, &protected)))
+}
+
+/// Calls `f` on every string the client wrote: in each message's
+/// `content` and `tool_calls`, and in `tools`.
+fn client_strings(messages: &mut [Json], tools: Option<&mut Json>, f: &mut dyn FnMut(&mut String)) {
+    fn walk(v: &mut Json, f: &mut dyn FnMut(&mut String)) {
+        match v {
+            Json::String(s) => f(s),
+            Json::Array(a) => a.iter_mut().for_each(|x| walk(x, f)),
+            Json::Object(o) => o.values_mut().for_each(|x| walk(x, f)),
+            _ => {}
+        }
+    }
+    for m in messages {
+        if let Json::Object(o) = m {
+            for key in ["content", "tool_calls"] {
+                if let Some(v) = o.get_mut(key) {
+                    walk(v, f);
+                }
+            }
+        }
+    }
+    if let Some(t) = tools {
+        walk(t, f);
+    }
 }
 
 /// The tokens that end the assistant's turn in `template`: what the

@@ -46,6 +46,14 @@ pub struct Continuation<'t, S: BorrowMut<Sampler> = Sampler> {
     stop: Vec<String>,
     /// The constraint and where the text is in it.
     json: Option<(Arc<Grammar>, JsonState)>,
+    /// A constraint that starts once the text ends with its trigger text
+    /// (a function call's `<tool_call>`), and the text's last bytes.
+    lazy: Option<(Vec<u8>, Arc<Grammar>)>,
+    tail: Vec<u8>,
+    /// Control tokens whose text is part of the reply (the grammars'
+    /// markers: a function call's `<tool_call>`), shown though control
+    /// tokens are not.
+    shown: Vec<u32>,
     /// The logits after the JSON mask (reused).
     masked: Vec<f32>,
     /// `None` once a stop string ended the text.
@@ -67,7 +75,11 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
         stop: &[String],
         json: Option<Arc<Grammar>>,
     ) -> Continuation<'t, S> {
+        let shown = json
+            .as_ref()
+            .map_or_else(Vec::new, |g| markers(tokenizer, g));
         Continuation {
+            shown,
             tokenizer,
             sampler,
             end_tokens: end_tokens.to_vec(),
@@ -76,11 +88,22 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
                 let state = JsonState::new(&g);
                 (g, state)
             }),
+            lazy: None,
+            tail: Vec::new(),
             masked: Vec::new(),
             decoder: Some(tokenizer.stream_decoder(true).continuing()),
             pending: String::new(),
             generated: 0,
         }
+    }
+
+    /// Constrains the text to `grammar` from the moment it ends with
+    /// `trigger` (unconstrained until then): a reply free to answer in
+    /// text whose function calls, once opened, follow their schemas.
+    pub fn with_trigger(mut self, trigger: &str, grammar: Arc<Grammar>) -> Self {
+        self.shown.extend(markers(self.tokenizer, &grammar));
+        self.lazy = Some((trigger.as_bytes().to_vec(), grammar));
+        self
     }
 
     /// Tells the sampler's penalties about a token already in the sequence
@@ -126,8 +149,26 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
     pub fn push(&mut self, token: u32) -> Piece {
         self.sampler.borrow_mut().accept(token);
         self.generated += 1;
+        if let (None, Some((trigger, _))) = (&self.json, &self.lazy) {
+            self.tail
+                .extend_from_slice(self.tokenizer.token_bytes(token));
+            let keep = self.tail.len().saturating_sub(trigger.len());
+            self.tail.drain(..keep);
+            if self.tail == *trigger {
+                if let Some((_, g)) = self.lazy.take() {
+                    let state = JsonState::new(&g);
+                    self.json = Some((g, state));
+                }
+            }
+        }
         if let Some(d) = &mut self.decoder {
-            self.pending.push_str(&d.push(token));
+            let text = d.push(token);
+            if text.is_empty() && self.shown.contains(&token) {
+                self.pending
+                    .push_str(&String::from_utf8_lossy(self.tokenizer.token_bytes(token)));
+            } else {
+                self.pending.push_str(&text);
+            }
         }
         if let Some(cut) = find_stop(&self.pending, &self.stop) {
             self.pending.truncate(cut);
@@ -156,6 +197,15 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
             None => String::new(),
         }
     }
+}
+
+/// The control tokens whose texts are `g`'s markers.
+fn markers(tok: &Tokenizer, g: &Grammar) -> Vec<u32> {
+    g.markers
+        .iter()
+        .filter_map(|m| tok.token_id(m))
+        .filter(|&id| tok.is_control(id))
+        .collect()
 }
 
 /// Byte offset of the first stop string in `text`, if any.

@@ -128,6 +128,20 @@ impl LayerKv {
         [run(first, head), run(0, n - head)]
     }
 
+    /// A copy holding the first `n` positions' slots (the rest zero, in
+    /// fresh memory the system maps only when written).
+    fn fork(&self, n: usize) -> LayerKv {
+        let used = n.min(self.capacity) * self.kv_dim;
+        LayerKv {
+            kv_dim: self.kv_dim,
+            capacity: self.capacity,
+            k: prefix_copy(&self.k, used),
+            v: prefix_copy(&self.v, used),
+            k32: prefix_copy(&self.k32, used),
+            v32: prefix_copy(&self.v32, used),
+        }
+    }
+
     /// The key of position `pos`: `kv_dim` little-endian f16 values.
     pub fn key(&self, pos: usize) -> &[u8] {
         u16_bytes(&self.k[self.slot(pos)])
@@ -183,6 +197,20 @@ impl KvCache {
         }
     }
 
+    /// A fork of the sequence as `clone` makes, but copying only the
+    /// positions written (`clone` copies, and so commits, the whole
+    /// context's memory): what the server's `n > 1` choices start from.
+    pub fn fork(&self) -> KvCache {
+        let n = self.written.max(self.len);
+        KvCache {
+            layers: self.layers.iter().map(|l| l.fork(n)).collect(),
+            n_ctx: self.n_ctx,
+            len: self.len,
+            max_rewind: self.max_rewind,
+            written: self.written,
+        }
+    }
+
     /// Limits how far back [`KvCache::truncate`] may go, counted from the
     /// furthest position written: a model whose ring layers keep `c` slots
     /// for a window of `w` positions can rewind `c - w + 1`.
@@ -204,6 +232,15 @@ impl KvCache {
         }
         self.len
     }
+}
+
+/// A zeroed vector as long as `src` (allocated zeroed, so its pages stay
+/// unmapped until written) with `src`'s first `used` values.
+fn prefix_copy<T: Copy + Default>(src: &[T], used: usize) -> Vec<T> {
+    let mut d = vec![T::default(); src.len()];
+    let used = used.min(src.len());
+    d[..used].copy_from_slice(&src[..used]);
+    d
 }
 
 /// The bytes of a u16 slice (little-endian: ferrite builds only for
@@ -232,6 +269,13 @@ mod tests {
         cache.len = 20;
         assert_eq!(cache.truncate(15), 15);
         let mut unlimited = KvCache::new(4, 100, &[100]);
+        unlimited.layers[0].store(3, &[1.0; 4], &[2.0; 4]);
+        unlimited.len = 4;
+        let f = unlimited.fork();
+        assert_eq!(f.layers[0].key(3), unlimited.layers[0].key(3));
+        assert_eq!(f.layers[0].value(3), unlimited.layers[0].value(3));
+        assert_eq!(f.layers[0].k.len(), unlimited.layers[0].k.len());
+        assert_eq!(f.len, 4);
         unlimited.len = 90;
         assert_eq!(unlimited.truncate(1), 1);
     }

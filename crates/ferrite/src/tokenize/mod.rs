@@ -126,13 +126,67 @@ impl Tokenizer {
         if let Engine::Hf(hf) = &self.engine {
             return hf.encode(text, add_special, parse_special);
         }
+        self.encode_ranges(text, add_special, parse_special, &[])
+    }
+
+    /// Whether `text` holds the text of a control token (`<|im_start|>`,
+    /// `<|im_end|>`, ...), which `encode` with `parse_special` would turn
+    /// into that token.
+    pub fn has_control_text(&self, text: &str) -> bool {
+        self.special.has_control_text(&self.vocab, text)
+    }
+
+    /// As `encode(text, false, true)`, except that control-token texts
+    /// overlapping a `protected` byte range stay text (tokenized as
+    /// `encode` without `parse_special` would): a chat template's own
+    /// markup yields control tokens, the messages' contents never do.
+    /// With no control text inside the ranges, the same ids as `encode`.
+    pub fn encode_protected(&self, text: &str, protected: &[std::ops::Range<usize>]) -> Vec<u32> {
+        let Engine::Hf(hf) = &self.engine else {
+            return self.encode_ranges(text, false, true, protected);
+        };
+        if !protected
+            .iter()
+            .any(|r| self.has_control_text(&text[r.clone()]))
+        {
+            return hf.encode(text, false, true);
+        }
+        // The `tokenizers` crate parses added tokens itself: encode the
+        // protected ranges apart, without parsing.
+        let mut ranges = protected.to_vec();
+        ranges.sort_by_key(|r| r.start);
+        let mut out = Vec::new();
+        let mut at = 0;
+        for r in ranges {
+            if r.start > at {
+                out.extend(hf.encode(&text[at..r.start], false, true));
+            }
+            let from = r.start.max(at);
+            if r.end > from {
+                out.extend(hf.encode(&text[from..r.end], false, false));
+            }
+            at = at.max(r.end);
+        }
+        if at < text.len() {
+            out.extend(hf.encode(&text[at..], false, true));
+        }
+        out
+    }
+
+    fn encode_ranges(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        protected: &[std::ops::Range<usize>],
+    ) -> Vec<u32> {
         let v = &self.vocab;
         let mut out = Vec::new();
         if add_special && v.add_bos {
             out.extend(v.special.bos);
         }
         let mut after_special = true;
-        for fragment in self.special.partition(v, text, parse_special) {
+        for fragment in self.special.partition(v, text, parse_special, protected) {
             match fragment {
                 Fragment::Token(id) => {
                     out.push(id);

@@ -43,8 +43,28 @@ impl SpecialTokens {
         SpecialTokens { order, finder }
     }
 
-    /// Splits `text` into fragments.
-    pub fn partition(&self, vocab: &Vocab, text: &str, parse_special: bool) -> Vec<Fragment> {
+    /// Whether `text` holds the text of a control (or unknown) token, one
+    /// that only `parse_special` turns into that token.
+    pub fn has_control_text(&self, vocab: &Vocab, text: &str) -> bool {
+        let Some(finder) = &self.finder else {
+            return false;
+        };
+        finder.find_overlapping_iter(text).any(|m| {
+            let id = self.order[m.pattern().as_usize()];
+            vocab.attr(id).any(Attr::CONTROL | Attr::UNKNOWN)
+        })
+    }
+
+    /// Splits `text` into fragments; with `parse_special`, control-token
+    /// texts become tokens except where they overlap a `protected` range
+    /// (there they stay text, as without `parse_special`).
+    pub fn partition(
+        &self,
+        vocab: &Vocab,
+        text: &str,
+        parse_special: bool,
+        protected: &[Range<usize>],
+    ) -> Vec<Fragment> {
         let mut fragments = Vec::new();
         if text.is_empty() {
             return fragments;
@@ -66,19 +86,31 @@ impl SpecialTokens {
                 continue;
             }
             let needle = vocab.texts[id as usize].as_str();
+            let guarded =
+                !protected.is_empty() && vocab.attr(id).any(Attr::CONTROL | Attr::UNKNOWN);
             let mut next = Vec::with_capacity(fragments.len() + 2);
             for fragment in fragments {
                 let Fragment::Text(range) = fragment else {
                     next.push(fragment);
                     continue;
                 };
+                // `start`: where the current text piece begins; `from`:
+                // where to look for the next occurrence.
                 let mut start = range.start;
-                while let Some(offset) = text[start..range.end].find(needle) {
-                    if offset > 0 {
-                        next.push(Fragment::Text(start..start + offset));
+                let mut from = range.start;
+                while let Some(offset) = text[from..range.end].find(needle) {
+                    let at = from + offset;
+                    let end = at + needle.len();
+                    if guarded && protected.iter().any(|p| p.start < end && at < p.end) {
+                        from = at + needle.chars().next().map_or(1, char::len_utf8);
+                        continue;
+                    }
+                    if at > start {
+                        next.push(Fragment::Text(start..at));
                     }
                     next.push(Fragment::Token(id));
-                    start += offset + needle.len();
+                    start = end;
+                    from = end;
                 }
                 if start < range.end {
                     next.push(Fragment::Text(start..range.end));

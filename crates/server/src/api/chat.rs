@@ -1,18 +1,22 @@
 //! `POST /v1/chat/completions`: messages rendered by the model's chat
-//! template, generation stopping at the template's turn end.
+//! template, generation stopping at the template's turn end. Control-token
+//! text inside a message stays text unless the server is started with
+//! `--parse-special-in-messages` (trusted callers only).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::State;
 use axum::response::Response;
-use ferrite::generate::chat::{prompt_tokens, Message};
+use ferrite::generate::chat::{guarded_json_prompt_tokens, with_bos, Message};
 use serde::Deserialize;
+use serde_json::{json, Value};
 
 use super::extract::ApiJson;
 use super::generation::{respond, Job};
 use super::params::{Common, MAX_TOP_LOGPROBS};
 use super::render::Shape;
+use super::tools::{self, ToolMode};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -35,6 +39,13 @@ struct Part {
 struct ChatMessage {
     role: String,
     content: Option<Content>,
+    /// An assistant's calls (`[{id, type, function: {name, arguments}}]`).
+    tool_calls: Option<Vec<Value>>,
+    /// A tool message's call.
+    tool_call_id: Option<String>,
+    name: Option<String>,
+    /// An assistant's legacy call (`{name, arguments}`).
+    function_call: Option<Value>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -42,12 +53,69 @@ pub struct ChatRequest {
     messages: Vec<ChatMessage>,
     logprobs: Option<bool>,
     top_logprobs: Option<i64>,
+    tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    functions: Option<Vec<Value>>,
+    function_call: Option<Value>,
     #[serde(flatten)]
     common: Common,
 }
 
-/// The roles templates know (`developer` is OpenAI's new name for system).
-const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+/// The roles templates know (`developer` is OpenAI's new name for system;
+/// `function`, the legacy name for tool).
+const ROLES: [&str; 6] = [
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
+
+/// A call as templates take it: `arguments` as a JSON value (parsed from
+/// OpenAI's string, as Hugging Face templates expect).
+fn template_call(call: &Value) -> Value {
+    let f = call.get("function").unwrap_or(call);
+    let args = match f.get("arguments") {
+        Some(Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| json!(s)),
+        Some(v) => v.clone(),
+        None => json!({}),
+    };
+    let mut out = json!({"type": "function", "function": {
+        "name": f.get("name").cloned().unwrap_or(Value::Null), "arguments": args}});
+    if let Some(id) = call.get("id") {
+        out["id"] = id.clone();
+    }
+    out
+}
+
+/// The messages as the template's JSON (see `ChatTemplate::render_json`).
+fn json_messages(req: &ChatRequest, msgs: &[Message]) -> Vec<Value> {
+    msgs.iter()
+        .zip(&req.messages)
+        .map(|(m, raw)| {
+            let mut v = m.to_json();
+            let calls: Vec<Value> = raw
+                .tool_calls
+                .iter()
+                .flatten()
+                .chain(raw.function_call.iter())
+                .map(template_call)
+                .collect();
+            if !calls.is_empty() {
+                v["tool_calls"] = Value::Array(calls);
+            }
+            if let Some(id) = &raw.tool_call_id {
+                v["tool_call_id"] = json!(id);
+            }
+            if let Some(name) = &raw.name {
+                v["name"] = json!(name);
+            }
+            v
+        })
+        .collect()
+}
 
 fn messages(req: &ChatRequest) -> Result<Vec<Message>, ApiError> {
     if req.messages.is_empty() {
@@ -89,10 +157,10 @@ fn messages(req: &ChatRequest) -> Result<Vec<Message>, ApiError> {
                 text
             }
         };
-        let role = if m.role == "developer" {
-            "system"
-        } else {
-            &m.role
+        let role = match m.role.as_str() {
+            "developer" => "system",
+            "function" => "tool",
+            r => r,
         };
         out.push(Message::new(role, &content));
     }
@@ -127,20 +195,53 @@ pub async fn handle(
         _ => None,
     };
     let msgs = messages(&req)?;
+    let tools = tools::tools(
+        req.tools.as_deref(),
+        req.functions.as_deref(),
+        req.tool_choice.as_ref(),
+        req.function_call.as_ref(),
+        req.parallel_tool_calls,
+        &model.template,
+    )?;
+    if tools.is_some() && req.common.response_format.is_some() {
+        return Err(ApiError::bad_param(
+            "response_format",
+            "response_format cannot be combined with tools",
+        ));
+    }
+    let conversation = json_messages(&req, &msgs);
+    let rendered = tools.as_ref().map(|t| t.rendered.clone());
     let m = model.clone();
-    let prompt =
-        tokio::task::spawn_blocking(move || prompt_tokens(&m.tokenizer, &m.template, &msgs))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
-    let params = req
+    let trusted = state.limits.parse_special_in_messages;
+    let prompt = tokio::task::spawn_blocking(move || {
+        let tools = rendered.as_ref();
+        if trusted {
+            m.template
+                .render_json(&conversation, tools, true)
+                .map(|text| with_bos(&m.tokenizer, m.tokenizer.encode(&text, false, true)))
+        } else {
+            guarded_json_prompt_tokens(&m.tokenizer, &m.template, &conversation, tools)
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
+    let mut params = req
         .common
         .params(&model, &state.limits, prompt.len(), None, logprobs)?;
+    let legacy = tools.as_ref().is_some_and(|t| t.legacy);
+    let calls = tools.is_some();
+    match tools.map(|t| t.mode) {
+        Some(ToolMode::Auto(g)) => params.tool_calls = Some(g),
+        Some(ToolMode::Forced(g)) => params.json = Some(g),
+        None => {}
+    }
     let job = Job {
         model,
-        prompt,
-        params,
+        prompts: vec![(prompt, params)],
+        echo: Vec::new(),
         shape: Shape::Chat,
+        tools: calls.then_some(legacy),
         stream: req.common.stream(),
         include_usage: req.common.include_usage(),
         arrived,

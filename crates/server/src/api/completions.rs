@@ -1,4 +1,5 @@
-//! `POST /v1/completions`: continue a prompt (text or token ids).
+//! `POST /v1/completions`: continue a prompt (text or token ids), or each
+//! of a list of prompts (choices numbered prompt by prompt), with `echo`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,21 +45,27 @@ enum OnePrompt {
     Tokens(Vec<u32>),
 }
 
-fn one_prompt(p: Option<Prompt>) -> Result<OnePrompt, ApiError> {
-    let many = || {
-        ApiError::bad_param(
-            "prompt",
-            "give one prompt per request (lists of prompts are not supported)",
-        )
+/// Most prompts in one request.
+const MAX_PROMPTS: usize = 16;
+
+fn prompts(p: Option<Prompt>) -> Result<Vec<OnePrompt>, ApiError> {
+    let list = match p {
+        None => return Err(ApiError::bad_param("prompt", "prompt is required")),
+        Some(Prompt::Text(t)) => vec![OnePrompt::Text(t)],
+        Some(Prompt::Tokens(t)) => vec![OnePrompt::Tokens(t)],
+        Some(Prompt::Texts(v)) => v.into_iter().map(OnePrompt::Text).collect(),
+        Some(Prompt::TokenLists(v)) => v.into_iter().map(OnePrompt::Tokens).collect(),
     };
-    match p {
-        None => Err(ApiError::bad_param("prompt", "prompt is required")),
-        Some(Prompt::Text(t)) => Ok(OnePrompt::Text(t)),
-        Some(Prompt::Tokens(t)) => Ok(OnePrompt::Tokens(t)),
-        Some(Prompt::Texts(mut v)) if v.len() == 1 => Ok(OnePrompt::Text(v.remove(0))),
-        Some(Prompt::TokenLists(mut v)) if v.len() == 1 => Ok(OnePrompt::Tokens(v.remove(0))),
-        Some(_) => Err(many()),
+    if list.is_empty() || list.len() > MAX_PROMPTS {
+        return Err(ApiError::bad_param(
+            "prompt",
+            format!(
+                "a list of prompts must hold 1 to {MAX_PROMPTS}, got {}",
+                list.len()
+            ),
+        ));
     }
+    Ok(list)
 }
 
 pub async fn handle(
@@ -69,8 +76,12 @@ pub async fn handle(
     let model = state
         .models()?
         .generator(req.common.model.as_deref(), "/v1/completions")?;
-    if req.echo == Some(true) {
-        return Err(ApiError::bad_param("echo", "echo is not supported"));
+    let echo = req.echo == Some(true);
+    if echo && req.logprobs.is_some() {
+        return Err(ApiError::bad_param(
+            "echo",
+            "echo with logprobs is not supported (the prompt's logprobs are not computed)",
+        ));
     }
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::bad_param("suffix", "suffix is not supported"));
@@ -85,36 +96,48 @@ pub async fn handle(
             ))
         }
     };
-    let prompt = match one_prompt(req.prompt)? {
-        OnePrompt::Tokens(ids) => {
-            let n_vocab = model.decoder().shape.n_vocab;
-            if let Some(bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
-                return Err(ApiError::bad_param(
-                    "prompt",
-                    format!("token id {bad} is outside the vocabulary of {n_vocab}"),
-                ));
+    let n_vocab = model.decoder().shape.n_vocab;
+    let mut parts = Vec::new();
+    let mut echoed = Vec::new();
+    for p in prompts(req.prompt)? {
+        let prompt = match p {
+            OnePrompt::Tokens(ids) => {
+                if let Some(bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+                    return Err(ApiError::bad_param(
+                        "prompt",
+                        format!("token id {bad} is outside the vocabulary of {n_vocab}"),
+                    ));
+                }
+                if echo {
+                    echoed.push(model.tokenizer.decode(&ids, false));
+                }
+                ids
             }
-            ids
-        }
-        OnePrompt::Text(text) => {
-            let m = model.clone();
-            tokio::task::spawn_blocking(move || m.tokenizer.encode(&text, true, true))
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))?
-        }
-    };
-    let params = req.common.params(
-        &model,
-        &state.limits,
-        prompt.len(),
-        Some(DEFAULT_MAX_TOKENS),
-        logprobs,
-    )?;
+            OnePrompt::Text(text) => {
+                let m = model.clone();
+                if echo {
+                    echoed.push(text.clone());
+                }
+                tokio::task::spawn_blocking(move || m.tokenizer.encode(&text, true, true))
+                    .await
+                    .map_err(|e| ApiError::internal(e.to_string()))?
+            }
+        };
+        let params = req.common.params(
+            &model,
+            &state.limits,
+            prompt.len(),
+            Some(DEFAULT_MAX_TOKENS),
+            logprobs,
+        )?;
+        parts.push((prompt, params));
+    }
     let job = Job {
         model,
-        prompt,
-        params,
+        prompts: parts,
+        echo: echoed,
         shape: Shape::Text,
+        tools: None,
         stream: req.common.stream(),
         include_usage: req.common.include_usage(),
         arrived,

@@ -115,6 +115,16 @@ pub async fn handle(
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
     let total: usize = n_tokens.iter().sum();
+    let max_work = state.limits.max_embed_work;
+    if total > max_work {
+        return Err(ApiError {
+            param: Some("input"),
+            ..ApiError::too_much_work(format!(
+                "this request's inputs hold {total} tokens in all; the limit per request is \
+                 {max_work} tokens (--max-embed-tokens): split it into smaller requests"
+            ))
+        });
+    }
     let _guard = state.begin();
     let (tx, rx) = oneshot::channel();
     let job = EmbedJob {

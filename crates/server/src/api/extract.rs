@@ -1,5 +1,5 @@
 //! A JSON body extractor whose failures are OpenAI-shaped errors: 413 over
-//! the body limit, 400 for bad JSON (invalid UTF-8 included) or a field of
+//! the body limit, 408 when the body does not arrive within the body timeout, 400 for bad JSON (invalid UTF-8 included) or a field of
 //! the wrong type.
 
 use axum::body::Bytes;
@@ -21,7 +21,10 @@ impl<T: DeserializeOwned> FromRequest<std::sync::Arc<AppState>> for ApiJson<T> {
         state: &std::sync::Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         let limit = state.limits.body_bytes;
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+        let body = tokio::time::timeout(state.limits.body_timeout, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| ApiError::body_timeout(state.limits.body_timeout))?;
+        let bytes = body.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::too_large(limit)
             } else {

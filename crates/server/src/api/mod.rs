@@ -10,6 +10,7 @@ pub mod generation;
 pub mod misc;
 pub mod params;
 pub mod render;
+pub mod tools;
 pub mod translations;
 
 use std::any::Any;
@@ -56,8 +57,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(misc::get_model))
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
-        .route("/metrics", get(misc::metrics))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+        .route("/metrics", get(misc::metrics));
     let routes = Router::new()
         .route("/health", get(misc::health))
         .route("/ready", get(misc::ready))
@@ -66,7 +66,28 @@ pub fn router(state: Arc<AppState>) -> Router {
     with_layers(routes, state)
 }
 
-/// The layers every route runs under.
+/// The routes `/metrics` counts responses of (any other path counts as
+/// `other`, so clients cannot grow the label set).
+const ROUTES: [&str; 12] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/translations",
+    "/v1/models",
+    "/tokenize",
+    "/detokenize",
+    "/metrics",
+    "/health",
+    "/ready",
+    "/v1/models/{id}",
+    "other",
+];
+
+/// The paths anyone may ask for without the API key.
+const OPEN_PATHS: [&str; 2] = ["/health", "/ready"];
+
+/// The layers every route runs under. The key is checked before the body
+/// limit (a client without the key learns nothing, not even the limit).
 fn with_layers(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
     let limit = state.limits.body_bytes;
     routes
@@ -76,8 +97,13 @@ fn with_layers(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
             limit,
             openai_body_limit_error,
         ))
+        .layer(middleware::from_fn_with_state(state.clone(), require_key))
         .layer(CorsLayer::permissive())
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_response,
+        ))
         .layer(
             TraceLayer::new_for_http()
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
@@ -91,14 +117,46 @@ async fn no_route(req: Request) -> ApiError {
     ApiError::no_route(req.method().as_str(), req.uri().path())
 }
 
-/// Bearer-token check (constant time) when the server has a key.
+/// The route label of `path` (see [`ROUTES`]).
+fn route_label(path: &str) -> &'static str {
+    if let Some(r) = ROUTES.iter().find(|r| **r == path) {
+        return r;
+    }
+    if path.starts_with("/v1/models/") {
+        return "/v1/models/{id}";
+    }
+    "other"
+}
+
+/// Counts every response by route and status.
+async fn count_response(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = route_label(req.uri().path());
+    let resp = next.run(req).await;
+    state.metrics.response(route, resp.status().as_u16());
+    resp
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header (the scheme in
+/// any case, as RFC 9110 has it).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start())
+}
+
+/// Bearer-token check (constant time) when the server has a key; every
+/// path but `/health` and `/ready` needs it.
 async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(want) = &state.api_key_hash {
+        if OPEN_PATHS.contains(&req.uri().path()) || req.method() == axum::http::Method::OPTIONS {
+            return next.run(req).await;
+        }
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_token)
             .unwrap_or("");
         if !key_matches(given, want) {
             return ApiError::unauthorized().into_response();
@@ -132,6 +190,18 @@ mod tests {
 
     async fn boom() -> &'static str {
         panic!("a handler bug")
+    }
+
+    #[test]
+    fn bearer_scheme_in_any_case() {
+        assert_eq!(bearer_token("Bearer sk-1"), Some("sk-1"));
+        assert_eq!(bearer_token("bearer sk-1"), Some("sk-1"));
+        assert_eq!(bearer_token("BEARER  sk-1"), Some("sk-1"));
+        assert_eq!(bearer_token("Basic sk-1"), None);
+        assert_eq!(bearer_token("Bearersk-1"), None);
+        assert_eq!(route_label("/v1/models/x"), "/v1/models/{id}");
+        assert_eq!(route_label("/v1/embeddings"), "/v1/embeddings");
+        assert_eq!(route_label("/wat"), "other");
     }
 
     #[test]

@@ -253,6 +253,7 @@ impl Common {
             seed: self.seed.map_or_else(random_seed, |s| s as u64),
         };
         Ok(GenParams {
+            tool_calls: None,
             json,
             sampler,
             max_tokens,

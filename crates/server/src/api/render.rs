@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use super::tools;
 use crate::generate::request::{Event, FinishReason, TokenLogprob, Usage};
 use crate::generate::GenModel;
 
@@ -30,6 +31,8 @@ pub struct Reply {
     pub model: Arc<GenModel>,
     pub n: usize,
     pub include_usage: bool,
+    /// Function calls are parsed out of the text (`Some(legacy)`).
+    pub tools: Option<bool>,
 }
 
 /// One choice's text, logprobs and end, gathered from events.
@@ -160,12 +163,49 @@ impl Reply {
             .enumerate()
             .map(|(i, c)| {
                 let lp = logprobs.then(|| self.logprobs_json(&c.logprobs));
-                self.choice_json(i, Some(&c.text), lp, c.finish, false)
+                let mut v = self.choice_json(i, Some(&c.text), lp, c.finish, false);
+                let split = self
+                    .tools
+                    .and_then(|legacy| Some((legacy, tools::split(&c.text)?)));
+                if let Some((legacy, (content, calls))) = split {
+                    let m = &mut v["message"];
+                    m["content"] = if content.is_empty() {
+                        Value::Null
+                    } else {
+                        json!(content)
+                    };
+                    if legacy {
+                        m["function_call"] =
+                            json!({"name": calls[0].name, "arguments": calls[0].arguments});
+                        v["finish_reason"] = json!(FinishReason::FunctionCall.as_str());
+                    } else {
+                        m["tool_calls"] = Value::Array(tools::calls_json(&calls, false));
+                        v["finish_reason"] = json!(FinishReason::ToolCalls.as_str());
+                    }
+                }
+                v
             })
             .collect();
         let mut m = self.envelope(false, cs);
         m.insert("usage".into(), usage_json(usage));
         Value::Object(m)
+    }
+
+    /// The chunk of a choice's calls, and the reason its end then gives.
+    pub fn calls_chunk(&self, choice: usize, calls: &[tools::Call]) -> (Value, FinishReason) {
+        let (delta, reason) = if self.tools == Some(true) {
+            (
+                json!({"function_call": {"name": calls[0].name, "arguments": calls[0].arguments}}),
+                FinishReason::FunctionCall,
+            )
+        } else {
+            (
+                json!({"tool_calls": tools::calls_json(calls, true)}),
+                FinishReason::ToolCalls,
+            )
+        };
+        let c = json!({"index": choice, "delta": delta, "logprobs": null, "finish_reason": null});
+        (Value::Object(self.envelope(true, vec![c])), reason)
     }
 
     /// The chunks a stream starts with (chat: each choice's role).

@@ -36,6 +36,7 @@ pub async fn handle(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<TranslationsRequest>,
 ) -> Result<Json<Value>, ApiError> {
+    let arrived = std::time::Instant::now();
     let model = state.models()?.translator(req.model.as_deref())?;
     let texts = match req.input {
         Some(Input::One(t)) => vec![t],
@@ -85,7 +86,11 @@ pub async fn handle(
     let out = tokio::task::spawn_blocking(move || {
         let _admitted = admitted;
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        m.translator.translate(&refs, &opts)
+        let out = m.translator.translate(&refs, &opts);
+        // Counted whatever the outcome (a cancelled one too).
+        m.metrics.requests.inc();
+        m.metrics.latency.observe(arrived.elapsed().as_secs_f64());
+        out
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?

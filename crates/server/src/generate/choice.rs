@@ -45,13 +45,19 @@ impl<'t> Choice<'t> {
         Choice {
             index,
             cache: Some(cache),
-            cont: Continuation::new(
-                tok,
-                Sampler::new(opts),
-                end_tokens,
-                &params.stop,
-                params.json.clone(),
-            ),
+            cont: {
+                let c = Continuation::new(
+                    tok,
+                    Sampler::new(opts),
+                    end_tokens,
+                    &params.stop,
+                    params.json.clone(),
+                );
+                match &params.tool_calls {
+                    Some(g) => c.with_trigger(crate::api::tools::OPEN, g.clone()),
+                    None => c,
+                }
+            },
             next: None,
             last_token_at: None,
         }

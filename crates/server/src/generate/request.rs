@@ -23,8 +23,12 @@ pub struct GenParams {
     /// `Some(k)`: report each token's log-probability and the `k` most
     /// likely alternatives.
     pub logprobs: Option<usize>,
-    /// `response_format` JSON: the grammar every token must follow.
+    /// `response_format` JSON (or forced function calls): the grammar
+    /// every token must follow.
     pub json: Option<Arc<Grammar>>,
+    /// Function calls the reply may open (`<tool_call>`), whose grammar
+    /// then governs the rest of it.
+    pub tool_calls: Option<Arc<Grammar>>,
 }
 
 /// A request waiting for, or admitted to, the scheduler.
@@ -51,6 +55,11 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` reached.
     Length,
+    /// The reply ended with function calls (set when the reply is
+    /// rendered, never by the scheduler).
+    ToolCalls,
+    /// The same for the legacy `functions`.
+    FunctionCall,
 }
 
 impl FinishReason {
@@ -58,6 +67,8 @@ impl FinishReason {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::FunctionCall => "function_call",
         }
     }
 }

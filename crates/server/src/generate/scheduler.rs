@@ -8,7 +8,8 @@
 //! so a request's tokens do not depend on what else is running.
 //!
 //! A request's prompt is prefilled once; when its last prompt token has
-//! run, its cache is forked (cloned) into `n` choices. A choice's cache is
+//! run, its cache is forked into `n` choices (copying the prompt's
+//! positions only: the rest of each cache is untouched, unmapped memory). A choice's cache is
 //! freed the moment it ends. Admission is first-come first-served and
 //! waits (never fails mid-sequence) while the KV memory a request needs
 //! (`n` caches of prompt + `max_tokens` positions) is not free.
@@ -298,7 +299,7 @@ impl<'t> Scheduler<'t> {
         for i in 0..n - 1 {
             choices.push(Choice::new(
                 i,
-                cache.clone(),
+                cache.fork(),
                 &act.req.params,
                 &self.m.tokenizer,
                 &self.m.end_tokens,

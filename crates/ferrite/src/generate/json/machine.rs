@@ -6,7 +6,8 @@
 //! strings and arrays have length caps, so a constrained reply always
 //! reaches the end of its value.
 
-use super::schema::{Grammar, Node, NodeId};
+use super::schema::{Grammar, Node, NodeId, BOOL_TRIE, MAX_REF_DEPTH, NULL_TRIE};
+use super::trie::TrieNode;
 
 /// Most whitespace bytes in a row.
 const MAX_WS: u8 = 8;
@@ -70,8 +71,21 @@ enum Frame {
         phase: NumPhase,
         digits: u8,
     },
-    /// One of these texts, matched so far up to `pos`.
-    Choice { texts: Vec<Box<str>>, pos: usize },
+    /// One of the texts of trie `tries[trie]`, matched so far up to its
+    /// node `at`.
+    Choice { trie: usize, at: TrieNode },
+    /// A function's name (trie `tries[trie]`, up to node `at`) in the
+    /// calls of node `calls`; once complete, the arguments slot below the
+    /// next frame becomes that function's arguments.
+    Name {
+        trie: usize,
+        at: TrieNode,
+        calls: NodeId,
+    },
+    /// Where the arguments of the function being named go.
+    ArgsSlot,
+    /// After a call of node `calls`: the end, or (if `left` > 0) another.
+    MoreCalls { calls: NodeId, left: usize },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,18 +106,55 @@ pub struct JsonState {
 
 impl JsonState {
     pub fn new(g: &Grammar) -> JsonState {
-        JsonState {
-            stack: vec![Frame::Value {
+        let mut s = JsonState {
+            stack: Vec::new(),
+            ws: 0,
+        };
+        match g.node(g.root) {
+            // Calls start with their fixed text (no leading whitespace).
+            Node::Calls(calls) => {
+                let (open, more) = (calls.open, calls.more);
+                s.push_call(g, g.root, open, more);
+            }
+            _ => s.stack.push(Frame::Value {
                 node: g.root,
                 depth: 0,
-            }],
-            ws: 0,
+            }),
         }
+        s
     }
 
     /// The value is complete: only the end of generation may follow.
     pub fn is_done(&self) -> bool {
         self.stack.is_empty()
+    }
+
+    /// The text may end here (it is complete, or is complete function
+    /// calls that may be followed by another).
+    pub fn can_end(&self) -> bool {
+        matches!(self.stack.as_slice(), [] | [Frame::MoreCalls { .. }])
+    }
+
+    /// Pushes the frames of one function call of `calls` (node `id`):
+    /// `first` is the fixed text it starts with, if any.
+    fn push_call(&mut self, g: &Grammar, id: NodeId, first: Option<usize>, left: usize) {
+        let Node::Calls(calls) = g.node(id) else {
+            return;
+        };
+        let choice = |trie| Frame::Choice { trie, at: 0 };
+        self.stack.push(Frame::MoreCalls { calls: id, left });
+        self.stack.push(choice(calls.tail));
+        self.stack.push(Frame::ArgsSlot);
+        self.stack.push(choice(calls.middle));
+        self.stack.push(Frame::Name {
+            trie: calls.names,
+            at: 0,
+            calls: id,
+        });
+        self.stack.push(choice(calls.head));
+        if let Some(t) = first {
+            self.stack.push(choice(t));
+        }
     }
 
     /// Inside a string, not after a backslash: how many more bytes it may
@@ -163,7 +214,7 @@ impl JsonState {
                     prop,
                     depth,
                 } => {
-                    let fixed = match g.nodes.get(*node) {
+                    let fixed = match (*node != NodeId::MAX).then(|| g.node(*node)) {
                         Some(Node::Object(props)) => Some(props),
                         _ => None,
                     };
@@ -173,14 +224,9 @@ impl JsonState {
                             return self.close(c == b'}');
                         }
                         (ObjPhase::Open | ObjPhase::Key, Some(props)) => {
-                            let key = serde_json::to_string(&props[*prop].0)
-                                .unwrap_or_default()
-                                .into_boxed_str();
+                            let trie = props[*prop].key;
                             *phase = ObjPhase::Colon;
-                            self.stack.push(Frame::Choice {
-                                texts: vec![key],
-                                pos: 0,
-                            });
+                            self.stack.push(Frame::Choice { trie, at: 0 });
                         }
                         (ObjPhase::Open, None) if c == b'}' => return self.close(true),
                         (ObjPhase::Open | ObjPhase::Key, None) => {
@@ -200,7 +246,7 @@ impl JsonState {
                             }
                             *phase = ObjPhase::Next;
                             let value = match fixed {
-                                Some(props) => props[*prop].1,
+                                Some(props) => props[*prop].node,
                                 None => NodeId::MAX,
                             };
                             self.stack.push(Frame::Value {
@@ -349,23 +395,58 @@ impl JsonState {
                         None => return false,
                     }
                 }
-                Frame::Choice { texts, pos } => {
-                    let p = *pos;
-                    let before = texts.iter().any(|t| t.len() == p);
-                    texts.retain(|t| t.as_bytes().get(p) == Some(&c));
-                    if texts.is_empty() {
-                        if before {
+                Frame::Choice { trie, at } => {
+                    let t = &g.tries[*trie];
+                    match t.step(*at, c) {
+                        Some(next) => {
+                            *at = next;
+                            if t.is_leaf(next) {
+                                self.stack.pop();
+                            }
+                            return true;
+                        }
+                        None if t.is_terminal(*at) => {
                             // A complete text ended; the byte follows it.
                             self.stack.pop();
-                            continue;
                         }
-                        return false;
+                        None => return false,
                     }
-                    *pos += 1;
-                    if texts.iter().all(|t| t.len() == p + 1) {
+                }
+                Frame::Name { trie, at, calls } => {
+                    let t = &g.tries[*trie];
+                    let Some(next) = t.step(*at, c) else {
+                        return false;
+                    };
+                    *at = next;
+                    if t.is_leaf(next) {
+                        let calls = *calls;
+                        let function = t.value(next);
                         self.stack.pop();
+                        // Below the `, "arguments": ` text: the slot.
+                        let slot = self.stack.len().wrapping_sub(2);
+                        if let (Some(f), Node::Calls(cl), Some(frame)) =
+                            (function, g.node(calls), self.stack.get_mut(slot))
+                        {
+                            *frame = Frame::Value {
+                                node: cl.args[f],
+                                depth: 1,
+                            };
+                        }
                     }
                     return true;
+                }
+                Frame::ArgsSlot => return false,
+                Frame::MoreCalls { calls, left } => {
+                    let (calls, left) = (*calls, *left);
+                    if left == 0 {
+                        return false;
+                    }
+                    let Node::Calls(cl) = g.node(calls) else {
+                        return false;
+                    };
+                    let next = cl.next;
+                    self.stack.pop();
+                    self.push_call(g, calls, Some(next), left - 1);
                 }
             }
         }
@@ -381,7 +462,7 @@ impl JsonState {
 
     /// The first byte of a value of `node` (`NodeId::MAX`: any value).
     fn start_value(&mut self, g: &Grammar, node: NodeId, depth: usize, c: u8) -> bool {
-        let any = node == NodeId::MAX || g.nodes[node] == Node::Any;
+        let any = node == NodeId::MAX || *g.node(node) == Node::Any;
         let kind = if any {
             match c {
                 b'{' if depth < g.max_depth => &Node::AnyObject,
@@ -393,8 +474,14 @@ impl JsonState {
                 _ => return false,
             }
         } else {
-            &g.nodes[node]
+            g.node(node)
         };
+        // Past the nesting bound (recursive `$ref`s), no object may open
+        // and arrays must stay empty.
+        let deep = !any && depth >= MAX_REF_DEPTH;
+        if deep && matches!(kind, Node::Object(_) | Node::AnyObject) {
+            return false;
+        }
         self.stack.pop();
         let frame = match kind {
             Node::Any => Frame::Array {
@@ -416,7 +503,7 @@ impl JsonState {
                 phase: ArrPhase::Open,
                 count: 0,
                 min: *min,
-                max: *max,
+                max: if deep { 0 } else { *max },
                 depth,
             },
             Node::String => Frame::Str {
@@ -432,22 +519,29 @@ impl JsonState {
                 return self.feed(g, c);
             }
             Node::Boolean | Node::Null | Node::Literal(_) => {
-                let texts: Vec<Box<str>> = match kind {
-                    Node::Boolean => vec!["true".into(), "false".into()],
-                    Node::Null => vec!["null".into()],
-                    Node::Literal(t) => t.iter().map(|s| s.as_str().into()).collect(),
+                let trie = match kind {
+                    Node::Boolean => BOOL_TRIE,
+                    Node::Null => NULL_TRIE,
+                    Node::Literal(t) => *t,
                     _ => unreachable!("matched above"),
                 };
-                self.stack.push(Frame::Choice { texts, pos: 0 });
+                self.stack.push(Frame::Choice { trie, at: 0 });
                 return self.feed(g, c);
             }
             Node::Union(members) => {
-                let Some(&m) = members.iter().find(|&&m| g.starts(m, c)) else {
+                let Some(&m) = members.iter().find(|&&m| g.starts(m, c, depth)) else {
                     return false;
                 };
                 self.stack.push(Frame::Value { node: m, depth });
                 return self.feed(g, c);
             }
+            Node::Calls(calls) => {
+                let (open, more) = (calls.open, calls.more);
+                self.push_call(g, node, open, more);
+                return self.feed(g, c);
+            }
+            // `g.node` resolves references.
+            Node::Ref(_) => return false,
         };
         let opener = match frame {
             Frame::Object { .. } => b'{',

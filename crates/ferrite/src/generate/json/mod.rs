@@ -7,6 +7,7 @@
 
 pub mod machine;
 pub mod schema;
+pub mod trie;
 
 pub use machine::JsonState;
 pub use schema::Grammar;
@@ -23,13 +24,11 @@ pub fn mask_logits(
     is_end: &dyn Fn(u32) -> bool,
     logits: &mut [f32],
 ) -> bool {
-    let done = state.is_done();
+    let done = state.can_end();
     // Which single bytes may come next: most tokens fail on their first.
     let mut first = [false; 256];
-    if !done {
-        for (b, ok) in first.iter_mut().enumerate() {
-            *ok = state.clone().feed(g, b as u8);
-        }
+    for (b, ok) in first.iter_mut().enumerate() {
+        *ok = state.clone().feed(g, b as u8);
     }
     // Inside a string, a token of plain bytes that fits is allowed as is.
     let room = state.string_room(g);
@@ -42,7 +41,7 @@ pub fn mask_logits(
         let id = id as u32;
         let allowed = if is_end(id) {
             done
-        } else if done || tok.is_control(id) {
+        } else if tok.is_control(id) && !is_marker(g, tok, id) {
             false
         } else {
             let bytes = tok.token_bytes(id);
@@ -61,6 +60,12 @@ pub fn mask_logits(
         }
     }
     any
+}
+
+/// Whether control token `id` is one of the texts the grammar writes.
+fn is_marker(g: &Grammar, tok: &Tokenizer, id: u32) -> bool {
+    let bytes = tok.token_bytes(id);
+    g.markers.iter().any(|m| m.as_bytes() == bytes)
 }
 
 #[cfg(test)]
@@ -135,8 +140,113 @@ mod tests {
             json!({"type": "object", "properties": {"a": {"type": "wat"}}}),
             json!({"type": "object", "properties": {}, "required": ["b"]}),
             json!({"$ref": "#/x"}),
+            json!({"$ref": "https://example.com/schema"}),
+            json!({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}),
+            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}),
+            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 1e9}}}),
+            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 2}}}),
         ] {
             assert!(Grammar::from_schema(&s).is_err(), "{s}");
         }
+    }
+
+    /// `$defs` and `$ref` as Pydantic writes nested models, including a
+    /// recursive one (bounded: deep enough, the only way on is to close).
+    #[test]
+    fn refs_and_defs() {
+        let schema = json!({
+            "$defs": {
+                "Pet": {"type": "object", "properties": {
+                    "kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0, "maximum": 30}},
+                    "required": ["kind", "age"]},
+                "Tree": {"type": "object", "properties": {
+                    "v": {"const": 1}, "kids": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}}}
+            },
+            "type": "object",
+            "properties": {"pet": {"$ref": "#/$defs/Pet"}, "tree": {"$ref": "#/$defs/Tree"},
+                           "maybe": {"anyOf": [{"$ref": "#/$defs/Pet"}, {"type": "null"}]}}
+        });
+        let g = Grammar::from_schema(&schema).unwrap();
+        assert!(accepts(
+            &g,
+            r#"{"pet": {"kind": "cat", "age": 30}, "tree": {"v": 1, "kids": [{"v": 1, "kids": []}]}, "maybe": null}"#
+        ));
+        assert!(accepts(
+            &g,
+            r#"{"pet":{"kind":"dog","age":0},"tree":{"v":1,"kids":[]},"maybe":{"kind":"dog","age":7}}"#
+        ));
+        for bad in [
+            r#"{"pet": {"kind": "cat", "age": 31}, "tree": {"v": 1, "kids": []}, "maybe": null}"#,
+            r#"{"pet": {"kind": "cat", "age": -1}, "tree": {"v": 1, "kids": []}, "maybe": null}"#,
+            r#"{"pet": {"kind": "cat", "age": 3}, "tree": {"v": 2, "kids": []}, "maybe": null}"#,
+            r#"{"pet": {"kind": "cow", "age": 3}, "tree": {"v": 1, "kids": []}, "maybe": null}"#,
+        ] {
+            assert!(!accepts(&g, bad), "{bad}");
+        }
+        // Nesting past the bound cannot open another level.
+        let mut deep = String::from(r#"{"pet":{"kind":"dog","age":1},"tree":"#);
+        for _ in 0..20 {
+            deep.push_str(r#"{"v":1,"kids":["#);
+        }
+        let mut s = JsonState::new(&g);
+        assert!(!s.feed_all(&g, deep.as_bytes()));
+    }
+
+    /// An enum of 50,000 values: compiled once, and a state is as cheap to
+    /// clone and feed as with two values; past the budget, refused.
+    #[test]
+    fn huge_enums_are_tries() {
+        let values: Vec<String> = (0..50_000).map(|i| format!("value-{i}")).collect();
+        let schema = json!({"type": "object", "properties": {"v": {"enum": values}}});
+        let g = Grammar::from_schema(&schema).unwrap();
+        assert!(accepts(&g, r#"{"v": "value-49999"}"#));
+        assert!(accepts(&g, r#"{"v": "value-0"}"#));
+        assert!(!accepts(&g, r#"{"v": "value-50000"}"#));
+        assert!(!accepts(&g, r#"{"v": "value-"}"#));
+        let mut s = JsonState::new(&g);
+        assert!(s.feed_all(&g, br#"{"v": "value-1"#));
+        let huge: Vec<String> = (0..200_000)
+            .map(|i| format!("a-much-longer-value-{i}"))
+            .collect();
+        let schema = json!({"type": "object", "properties": {"v": {"enum": huge}}});
+        let err = Grammar::from_schema(&schema).unwrap_err().to_string();
+        assert!(err.contains("too large"), "{err}");
+    }
+
+    /// Function calls in Qwen2.5's format: the named function's schema
+    /// governs its arguments; further calls only as many as allowed.
+    #[test]
+    fn tool_calls_follow_each_functions_schema() {
+        let functions = vec![
+            (
+                "get_weather".to_string(),
+                json!({"type": "object", "properties": {
+                "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}),
+            ),
+            (
+                "get_time".to_string(),
+                json!({"type": "object", "properties": {
+                "zone": {"type": "integer", "minimum": -12, "maximum": 14}}}),
+            ),
+        ];
+        let g = Grammar::tool_calls(&functions, false, 1).unwrap();
+        let one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>";
+        let two = format!("{one}\n<tool_call>\n{{\"name\": \"get_time\", \"arguments\": {{\"zone\": -3}}}}\n</tool_call>");
+        let ends = |text: &str| {
+            let mut s = JsonState::new(&g);
+            s.feed_all(&g, text.as_bytes()) && s.can_end()
+        };
+        assert!(ends(one));
+        assert!(ends(&two));
+        assert!(!ends(&format!("{two}\n<tool_call>")), "a third call");
+        assert!(!ends(&one.replace("get_weather", "get_wether")));
+        assert!(!ends(&one.replace("\"c\"", "\"k\"")));
+        assert!(!ends(&two.replace("-3", "15")));
+        assert!(!ends(&one[..one.len() - 3]));
+        // After a reply opened the call itself.
+        let g = Grammar::tool_calls(&functions, true, 0).unwrap();
+        let mut s = JsonState::new(&g);
+        assert!(s.feed_all(&g, &one.as_bytes()["<tool_call>".len()..]) && s.can_end());
+        assert!(!s.clone().feed(&g, b'\n'));
     }
 }

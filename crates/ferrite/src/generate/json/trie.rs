@@ -1,0 +1,140 @@
+//! A byte trie over a set of texts (an `enum`'s JSON values, a `const`, an
+//! object's key, `true`/`false`): built once per grammar, walked one byte
+//! at a time by a state that is one index. So following a text costs a
+//! binary search among a node's children per byte, whatever the number of
+//! texts: a 50,000-value `enum` masks tokens as fast as a 2-value one.
+
+/// Index of a trie node.
+pub type TrieNode = u32;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Node {
+    /// This node's children: `edges[first..first + len]`, by byte.
+    first: u32,
+    len: u32,
+    /// A text ends here.
+    terminal: bool,
+    /// The index (in the input) of the text ending here, if one does.
+    value: u32,
+}
+
+/// The texts, as a trie; the root is node 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trie {
+    nodes: Vec<Node>,
+    /// `(byte, child)`, sorted by byte within each node's run.
+    edges: Vec<(u8, TrieNode)>,
+}
+
+impl Trie {
+    /// The trie of `texts` (duplicates allowed: the first one's index is
+    /// the text's [`Trie::value`]).
+    pub fn new<S: AsRef<[u8]>>(texts: &[S]) -> Trie {
+        let mut pairs: Vec<(&[u8], u32)> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.as_ref(), i as u32))
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup_by_key(|p| p.0);
+        let values: Vec<u32> = pairs.iter().map(|p| p.1).collect();
+        let sorted: Vec<&[u8]> = pairs.iter().map(|p| p.0).collect();
+        let empty = Node {
+            first: 0,
+            len: 0,
+            terminal: false,
+            value: u32::MAX,
+        };
+        let mut t = Trie {
+            nodes: vec![empty.clone()],
+            edges: Vec::new(),
+        };
+        // Each pending entry: a node and its texts (sorted, sharing the
+        // first `depth` bytes).
+        let mut pending = vec![(0u32, 0usize, 0usize, sorted.len())];
+        while let Some((node, depth, lo, hi)) = pending.pop() {
+            let mut lo = lo;
+            if lo < hi && sorted[lo].len() == depth {
+                let n = &mut t.nodes[node as usize];
+                n.terminal = true;
+                n.value = values[lo];
+                lo += 1;
+            }
+            let rest = &sorted[lo..hi];
+            let first = t.edges.len();
+            let mut i = 0;
+            while i < rest.len() {
+                let b = rest[i][depth];
+                let j = i + rest[i..].partition_point(|s| s[depth] == b);
+                let child = t.nodes.len() as TrieNode;
+                t.nodes.push(empty.clone());
+                t.edges.push((b, child));
+                pending.push((child, depth + 1, lo + i, lo + j));
+                i = j;
+            }
+            let n = &mut t.nodes[node as usize];
+            n.first = first as u32;
+            n.len = (t.edges.len() - first) as u32;
+        }
+        t
+    }
+
+    /// Nodes in the trie (its size, for budgets).
+    pub fn size(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The child of `node` by byte `b`.
+    pub fn step(&self, node: TrieNode, b: u8) -> Option<TrieNode> {
+        let n = &self.nodes[node as usize];
+        let run = &self.edges[n.first as usize..(n.first + n.len) as usize];
+        run.binary_search_by_key(&b, |&(e, _)| e)
+            .ok()
+            .map(|i| run[i].1)
+    }
+
+    /// Whether a text ends at `node`.
+    pub fn is_terminal(&self, node: TrieNode) -> bool {
+        self.nodes[node as usize].terminal
+    }
+
+    /// The index of the text that ends at `node`, if one does.
+    pub fn value(&self, node: TrieNode) -> Option<usize> {
+        let n = &self.nodes[node as usize];
+        n.terminal.then_some(n.value as usize)
+    }
+
+    /// Whether no text goes on past `node`.
+    pub fn is_leaf(&self, node: TrieNode) -> bool {
+        self.nodes[node as usize].len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn walk(t: &Trie, s: &str) -> Option<TrieNode> {
+        s.bytes().try_fold(0, |n, b| t.step(n, b))
+    }
+
+    #[test]
+    fn follows_exactly_the_texts() {
+        let t = Trie::new(&["\"cat\"", "\"cattle\"", "\"dog\"", "\"cat\"", "1"]);
+        for s in ["\"cat\"", "\"cattle\"", "\"dog\"", "1"] {
+            let n = walk(&t, s).unwrap();
+            assert!(t.is_terminal(n), "{s}");
+        }
+        assert!(t.is_leaf(walk(&t, "\"dog\"").unwrap()));
+        assert!(!t.is_terminal(walk(&t, "\"ca").unwrap()));
+        assert!(walk(&t, "\"cow").is_none());
+        assert!(walk(&t, "2").is_none());
+        assert_eq!(t.value(walk(&t, "\"dog\"").unwrap()), Some(2));
+        assert_eq!(t.value(walk(&t, "\"cat\"").unwrap()), Some(0));
+        // A text that is a prefix of another is terminal, not a leaf.
+        let t = Trie::new(&["1", "12"]);
+        let n = walk(&t, "1").unwrap();
+        assert!(t.is_terminal(n) && !t.is_leaf(n));
+        assert_eq!(Trie::new(&[""; 0]).size(), 1);
+    }
+}

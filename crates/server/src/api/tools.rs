@@ -1,0 +1,367 @@
+//! Tool calling, OpenAI-style: `tools` (or the legacy `functions`),
+//! `tool_choice` (`auto`, `none`, `required`, a named function; legacy
+//! `function_call`) and `parallel_tool_calls`, for models whose chat
+//! template renders tools and writes calls as Qwen2.5 / Hermes templates
+//! do: `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`.
+//!
+//! The template renders the tools; the reply's calls are parsed into
+//! `message.tool_calls` (streamed as one `delta.tool_calls` chunk per
+//! call when the choice ends). Their arguments always parse and match the
+//! function's parameter schema: with `required` or a named function the
+//! whole reply is constrained to calls; with `auto` the reply is free text
+//! until it opens a call, which is then constrained to the end. (With
+//! `auto`, a reply that is one bare `{"name": ..., "arguments": {...}}`
+//! object, as small models often write, is taken as a call too; its
+//! arguments parse, but were not constrained while it was written.)
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ferrite::generate::chat::ChatTemplate;
+use ferrite::generate::json::Grammar;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+
+/// The text that opens a call in the supported format.
+pub const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+/// Most calls in one reply when parallel calls are allowed.
+const MAX_PARALLEL: usize = 8;
+
+/// What a request's tools ask of generation.
+#[derive(Clone, Debug)]
+pub enum ToolMode {
+    /// Free text; a call, once opened, follows this grammar (which starts
+    /// after `<tool_call>`).
+    Auto(Arc<Grammar>),
+    /// Only calls, by this grammar.
+    Forced(Arc<Grammar>),
+}
+
+/// A request's tools, checked.
+pub struct Tools {
+    /// The definitions the template renders (`[{"type": "function",
+    /// "function": {...}}]`).
+    pub rendered: Value,
+    pub mode: ToolMode,
+    /// The request used the legacy `functions`: the reply has
+    /// `function_call`.
+    pub legacy: bool,
+}
+
+fn bad(param: &'static str, m: impl Into<String>) -> ApiError {
+    ApiError::bad_param(param, m)
+}
+
+/// One function definition (`{"name", "description"?, "parameters"?}`).
+fn function(f: &Value, param: &'static str) -> Result<(String, Value), ApiError> {
+    let name = f
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty() && n.len() <= 64)
+        .ok_or_else(|| bad(param, "each function needs a name (1 to 64 characters)"))?;
+    let params = f
+        .get("parameters")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    Ok((name.to_string(), params))
+}
+
+/// The tools of a request, or `None` when none are given or
+/// `tool_choice` is `none` (then the template renders no tools).
+pub fn tools(
+    tools: Option<&[Value]>,
+    functions: Option<&[Value]>,
+    tool_choice: Option<&Value>,
+    function_call: Option<&Value>,
+    parallel: Option<bool>,
+    template: &ChatTemplate,
+) -> Result<Option<Tools>, ApiError> {
+    let (list, legacy, choice, param) = match (tools, functions) {
+        (Some(_), Some(_)) => {
+            return Err(bad("tools", "give tools or functions, not both"));
+        }
+        (Some(t), None) => {
+            let mut defs = Vec::with_capacity(t.len());
+            for tool in t {
+                if tool.get("type").and_then(Value::as_str) != Some("function") {
+                    return Err(bad("tools", "every tool must be of type 'function'"));
+                }
+                let f = tool
+                    .get("function")
+                    .ok_or_else(|| bad("tools", "a tool needs its 'function'"))?;
+                defs.push(f.clone());
+            }
+            (defs, false, tool_choice, "tool_choice")
+        }
+        (None, Some(f)) => (f.to_vec(), true, function_call, "function_call"),
+        (None, None) => {
+            if tool_choice.is_some_and(|c| c != "none" && c != "auto") {
+                return Err(bad("tool_choice", "tool_choice needs tools"));
+            }
+            return Ok(None);
+        }
+    };
+    if list.is_empty() || list.len() > 128 {
+        return Err(bad("tools", "give 1 to 128 tools"));
+    }
+    let mut functions = Vec::with_capacity(list.len());
+    for f in &list {
+        let (name, params) = function(f, "tools")?;
+        if functions.iter().any(|(n, _): &(String, Value)| *n == name) {
+            return Err(bad(
+                "tools",
+                format!("the function '{name}' is given twice"),
+            ));
+        }
+        functions.push((name, params));
+    }
+    // `auto`, `none`, `required` (legacy: no `required`), or a name.
+    let named = |v: &Value| -> Option<String> {
+        let f = if legacy { Some(v) } else { v.get("function") };
+        f.and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let mode = match choice {
+        None => "auto".to_string(),
+        Some(Value::String(s)) if ["auto", "none", "required"].contains(&s.as_str()) => s.clone(),
+        Some(v) => match named(v) {
+            Some(n) => {
+                if !functions.iter().any(|(f, _)| *f == n) {
+                    return Err(bad(
+                        param,
+                        format!("{param} names '{n}', which is not a tool"),
+                    ));
+                }
+                functions.retain(|(f, _)| *f == n);
+                "named".to_string()
+            }
+            None => {
+                return Err(bad(
+                    param,
+                    format!("{param} must be 'auto', 'none', 'required' or name a function"),
+                ))
+            }
+        },
+    };
+    if mode == "none" {
+        return Ok(None);
+    }
+    let src = template.source();
+    if !src.contains("tools") || !src.contains(OPEN) {
+        return Err(bad(
+            "tools",
+            "this model's chat template does not render tools in the <tool_call> format \
+             (Qwen2.5 / Hermes) that ferrite parses",
+        ));
+    }
+    let more = if mode == "named" || legacy || parallel == Some(false) {
+        0
+    } else {
+        MAX_PARALLEL - 1
+    };
+    let grammar = |after_open| {
+        Grammar::tool_calls(&functions, after_open, more)
+            .map(Arc::new)
+            .map_err(|e| bad("tools", format!("tool parameters: {e}")))
+    };
+    let mode = if mode == "auto" {
+        ToolMode::Auto(grammar(true)?)
+    } else {
+        ToolMode::Forced(grammar(false)?)
+    };
+    let rendered = Value::Array(
+        list.into_iter()
+            .map(|f| json!({"type": "function", "function": f}))
+            .collect(),
+    );
+    Ok(Some(Tools {
+        rendered,
+        mode,
+        legacy,
+    }))
+}
+
+/// A parsed call: the function's name and its arguments (compact JSON).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Splits a reply into its text and its calls (`None`: no call in it, or
+/// one that does not parse, then it is all text).
+pub fn split(text: &str) -> Option<(String, Vec<Call>)> {
+    let Some(at) = text.find(OPEN) else {
+        // Small models often write the call's JSON without its tags: a
+        // reply that is one `{"name": ..., "arguments": {...}}` is a call.
+        let v: Value = serde_json::from_str(text.trim()).ok()?;
+        let name = v.get("name")?.as_str()?.to_string();
+        let args = v.get("arguments").filter(|a| a.is_object())?;
+        if v.as_object()?.len() != 2 {
+            return None;
+        }
+        return Some((
+            String::new(),
+            vec![Call {
+                name,
+                arguments: args.to_string(),
+            }],
+        ));
+    };
+    let mut calls = Vec::new();
+    let mut rest = &text[at..];
+    while let Some(start) = rest.find(OPEN) {
+        let body = &rest[start + OPEN.len()..];
+        let (inner, after) = match body.find(CLOSE) {
+            Some(end) => (&body[..end], &body[end + CLOSE.len()..]),
+            None => (body, ""),
+        };
+        let v: Value = serde_json::from_str(inner.trim()).ok()?;
+        let name = v.get("name")?.as_str()?.to_string();
+        let arguments = match v.get("arguments") {
+            Some(Value::String(s)) => s.clone(),
+            Some(a) => a.to_string(),
+            None => "{}".to_string(),
+        };
+        calls.push(Call { name, arguments });
+        rest = after;
+    }
+    Some((text[..at].trim_end().to_string(), calls))
+}
+
+/// A fresh call id.
+pub fn call_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "call_{:016x}",
+        t.rotate_left(17) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    )
+}
+
+/// The OpenAI JSON of calls: `tool_calls` entries (with `index` when
+/// `streamed`).
+pub fn calls_json(calls: &[Call], streamed: bool) -> Vec<Value> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut v = json!({"id": call_id(), "type": "function",
+                               "function": {"name": c.name, "arguments": c.arguments}});
+            if streamed {
+                v["index"] = json!(i);
+            }
+            v
+        })
+        .collect()
+}
+
+/// Text released as it streams: everything before a call's opening
+/// (holding back what may be its start); the rest is kept for [`split`]
+/// at the end.
+#[derive(Default, Debug)]
+pub struct Splitter {
+    text: String,
+    /// Bytes of `text` already released as content.
+    sent: usize,
+    in_call: bool,
+}
+
+impl Splitter {
+    /// Adds text; returns the content that may be shown now.
+    pub fn push(&mut self, piece: &str) -> String {
+        self.text.push_str(piece);
+        // A reply that starts as a JSON object may be a call without its
+        // tags (see `split`): held back whole until the end.
+        if self.in_call || (self.sent == 0 && self.text.trim_start().starts_with('{')) {
+            return String::new();
+        }
+        if let Some(at) = self.text.find(OPEN) {
+            self.in_call = true;
+            // The text before a call loses its trailing whitespace.
+            let end = self.text[..at].trim_end().len().max(self.sent);
+            let out = self.text[self.sent..end].to_string();
+            self.sent = end;
+            return out;
+        }
+        let held = ferrite::generate::continuation::held_back(
+            &self.text[self.sent..],
+            &[OPEN.to_string()],
+        );
+        // Trailing whitespace waits too: before a call it is dropped.
+        let end = self.text[..self.text.len() - held]
+            .trim_end()
+            .len()
+            .max(self.sent);
+        let out = self.text[self.sent..end].to_string();
+        self.sent = end;
+        out
+    }
+
+    /// At the end: the content not yet shown, and the calls (`None` if
+    /// there are none or they do not parse, then the rest is content).
+    pub fn finish(&mut self) -> (String, Option<Vec<Call>>) {
+        match split(&self.text) {
+            Some((_, calls)) if !calls.is_empty() => (String::new(), Some(calls)),
+            _ => {
+                let rest = self.text[self.sent..].to_string();
+                self.sent = self.text.len();
+                (rest, None)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_split_into_text_and_calls() {
+        let text = "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+        let (content, calls) = split(text).unwrap();
+        assert_eq!(content, "Let me check.");
+        assert_eq!(
+            calls,
+            [
+                Call {
+                    name: "f".into(),
+                    arguments: "{\"a\":1}".into()
+                },
+                Call {
+                    name: "g".into(),
+                    arguments: "{}".into()
+                }
+            ]
+        );
+        assert!(split("no calls here").is_none());
+        let bare = split(" {\"name\": \"f\", \"arguments\": {\"a\": [1]}}\n").unwrap();
+        assert_eq!(bare.1[0].arguments, "{\"a\":[1]}");
+        assert!(split("{\"name\": \"f\", \"arguments\": {}, \"x\": 1}").is_none());
+        assert!(split("<tool_call>\n{not json}\n</tool_call>").is_none());
+        let mut s = Splitter::default();
+        let mut shown = String::new();
+        for piece in [
+            "Let me",
+            " check.",
+            "\n<tool",
+            "_call>\n{\"name\": \"f\", ",
+            "\"arguments\": {}}\n</tool_call>",
+        ] {
+            shown.push_str(&s.push(piece));
+        }
+        assert_eq!(shown, "Let me check.");
+        let (rest, calls) = s.finish();
+        assert_eq!(rest, "");
+        assert_eq!(calls.unwrap()[0].name, "f");
+        let mut s = Splitter::default();
+        assert_eq!(s.push("a <tool"), "a");
+        assert_eq!(s.finish(), (" <tool".to_string(), None));
+    }
+}
