@@ -147,9 +147,9 @@ pub fn run(args: Args) -> CliResult {
 }
 
 /// A timeout in whole seconds, at least 1.
-fn seconds(flag: &str, s: u64) -> Result<Duration, String> {
+fn seconds(flag: &str, s: u64) -> CliResult<Duration> {
     if s == 0 {
-        return Err(format!("{flag} must be at least 1 second"));
+        return Err(CliError::usage(format!("{flag} must be at least 1 second")));
     }
     Ok(Duration::from_secs(s))
 }
