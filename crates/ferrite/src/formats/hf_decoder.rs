@@ -47,6 +47,7 @@ use serde_json::Value as Json;
 use crate::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite, Value};
 use crate::formats::names;
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
+use crate::layers::rope::Scaling;
 use crate::models::hparams::MAX_LAYERS;
 use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
@@ -165,7 +166,7 @@ impl Config<'_> {
 }
 
 /// The checked hyper-parameters the tensor mapping needs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Hp {
     n_layers: usize,
     n_heads: usize,
@@ -173,6 +174,8 @@ struct Hp {
     head_dim: usize,
     tied: bool,
     vocab_size: Option<usize>,
+    /// Tensors the converter makes up: `rope_freqs.weight` (Llama 3).
+    extra: Vec<(&'static str, Vec<f32>)>,
 }
 
 /// Metadata being written, under `{arch}.` keys.
@@ -231,8 +234,11 @@ fn layers(c: &Config, key: &str) -> Result<usize, Error> {
 }
 
 /// RoPE base and scaling: `rope_theta` / `rope_scaling` (transformers 4)
-/// or `rope_parameters` (transformers 5); only unscaled and linear RoPE.
-fn rope(c: &Config, k: &mut Keys) -> Result<(), Error> {
+/// or `rope_parameters` (transformers 5). Unscaled, `linear`, `yarn` and
+/// `dynamic` become `rope.scaling.*` keys (`dynamic` is ferrite's own: the
+/// converter writes nothing for it); `llama3` becomes the per-pair factors
+/// the converter stores as `rope_freqs.weight`, returned here.
+fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, Error> {
     let params = c.get("rope_parameters");
     let scaling = c.get("rope_scaling").or(params);
     let theta = match params.and_then(|p| p.get("rope_theta")) {
@@ -251,38 +257,142 @@ fn rope(c: &Config, k: &mut Keys) -> Result<(), Error> {
             t => t,
         },
     };
-    k.set("rope.freq_base", Value::F32(theta.unwrap_or(10_000.0)));
-    if let Some(s) = scaling {
-        let kind = s
-            .get("rope_type")
-            .or_else(|| s.get("type"))
-            .and_then(Json::as_str)
-            .unwrap_or("default");
-        match kind {
-            "default" => {}
-            "linear" => {
-                let factor = s
-                    .get("factor")
-                    .and_then(Json::as_f64)
-                    .filter(|f| *f > 0.0 && (*f as f32).is_finite())
-                    .ok_or_else(|| c.bad("rope_scaling.factor", "missing or not positive"))?;
-                k.set("rope.scaling.type", Value::String("linear".into()));
-                k.set("rope.scaling.factor", Value::F32(factor as f32));
-            }
-            other => {
-                return Err(c.bad(
-                    "rope_scaling",
-                    format!("RoPE scaling '{other}' is not supported yet"),
-                ))
-            }
-        }
-    }
+    let base = theta.unwrap_or(10_000.0);
+    k.set("rope.freq_base", Value::F32(base));
     if let Some(f) = c.opt_f32("partial_rotary_factor")? {
         if f != 1.0 {
             return Err(c.bad("partial_rotary_factor", "partial RoPE is not supported"));
         }
     }
-    Ok(())
+    let Some(s) = scaling else {
+        return Ok(None);
+    };
+    let field = if c.get("rope_scaling").is_some() {
+        "rope_scaling"
+    } else {
+        "rope_parameters"
+    };
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Json::as_str)
+        .unwrap_or("default");
+    // A number of the scaling's parameters; `None` when absent or null.
+    let num = |key: &str| -> Result<Option<f32>, Error> {
+        match s.get(key).filter(|v| !v.is_null()) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() && (x as f32).is_finite() => Ok(Some(x as f32)),
+                _ => Err(c.bad(&format!("{field}.{key}"), format!("{v} is not a number"))),
+            },
+        }
+    };
+    let need = |key: &str| -> Result<f32, Error> {
+        num(key)?.ok_or_else(|| c.bad(&format!("{field}.{key}"), "missing"))
+    };
+    let ctx = |key: &str| -> Result<usize, Error> {
+        let v = s
+            .get(key)
+            .ok_or_else(|| c.bad(&format!("{field}.{key}"), "missing"))?;
+        v.as_u64()
+            .filter(|n| *n > 0 && *n <= MAX_SIZE)
+            .map(|n| n as usize)
+            .ok_or_else(|| c.bad(&format!("{field}.{key}"), format!("{v} is not a size")))
+    };
+    let scaling = match kind {
+        "default" => return Ok(None),
+        "linear" => Scaling::Linear {
+            factor: need("factor")?,
+        },
+        "llama3" => Scaling::Llama3 {
+            factor: need("factor")?,
+            low_freq_factor: need("low_freq_factor")?,
+            high_freq_factor: need("high_freq_factor")?,
+            original_ctx: ctx("original_max_position_embeddings")?,
+        },
+        "yarn" => {
+            if s.get("truncate").and_then(Json::as_bool) == Some(false) {
+                return Err(c.bad(
+                    &format!("{field}.truncate"),
+                    "YaRN without truncation is not supported yet",
+                ));
+            }
+            let factor = need("factor")?;
+            let attention_factor = match (
+                num("attention_factor")?,
+                num("mscale")?,
+                num("mscale_all_dim")?,
+            ) {
+                (Some(a), _, _) => Some(a),
+                (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                    let get = |m: f32| {
+                        if factor <= 1.0 {
+                            1.0
+                        } else {
+                            0.1 * m * factor.ln() + 1.0
+                        }
+                    };
+                    Some(get(m) / get(all))
+                }
+                _ => None,
+            };
+            Scaling::Yarn {
+                factor,
+                original_ctx: ctx("original_max_position_embeddings")?,
+                beta_fast: num("beta_fast")?.filter(|b| *b != 0.0).unwrap_or(32.0),
+                beta_slow: num("beta_slow")?.filter(|b| *b != 0.0).unwrap_or(1.0),
+                attention_factor,
+                truncate: true,
+            }
+        }
+        "dynamic" => Scaling::Dynamic {
+            factor: need("factor")?,
+            max_positions: c.size("max_position_embeddings")?,
+        },
+        other => {
+            return Err(c.bad(
+                field,
+                format!("RoPE scaling '{other}' is not supported yet"),
+            ))
+        }
+    };
+    scaling
+        .check()
+        .map_err(|e| c.bad(field, format!("{}: {e}", scaling.name())))?;
+    let ty = |k: &mut Keys, t: &str| k.set("rope.scaling.type", Value::String(t.into()));
+    match scaling {
+        Scaling::Linear { factor } => {
+            ty(k, "linear");
+            k.set("rope.scaling.factor", Value::F32(factor));
+        }
+        Scaling::Llama3 { .. } => return Ok(Some(scaling.llama3_factors(dims, base))),
+        Scaling::Yarn {
+            factor,
+            original_ctx,
+            beta_fast,
+            beta_slow,
+            attention_factor,
+            ..
+        } => {
+            ty(k, "yarn");
+            k.set("rope.scaling.factor", Value::F32(factor));
+            k.size("rope.scaling.original_context_length", original_ctx);
+            k.set("rope.scaling.yarn_beta_fast", Value::F32(beta_fast));
+            k.set("rope.scaling.yarn_beta_slow", Value::F32(beta_slow));
+            if let Some(a) = attention_factor {
+                k.set("rope.scaling.yarn_attn_factor", Value::F32(a));
+            }
+        }
+        Scaling::Dynamic {
+            factor,
+            max_positions,
+        } => {
+            ty(k, "dynamic");
+            k.set("rope.scaling.factor", Value::F32(factor));
+            k.size("rope.scaling.original_context_length", max_positions);
+        }
+    }
+    Ok(None)
 }
 
 /// Llama and Qwen2 hyper-parameters into `md`.
@@ -318,7 +428,7 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
         k.size("attention.value_length", head_dim);
     }
     k.size("rope.dimension_count", head_dim);
-    rope(c, &mut k)?;
+    let rope_freqs = rope(c, &mut k, head_dim)?;
     let eps = c.opt_f32("rms_norm_eps")?.unwrap_or(1e-6);
     k.set("attention.layer_norm_rms_epsilon", Value::F32(eps));
     Ok(Hp {
@@ -328,6 +438,9 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
         head_dim,
         tied: c.opt_bool("tie_word_embeddings")?.unwrap_or(false),
         vocab_size: c.opt_size("vocab_size")?,
+        extra: rope_freqs
+            .map(|f| vec![(names::ROPE_FREQS, f)])
+            .unwrap_or_default(),
     })
 }
 
@@ -374,6 +487,7 @@ fn gpt2_config(c: &Config, md: &mut Metadata) -> Result<Hp, Error> {
         head_dim: dim / n_heads,
         tied: c.opt_bool("tie_word_embeddings")?.unwrap_or(true),
         vocab_size: c.opt_size("vocab_size")?,
+        extra: Vec::new(),
     })
 }
 
@@ -794,6 +908,15 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         if let Some((name, reshape)) = map_name(family, &hp, &t.name, &source)? {
             tensors.push(convert(&st, t, name, reshape, &hp, &source)?);
         }
+    }
+    for (name, values) in &hp.extra {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        tensors.push(Out {
+            name: name.to_string(),
+            dims: vec![values.len() as u64],
+            ty: GgmlType::F32,
+            data: Cow::Owned(bytes),
+        });
     }
     if !hp.tied && !tensors.iter().any(|t| t.name == names::OUTPUT) {
         return Err(c.bad(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::formats::gguf::GgufFile;
 use crate::formats::names;
-use crate::layers::rope::{Rope, RopeStyle};
+use crate::layers::rope::RopeStyle;
 use crate::models::build;
 use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct};
@@ -55,12 +55,8 @@ pub fn load_family(file: Arc<GgufFile>, f: &Family) -> Result<Decoder, Error> {
         .unwrap_or(f.default_eps);
     let arch = hp.arch.to_string();
     let w = Loader::new(file.clone());
-    if w.has(names::ROPE_FREQS) {
-        return Err(Error::model(
-            &source,
-            "per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style) are not supported yet",
-        ));
-    }
+    let freq_factors = w.opt_vector(names::ROPE_FREQS, rope.dims / 2)?;
+    let rope = rope.build(f.rope_style, freq_factors, &hp)?;
     let s = build::shape(&c);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let blocks = (0..c.n_layers)
@@ -89,12 +85,7 @@ pub fn load_family(file: Arc<GgufFile>, f: &Family) -> Result<Decoder, Error> {
         arch,
         shape: s,
         input,
-        ropes: vec![Rope::new(
-            rope.dims,
-            rope.base,
-            rope.freq_scale,
-            f.rope_style,
-        )],
+        ropes: vec![rope],
         blocks,
         head: build::head(norm, output),
     })
