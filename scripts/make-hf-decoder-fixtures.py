@@ -222,6 +222,7 @@ MODELS = [
     # GGUF in f32 and q8_0 (<name>.f32.gguf, <name>.q8_0.gguf).
     ("tiny-llama3", "llama", "llama", "float32", True, None, 4404, 0),
     ("tiny-llama-yarn", "llama", "llama", "float32", False, None, 5505, 0),
+    ("tiny-qwen3", "qwen3", "qwen2", "float32", True, None, 6606, 24),
 ]
 # Config beyond the common one, per model. Llama 3 scaling with a short
 # original context so that, over 8 frequency pairs (head_dim 16, theta 1e4),
@@ -235,9 +236,11 @@ EXTRA_CONFIG = {
     "tiny-llama-yarn": dict(rope_parameters={
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 32}),
+    # Qwen3: per-head Q/K RMSNorm, no biases, head_dim 32 (not 64 / 4).
+    "tiny-qwen3": dict(head_dim=32, attention_bias=False),
 }
 # The models whose converted GGUF files are kept (f32 and q8_0).
-KEEP_GGUF = {"tiny-llama3", "tiny-llama-yarn"}
+KEEP_GGUF = {"tiny-llama3", "tiny-llama-yarn", "tiny-qwen3"}
 
 # transformers' ROPE_INIT_FUNCTIONS on their own: (name, head_dim,
 # max_position_embeddings, rope_parameters, seq_len).
@@ -380,7 +383,8 @@ def randomize(model, seed):
 
 def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
 
     torch.manual_seed(seed)
     n_vocab = len(tok) + pad
@@ -395,6 +399,9 @@ def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
             extra = dict(extra, rope_theta=10000.0)
         config = LlamaConfig(**common, rms_norm_eps=1e-5, **extra)
         model = LlamaForCausalLM(config)
+    elif arch == "qwen3":
+        config = Qwen3Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False, **extra)
+        model = Qwen3ForCausalLM(config)
     else:
         config = Qwen2Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False)
         model = Qwen2ForCausalLM(config)
@@ -513,6 +520,7 @@ GGUF_LAYER = {
     "self_attn.k_proj.weight": "attn_k", "self_attn.v_proj.weight": "attn_v",
     "self_attn.o_proj.weight": "attn_output", "post_attention_layernorm.weight": "ffn_norm",
     "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up", "mlp.down_proj.weight": "ffn_down",
+    "self_attn.q_norm.weight": "attn_q_norm", "self_attn.k_norm.weight": "attn_k_norm",
 }
 
 
@@ -552,7 +560,9 @@ def dequantized_reference(directory, gguf_path):
             parts = key.split(".")
             src = f"blk.{parts[2]}.{GGUF_LAYER['.'.join(parts[3:])]}.weight"
         w = weights[src]
-        if "q_proj" in key:
+        if cfg.model_type != "llama":
+            pass
+        elif "q_proj" in key:
             w = unpermute(w, cfg.num_attention_heads)
         elif "k_proj" in key:
             w = unpermute(w, cfg.num_key_value_heads)

@@ -64,14 +64,16 @@ const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 enum Family {
     Llama,
     Qwen2,
+    Qwen3,
     Gpt2,
 }
 
 /// The decoder classes read, by their name in `config.json`
 /// `architectures`: the one place they are matched.
-const HF_DECODERS: [(&str, Family); 3] = [
+const HF_DECODERS: [(&str, Family); 4] = [
     ("LlamaForCausalLM", Family::Llama),
     ("Qwen2ForCausalLM", Family::Qwen2),
+    ("Qwen3ForCausalLM", Family::Qwen3),
     ("GPT2LMHeadModel", Family::Gpt2),
 ];
 
@@ -81,6 +83,7 @@ impl Family {
         match self {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
             Family::Gpt2 => "gpt2",
         }
     }
@@ -408,10 +411,13 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
     if act != "silu" {
         return Err(c.bad("hidden_act", format!("'{act}' is not supported (silu)")));
     }
-    if f == Family::Qwen2 && c.opt_bool("use_sliding_window")? == Some(true) {
+    if f != Family::Llama && c.opt_bool("use_sliding_window")? == Some(true) {
         return Err(c.bad(
             "use_sliding_window",
-            "sliding-window attention is not supported for qwen2",
+            format!(
+                "sliding-window attention is not supported for {}",
+                f.gguf_name()
+            ),
         ));
     }
     if let Some(n_ctx) = c.opt_size("max_position_embeddings")? {
@@ -508,8 +514,9 @@ type Mapped = Option<(String, Reshape)>;
 /// A per-layer GGUF tensor name (`names::attn_q`, ...).
 type LayerName = fn(usize) -> String;
 
-/// Per-layer modules of Llama and Qwen2: HF module, GGUF name.
-const LLAMA_LAYER: [(&str, LayerName); 9] = [
+/// Per-layer modules of Llama, Qwen2 and Qwen3 (the last two: Qwen3's
+/// per-head Q/K norms): HF module, GGUF name.
+const LLAMA_LAYER: [(&str, LayerName); 11] = [
     ("input_layernorm", names::attn_norm),
     ("self_attn.q_proj", names::attn_q),
     ("self_attn.k_proj", names::attn_k),
@@ -519,6 +526,8 @@ const LLAMA_LAYER: [(&str, LayerName); 9] = [
     ("mlp.gate_proj", names::ffn_gate),
     ("mlp.up_proj", names::ffn_up),
     ("mlp.down_proj", names::ffn_down),
+    ("self_attn.q_norm", names::attn_q_norm),
+    ("self_attn.k_norm", names::attn_k_norm),
 ];
 
 /// Per-layer modules of GPT-2: HF module, GGUF name, whether a `Conv1D`.
@@ -575,7 +584,7 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
         }
     };
     match f {
-        Family::Llama | Family::Qwen2 => {
+        Family::Llama | Family::Qwen2 | Family::Qwen3 => {
             let fixed = match name {
                 "model.embed_tokens.weight" => Some(names::TOKEN_EMBD),
                 "model.norm.weight" => Some(names::OUTPUT_NORM),
@@ -592,6 +601,9 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
                 return Ok(None);
             }
             let (module, bias) = module_of(rest).ok_or_else(unknown)?;
+            if module.ends_with("_norm") && module.starts_with("self_attn.") && f != Family::Qwen3 {
+                return Err(unknown());
+            }
             let (_, gguf) = LLAMA_LAYER
                 .iter()
                 .find(|(m, _)| *m == module)
@@ -897,7 +909,7 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         .unwrap_or_else(|| class.to_string());
     md.insert("general.name".into(), Value::String(name));
     let hp = match family {
-        Family::Llama | Family::Qwen2 => llama_config(&c, family, &mut md)?,
+        Family::Llama | Family::Qwen2 | Family::Qwen3 => llama_config(&c, family, &mut md)?,
         Family::Gpt2 => gpt2_config(&c, &mut md)?,
     };
     tokenizer_metadata(dir, &st.config, &mut md)?;

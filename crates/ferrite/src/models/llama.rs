@@ -18,7 +18,7 @@ use crate::formats::names;
 use crate::layers::rope::RopeStyle;
 use crate::models::build;
 use crate::models::hparams::HParams;
-use crate::models::transformer::{Attention, Block, Decoder, GatedAct};
+use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm};
 use crate::tensor::Loader;
 use crate::Error;
 
@@ -30,6 +30,9 @@ pub struct Family {
     pub default_eps: f32,
     /// `context_length` when the file has none.
     pub default_ctx: usize,
+    /// Per-head RMSNorm of queries and keys before RoPE (Qwen3:
+    /// `attn_q_norm`, `attn_k_norm`, `head_dim` weights each).
+    pub qk_norm: bool,
 }
 
 /// Llama itself.
@@ -37,6 +40,7 @@ pub const LLAMA: Family = Family {
     rope_style: RopeStyle::Adjacent,
     default_eps: 1e-5,
     default_ctx: 2048,
+    qk_norm: false,
 };
 
 /// Loads a Llama file.
@@ -59,14 +63,21 @@ pub fn load_family(file: Arc<GgufFile>, f: &Family) -> Result<Decoder, Error> {
     let rope = rope.build(f.rope_style, freq_factors, &hp)?;
     let s = build::shape(&c);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let qk_norm = |name: &str| -> Result<Option<Norm>, Error> {
+        if f.qk_norm {
+            build::rms(&w, name, s.head_dim, eps).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
     let blocks = (0..c.n_layers)
         .map(|l| {
             Ok(Block {
                 attn_norm: build::rms(&w, &names::attn_norm(l), s.dim, eps)?,
                 attn: Attention {
                     qkv: build::qkv(&w, l, &s)?,
-                    q_norm: None,
-                    k_norm: None,
+                    q_norm: qk_norm(&names::attn_q_norm(l))?,
+                    k_norm: qk_norm(&names::attn_k_norm(l))?,
                     out: build::attn_output(&w, l, &s)?,
                     rope: Some(0),
                     window: None,
