@@ -223,6 +223,8 @@ MODELS = [
     ("tiny-llama3", "llama", "llama", "float32", True, None, 4404, 0),
     ("tiny-llama-yarn", "llama", "llama", "float32", False, None, 5505, 0),
     ("tiny-qwen3", "qwen3", "qwen2", "float32", True, None, 6606, 24),
+    ("tiny-mistral", "mistral", "llama", "float32", False, None, 7707, 0),
+    ("tiny-qwen2-swa", "qwen2", "qwen2", "float32", True, None, 8808, 24),
 ]
 # Config beyond the common one, per model. Llama 3 scaling with a short
 # original context so that, over 8 frequency pairs (head_dim 16, theta 1e4),
@@ -238,6 +240,11 @@ EXTRA_CONFIG = {
         "original_max_position_embeddings": 32}),
     # Qwen3: per-head Q/K RMSNorm, no biases, head_dim 32 (not 64 / 4).
     "tiny-qwen3": dict(head_dim=32, attention_bias=False),
+    # Sliding windows of 8 positions (the 40-token sequences and 20-token
+    # greedy runs go well past them): Mistral on every layer, Qwen2 on the
+    # layers from max_window_layers = 1 on.
+    "tiny-mistral": dict(sliding_window=8),
+    "tiny-qwen2-swa": dict(use_sliding_window=True, sliding_window=8, max_window_layers=1),
 }
 # The models whose converted GGUF files are kept (f32 and q8_0).
 KEEP_GGUF = {"tiny-llama3", "tiny-llama-yarn", "tiny-qwen3"}
@@ -383,8 +390,8 @@ def randomize(model, seed):
 
 def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
     import torch
-    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                              Qwen3ForCausalLM)
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
     torch.manual_seed(seed)
     n_vocab = len(tok) + pad
@@ -402,8 +409,12 @@ def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
     elif arch == "qwen3":
         config = Qwen3Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False, **extra)
         model = Qwen3ForCausalLM(config)
+    elif arch == "mistral":
+        config = MistralConfig(**common, rms_norm_eps=1e-5, rope_theta=10000.0, **extra)
+        model = MistralForCausalLM(config)
     else:
-        config = Qwen2Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False)
+        config = Qwen2Config(**dict(dict(common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False),
+                                    **extra))
         model = Qwen2ForCausalLM(config)
     randomize(model, seed)
     if tied:
@@ -673,7 +684,8 @@ def main():
                        "n_vocab": n_vocab, "sequences": sequences},
             "greedy": cases,
             "chat": {"messages": CHAT, "ids": list(chat_ids)},
-            "converter": converter_summary(directory, "bf16" if dtype == "bfloat16" else "f32", arch),
+            "converter": converter_summary(directory, "bf16" if dtype == "bfloat16" else "f32",
+                                           "llama" if arch == "mistral" else arch),
         }
         gaps = [top_gap(logits_of(model, c["prompt_ids"] + c["new_ids"][:-1])[len(c["prompt_ids"]) - 1:])
                 for c in cases]

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ferrite::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite, Value};
+use ferrite::formats::gguf::{write_gguf, Array, GgufFile, Metadata, TensorToWrite, Value};
 use ferrite::models::decoder::Logits;
 use ferrite::models::load_causal_lm;
 use ferrite::parallel::Threads;
@@ -257,6 +257,20 @@ fn absurd_hyper_parameters_are_errors() {
                 "rope.dimension_count",
             ),
             (vec![("rope.freq_base", Value::F32(0.0))], "rope.freq_base"),
+            (
+                vec![("attention.sliding_window", Value::I32(-8))],
+                "attention.sliding_window",
+            ),
+            (
+                vec![
+                    ("attention.sliding_window", Value::U32(8)),
+                    (
+                        "attention.sliding_window_pattern",
+                        Value::Array(Array::Bool(vec![true; 7])),
+                    ),
+                ],
+                "attention.sliding_window_pattern",
+            ),
         ] {
             let md = edited(arch, &set, &[]);
             refused(arch, &md, &tensors(arch), needle);

@@ -109,6 +109,8 @@ fn logits_match_hf() {
         ("tiny-llama3", F32_MAX),
         ("tiny-llama-yarn", F32_MAX),
         ("tiny-qwen3", F32_MAX),
+        ("tiny-mistral", F32_MAX),
+        ("tiny-qwen2-swa", F32_MAX),
     ] {
         let (_file, model) = open_causal_lm(&dir().join(name)).unwrap();
         let err = max_logit_error(model.as_ref(), &g["models"][name]["logits"], &dir());
@@ -445,10 +447,34 @@ fn damaged_configs_are_errors() {
             "'longrope' is not supported",
         ),
         (
-            "tiny-qwen3",
-            "qwen3-window",
-            |c| c["use_sliding_window"] = json!(true),
-            "use_sliding_window",
+            "tiny-mistral",
+            "window0",
+            |c| c["sliding_window"] = json!(0),
+            "sliding_window",
+        ),
+        (
+            "tiny-mistral",
+            "window-negative",
+            |c| c["sliding_window"] = json!(-8),
+            "sliding_window",
+        ),
+        (
+            "tiny-qwen2-swa",
+            "qwen2-window0",
+            |c| c["sliding_window"] = json!(0),
+            "sliding_window",
+        ),
+        (
+            "tiny-qwen2-swa",
+            "qwen2-layer-types",
+            |c| c["layer_types"] = json!(["sliding_attention"]),
+            "layer_types",
+        ),
+        (
+            "tiny-qwen2-swa",
+            "qwen2-layer-type-name",
+            |c| c["layer_types"] = json!(["full_attention", "chunked_attention"]),
+            "layer_types",
         ),
         (
             "tiny-qwen3",
@@ -477,8 +503,11 @@ fn damaged_configs_are_errors() {
         (
             "tiny-qwen2",
             "window",
-            |c| c["use_sliding_window"] = json!(true),
-            "use_sliding_window",
+            |c| {
+                c["use_sliding_window"] = json!(true);
+                c["sliding_window"] = json!(null)
+            },
+            "'sliding_window': missing",
         ),
         (
             "tiny-qwen2",

@@ -44,7 +44,7 @@ use std::path::Path;
 use ferrite_kernels::GgmlType;
 use serde_json::Value as Json;
 
-use crate::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite, Value};
+use crate::formats::gguf::{write_gguf, Array, GgufFile, Metadata, TensorToWrite, Value};
 use crate::formats::names;
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
 use crate::layers::rope::Scaling;
@@ -63,6 +63,8 @@ const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Family {
     Llama,
+    /// Llama with a sliding window on every layer (`sliding_window`).
+    Mistral,
     Qwen2,
     Qwen3,
     Gpt2,
@@ -70,8 +72,9 @@ enum Family {
 
 /// The decoder classes read, by their name in `config.json`
 /// `architectures`: the one place they are matched.
-const HF_DECODERS: [(&str, Family); 4] = [
+const HF_DECODERS: [(&str, Family); 5] = [
     ("LlamaForCausalLM", Family::Llama),
+    ("MistralForCausalLM", Family::Mistral),
     ("Qwen2ForCausalLM", Family::Qwen2),
     ("Qwen3ForCausalLM", Family::Qwen3),
     ("GPT2LMHeadModel", Family::Gpt2),
@@ -81,7 +84,7 @@ impl Family {
     /// `general.architecture` of the GGUF file.
     fn gguf_name(self) -> &'static str {
         match self {
-            Family::Llama => "llama",
+            Family::Llama | Family::Mistral => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gpt2 => "gpt2",
@@ -398,6 +401,61 @@ fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, Error
     Ok(None)
 }
 
+/// Sliding-window attention as `attention.sliding_window` (the window, in
+/// positions including the query's own, as transformers' mask) and
+/// `attention.sliding_window_pattern` (per layer: whether it slides):
+/// Mistral's `sliding_window` on every layer (null: none); Qwen2 / Qwen3's
+/// when `use_sliding_window`, on the layers `layer_types` marks
+/// `sliding_attention` (else those from `max_window_layers` on, as
+/// transformers derives them). convert_hf_to_gguf.py writes neither for
+/// these classes (llama.cpp runs them without a window).
+fn sliding_window(c: &Config, f: Family, n_layers: usize, k: &mut Keys) -> Result<(), Error> {
+    let flags = match f {
+        Family::Mistral => match c.opt_size("sliding_window")? {
+            Some(_) => vec![true; n_layers],
+            None => return Ok(()),
+        },
+        Family::Qwen2 | Family::Qwen3 if c.opt_bool("use_sliding_window")? == Some(true) => match c
+            .get("layer_types")
+        {
+            Some(v) => {
+                let bad = || {
+                    c.bad(
+                        "layer_types",
+                        format!("expected {n_layers} of 'sliding_attention' / 'full_attention'"),
+                    )
+                };
+                let types = v
+                    .as_array()
+                    .filter(|a| a.len() == n_layers)
+                    .ok_or_else(bad)?;
+                types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        Some("sliding_attention") => Ok(true),
+                        Some("full_attention") => Ok(false),
+                        _ => Err(bad()),
+                    })
+                    .collect::<Result<Vec<bool>, Error>>()?
+            }
+            None => {
+                let from = c.opt_size("max_window_layers")?.unwrap_or(0);
+                (0..n_layers).map(|l| l >= from).collect()
+            }
+        },
+        _ => return Ok(()),
+    };
+    let window = c.size("sliding_window")?;
+    if flags.iter().any(|&f| f) {
+        k.size("attention.sliding_window", window);
+        k.set(
+            "attention.sliding_window_pattern",
+            Value::Array(Array::Bool(flags)),
+        );
+    }
+    Ok(())
+}
+
 /// Llama and Qwen2 hyper-parameters into `md`.
 fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
     let mut k = Keys {
@@ -411,15 +469,7 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
     if act != "silu" {
         return Err(c.bad("hidden_act", format!("'{act}' is not supported (silu)")));
     }
-    if f != Family::Llama && c.opt_bool("use_sliding_window")? == Some(true) {
-        return Err(c.bad(
-            "use_sliding_window",
-            format!(
-                "sliding-window attention is not supported for {}",
-                f.gguf_name()
-            ),
-        ));
-    }
+    sliding_window(c, f, n_layers, &mut k)?;
     if let Some(n_ctx) = c.opt_size("max_position_embeddings")? {
         k.size("context_length", n_ctx);
     }
@@ -584,7 +634,7 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
         }
     };
     match f {
-        Family::Llama | Family::Qwen2 | Family::Qwen3 => {
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
             let fixed = match name {
                 "model.embed_tokens.weight" => Some(names::TOKEN_EMBD),
                 "model.norm.weight" => Some(names::OUTPUT_NORM),
@@ -609,8 +659,12 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
                 .find(|(m, _)| *m == module)
                 .ok_or_else(unknown)?;
             let reshape = match (f, module) {
-                (Family::Llama, "self_attn.q_proj") => Reshape::RopePairs(hp.n_heads),
-                (Family::Llama, "self_attn.k_proj") => Reshape::RopePairs(hp.n_kv_heads),
+                (Family::Llama | Family::Mistral, "self_attn.q_proj") => {
+                    Reshape::RopePairs(hp.n_heads)
+                }
+                (Family::Llama | Family::Mistral, "self_attn.k_proj") => {
+                    Reshape::RopePairs(hp.n_kv_heads)
+                }
                 _ => Reshape::None,
             };
             Ok(Some((weight_or_bias(gguf(l), bias), reshape)))
@@ -909,7 +963,9 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         .unwrap_or_else(|| class.to_string());
     md.insert("general.name".into(), Value::String(name));
     let hp = match family {
-        Family::Llama | Family::Qwen2 | Family::Qwen3 => llama_config(&c, family, &mut md)?,
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
+            llama_config(&c, family, &mut md)?
+        }
         Family::Gpt2 => gpt2_config(&c, &mut md)?,
     };
     tokenizer_metadata(dir, &st.config, &mut md)?;
