@@ -218,6 +218,59 @@ MODELS = [
     ("tiny-llama", "llama", "llama", "float32", False, "200KB", 1101, 0),
     ("tiny-qwen2", "qwen2", "qwen2", "float32", True, None, 2202, 24),
     ("tiny-qwen2-bf16", "qwen2", "qwen2", "bfloat16", False, None, 3303, 24),
+    # The families of issue 29; each also kept as convert_hf_to_gguf.py's
+    # GGUF in f32 and q8_0 (<name>.f32.gguf, <name>.q8_0.gguf).
+    ("tiny-llama3", "llama", "llama", "float32", True, None, 4404, 0),
+    ("tiny-llama-yarn", "llama", "llama", "float32", False, None, 5505, 0),
+    ("tiny-qwen3", "qwen3", "qwen2", "float32", True, None, 6606, 24),
+    ("tiny-mistral", "mistral", "llama", "float32", False, None, 7707, 0),
+    ("tiny-qwen2-swa", "qwen2", "qwen2", "float32", True, None, 8808, 24),
+]
+# Config beyond the common one, per model. Llama 3 scaling with a short
+# original context so that, over 8 frequency pairs (head_dim 16, theta 1e4),
+# pair 0 is kept, pairs 1-2 are smoothed and pairs 3-7 divided by the factor.
+# YaRN: factor 4 over an original 32 positions (ramp over pairs 0-2, cos/sin
+# times 0.1 ln 4 + 1).
+EXTRA_CONFIG = {
+    "tiny-llama3": dict(rope_parameters={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    "tiny-llama-yarn": dict(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+        "original_max_position_embeddings": 32}),
+    # Qwen3: per-head Q/K RMSNorm, no biases, head_dim 32 (not 64 / 4).
+    "tiny-qwen3": dict(head_dim=32, attention_bias=False),
+    # Sliding windows of 8 positions (the 40-token sequences and 20-token
+    # greedy runs go well past them): Mistral on every layer, Qwen2 on the
+    # layers from max_window_layers = 1 on.
+    "tiny-mistral": dict(sliding_window=8),
+    "tiny-qwen2-swa": dict(use_sliding_window=True, sliding_window=8, max_window_layers=1),
+}
+# The models whose converted GGUF files are kept (f32 and q8_0).
+KEEP_GGUF = {"tiny-llama3", "tiny-llama-yarn", "tiny-qwen3"}
+
+# transformers' ROPE_INIT_FUNCTIONS on their own: (name, head_dim,
+# max_position_embeddings, rope_parameters, seq_len).
+ROPE_CASES = [
+    ("linear-4", 64, 4096, {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}, None),
+    ("llama3.1-8b", 128, 131072, {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 8192}, None),
+    ("llama3.2-1b", 64, 131072, {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                 "original_max_position_embeddings": 8192}, None),
+    ("llama3-tiny", 16, 128, EXTRA_CONFIG["tiny-llama3"]["rope_parameters"], None),
+    ("yarn-qwen", 128, 131072, {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                "original_max_position_embeddings": 32768}, None),
+    ("yarn-betas-attn", 64, 16384, {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+                                    "original_max_position_embeddings": 2048, "beta_fast": 16.0,
+                                    "beta_slow": 2.0, "attention_factor": 1.25}, None),
+    ("yarn-mscale", 64, 163840, {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                                 "original_max_position_embeddings": 4096, "mscale": 1.0,
+                                 "mscale_all_dim": 0.707}, None),
+    ("yarn-tiny", 16, 128, EXTRA_CONFIG["tiny-llama-yarn"]["rope_parameters"], None),
+    ("dynamic-at-max", 64, 2048, {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, None),
+    ("dynamic-3x", 64, 2048, {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, 6144),
 ]
 SEQ_LENGTHS = [("len1", 1), ("len9", 9), ("len40", 40)]
 
@@ -337,7 +390,8 @@ def randomize(model, seed):
 
 def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
     torch.manual_seed(seed)
     n_vocab = len(tok) + pad
@@ -346,11 +400,21 @@ def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=POSITIONS,
         tie_word_embeddings=tied, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
     )
+    extra = EXTRA_CONFIG.get(name, {})
     if arch == "llama":
-        config = LlamaConfig(**common, rms_norm_eps=1e-5, rope_theta=10000.0)
+        if "rope_parameters" not in extra:
+            extra = dict(extra, rope_theta=10000.0)
+        config = LlamaConfig(**common, rms_norm_eps=1e-5, **extra)
         model = LlamaForCausalLM(config)
+    elif arch == "qwen3":
+        config = Qwen3Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False, **extra)
+        model = Qwen3ForCausalLM(config)
+    elif arch == "mistral":
+        config = MistralConfig(**common, rms_norm_eps=1e-5, rope_theta=10000.0, **extra)
+        model = MistralForCausalLM(config)
     else:
-        config = Qwen2Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False)
+        config = Qwen2Config(**dict(dict(common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False),
+                                    **extra))
         model = Qwen2ForCausalLM(config)
     randomize(model, seed)
     if tied:
@@ -414,18 +478,24 @@ convert_hf_to_gguf.main()
 """
 
 
+def convert(directory, outtype, out):
+    """convert_hf_to_gguf.py's GGUF of `directory` in `outtype`, at `out`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wrapper = os.path.join(tmp, "wrapper.py")
+        with open(wrapper, "w") as f:
+            f.write(CONVERT_WRAPPER)
+        subprocess.run([sys.executable, wrapper, str(LLAMA), str(directory), "--outtype", outtype,
+                        "--outfile", str(out)], check=True, capture_output=True)
+
+
 def converter_summary(directory, outtype, arch):
     """Tensors and hyper-parameters of convert_hf_to_gguf.py's GGUF."""
     sys.path.insert(0, str(LLAMA / "gguf-py"))
     import gguf
 
     with tempfile.TemporaryDirectory() as tmp:
-        wrapper = os.path.join(tmp, "wrapper.py")
-        with open(wrapper, "w") as f:
-            f.write(CONVERT_WRAPPER)
         out = os.path.join(tmp, "model.gguf")
-        subprocess.run([sys.executable, wrapper, str(LLAMA), str(directory), "--outtype", outtype,
-                        "--outfile", out], check=True, capture_output=True)
+        convert(directory, outtype, out)
         reader = gguf.GGUFReader(out)
         metadata = {}
         for field in reader.fields.values():
@@ -446,6 +516,119 @@ def converter_summary(directory, outtype, arch):
                 "f32_sha256": hashlib.sha256(values.astype("<f4").tobytes()).hexdigest(),
             }
     return {"outtype": outtype, "metadata": metadata, "tensors": tensors}
+
+
+def top_gap(logits):
+    """The smallest difference between the largest and second-largest
+    logit over the rows of `logits` (T x V)."""
+    part = np.sort(logits, axis=-1)
+    return float((part[:, -1] - part[:, -2]).min())
+
+
+# HF Llama module -> GGUF tensor, per layer (as the converter names them).
+GGUF_LAYER = {
+    "input_layernorm.weight": "attn_norm", "self_attn.q_proj.weight": "attn_q",
+    "self_attn.k_proj.weight": "attn_k", "self_attn.v_proj.weight": "attn_v",
+    "self_attn.o_proj.weight": "attn_output", "post_attention_layernorm.weight": "ffn_norm",
+    "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up", "mlp.down_proj.weight": "ffn_down",
+    "self_attn.q_norm.weight": "attn_q_norm", "self_attn.k_norm.weight": "attn_k_norm",
+}
+
+
+def dequantized_reference(directory, gguf_path):
+    """The HF model of `directory` with every weight replaced by its value
+    in the q8_0 GGUF file, dequantized by gguf-py, keys (after RoPE) and
+    values rounded to f16 (the KV cache of a quantized file), and every
+    matrix input
+    rounded to q8_0 blocks first (rounded half away from zero at the f32
+    scale, which is then stored in f16), as llama.cpp and ferrite multiply
+    a q8_0 matrix: the reference for the
+    quantized file, free of the quantization's own effect on logits (which
+    in these tiny random models is large: ~0.5 for the weights' rounding,
+    ~0.3 more for the inputs')."""
+    import torch
+
+    sys.path.insert(0, str(LLAMA / "gguf-py"))
+    import gguf
+    from gguf.quants import dequantize
+
+    model = load_reference(directory)
+    reader = gguf.GGUFReader(str(gguf_path))
+    weights = {t.name: dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
+               for t in reader.tensors}
+    cfg = model.config
+
+    def unpermute(w, n_head):  # the converter's LlamaModel.permute, undone
+        hd = w.shape[0] // n_head
+        return w.reshape(n_head, hd // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
+
+    state = {}
+    for key in model.state_dict():
+        if key == "model.embed_tokens.weight":
+            src = "token_embd.weight"
+        elif key == "lm_head.weight":
+            src = "output.weight" if "output.weight" in weights else "token_embd.weight"
+        elif key == "model.norm.weight":
+            src = "output_norm.weight"
+        else:
+            parts = key.split(".")
+            src = f"blk.{parts[2]}.{GGUF_LAYER['.'.join(parts[3:])]}.weight"
+        w = weights[src]
+        if cfg.model_type != "llama":
+            pass
+        elif "q_proj" in key:
+            w = unpermute(w, cfg.num_attention_heads)
+        elif "k_proj" in key:
+            w = unpermute(w, cfg.num_key_value_heads)
+        state[key] = torch.tensor(np.ascontiguousarray(w), dtype=torch.float32)
+    model.load_state_dict(state)
+
+    def round_q8_0(module, args):  # each matrix input as ggml's quantize_row_q8_0:
+        (x,) = args                 # q = round(x / d) with d in f32, value q * f16(d)
+        blocks = x.reshape(-1, 32)
+        d = blocks.abs().amax(dim=1, keepdim=True) / 127
+        inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+        q = torch.sign(blocks) * torch.floor(blocks.abs() * inv + 0.5)
+        return ((q * d.half().float()).reshape(x.shape),)
+
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(round_q8_0)
+        if name.endswith("v_proj"):  # the f16 KV cache: values ...
+            module.register_forward_hook(lambda m, a, out: out.half().float())
+    # ... and keys after RoPE (the modeling module's apply_rotary_pos_emb).
+    modeling = sys.modules[type(model).__module__]
+    if not hasattr(modeling, "_ferrite_rope"):
+        modeling._ferrite_rope = modeling.apply_rotary_pos_emb
+
+        def rope_then_f16(q, k, *args, **kwargs):
+            q, k = modeling._ferrite_rope(q, k, *args, **kwargs)
+            return q, (k.half().float() if getattr(modeling, "_ferrite_f16_keys", False) else k)
+
+        modeling.apply_rotary_pos_emb = rope_then_f16
+    modeling._ferrite_f16_keys = True
+    return model
+
+
+def rope_goldens():
+    """transformers' ROPE_INIT_FUNCTIONS outputs for ROPE_CASES."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cases = []
+    for name, head_dim, max_pos, params, seq_len in ROPE_CASES:
+        n_heads = 4
+        config = LlamaConfig(hidden_size=head_dim * n_heads, num_attention_heads=n_heads,
+                             max_position_embeddings=max_pos, rope_parameters=dict(params))
+        kwargs = {} if seq_len is None else {"seq_len": seq_len}
+        inv_freq, attention = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu", **kwargs)
+        cases.append({
+            "name": name, "head_dim": head_dim, "max_position_embeddings": max_pos,
+            "rope_parameters": params, "seq_len": seq_len,
+            "inv_freq": [float(x) for x in inv_freq.float().numpy()],
+            "attention_factor": float(attention),
+        })
+    return {"cases": cases}
 
 
 def main():
@@ -517,10 +700,44 @@ def main():
                        "n_vocab": n_vocab, "sequences": sequences},
             "greedy": cases,
             "chat": {"messages": CHAT, "ids": list(chat_ids)},
-            "converter": converter_summary(directory, "bf16" if dtype == "bfloat16" else "f32", arch),
+            "converter": converter_summary(directory, "bf16" if dtype == "bfloat16" else "f32",
+                                           "llama" if arch == "mistral" else arch),
         }
-        log(f"  {n_vocab} vocab, shards {shards}, logits std {float(l.std()):.2f}")
+        gaps = [top_gap(logits_of(model, c["prompt_ids"] + c["new_ids"][:-1])[len(c["prompt_ids"]) - 1:])
+                for c in cases]
+        goldens["models"][name]["min_greedy_gap"] = min(gaps)
+        if name in KEEP_GGUF:
+            files = {}
+            for outtype in ("f32", "q8_0"):
+                path = OUT / f"{name}.{outtype}.gguf"
+                convert(directory, outtype, path)
+                files[outtype] = path.name
+            goldens["models"][name]["gguf"] = files
+            # The q8_0 file's own reference: HF on its dequantized weights.
+            qmodel = dequantized_reference(directory, OUT / files["q8_0"])
+            qfile = f"logits-{name}.q8_0.f32"
+            qchunks, qseqs, qoff = [], [], 0
+            for seq in sequences:
+                l = logits_of(qmodel, seq["ids"])
+                qchunks.append(l.astype("<f4").tobytes())
+                qseqs.append(dict(seq, offset=qoff))
+                qoff += l.size
+            (OUT / qfile).write_bytes(b"".join(qchunks))
+            qcases = [{"prompt": c["prompt"], "prompt_ids": c["prompt_ids"],
+                       "new_ids": greedy(qmodel, c["prompt_ids"])} for c in cases]
+            qgaps = [top_gap(logits_of(qmodel, c["prompt_ids"] + c["new_ids"][:-1])[len(c["prompt_ids"]) - 1:])
+                     for c in qcases]
+            sys.modules[type(qmodel).__module__]._ferrite_f16_keys = False
+            goldens["models"][name]["q8_0_reference"] = {
+                "logits": {"file": qfile, "dtype": "f32", "byte_order": "little",
+                           "n_vocab": n_vocab, "sequences": qseqs},
+                "greedy": qcases, "min_greedy_gap": min(qgaps),
+            }
+            log(f"  q8_0 reference: smallest greedy gap {min(qgaps):.3f}")
+        log(f"  {n_vocab} vocab, shards {shards}, logits std {float(l.std()):.2f}, "
+            f"smallest greedy top-1/top-2 gap {min(gaps):.3f}")
     write_json(OUT / "goldens.json", goldens)
+    write_json(OUT / "rope-goldens.json", {"versions": goldens["versions"], **rope_goldens()})
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     log(f"wrote {OUT} ({total / 1e6:.2f} MB)")
     for p in sorted(OUT.rglob("*")):

@@ -178,3 +178,21 @@ fn inspect_errors_are_one_line_and_nonzero() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn inspect_shows_rope_scaling_and_windows() {
+    let dir = testdata().join("hf-decoders");
+    let show = |p: &str| ferrite(&["inspect", dir.join(p).to_str().unwrap()]);
+    // Directories: the config's RoPE scaling (one level into
+    // rope_parameters) and window.
+    let text = show("tiny-llama3");
+    assert!(text.contains("rope_parameters.rope_type"), "{text}");
+    assert!(text.contains("llama3"), "{text}");
+    assert!(text.contains("rope_parameters.low_freq_factor"), "{text}");
+    let text = show("tiny-mistral");
+    assert!(text.contains("sliding_window"), "{text}");
+    // Converted GGUF files: their rope.scaling keys.
+    let text = show("tiny-llama-yarn.f32.gguf");
+    assert!(text.contains("rope.scaling.type"), "{text}");
+    assert!(text.contains("yarn"), "{text}");
+}

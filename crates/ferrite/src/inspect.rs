@@ -172,11 +172,28 @@ fn inspect_safetensors(path: &Path) -> Result<Report, FormatError> {
         .and_then(Json::as_str)
         .or_else(|| config.get("model_type").and_then(Json::as_str))
         .map(str::to_string);
-    let hyperparameters = config
+    let scalar = |v: &Json| v.is_number() || v.is_string() || v.is_boolean();
+    let mut hyperparameters: BTreeMap<String, Json> = config
         .iter()
-        .filter(|(_, v)| v.is_number() || v.is_string() || v.is_boolean())
+        .filter(|(_, v)| scalar(v))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    // RoPE scaling (`rope_parameters` / `rope_scaling`: type, factor, ...),
+    // one level down, and per layer type (Gemma: `full_attention`, ...).
+    for (key, value) in config.iter().filter(|(k, _)| k.starts_with("rope_")) {
+        let Some(obj) = value.as_object() else {
+            continue;
+        };
+        for (k, v) in obj {
+            if scalar(v) {
+                hyperparameters.insert(format!("{key}.{k}"), v.clone());
+            } else if let Some(inner) = v.as_object() {
+                for (k2, v2) in inner.iter().filter(|(_, v)| scalar(v)) {
+                    hyperparameters.insert(format!("{key}.{k}.{k2}"), v2.clone());
+                }
+            }
+        }
+    }
 
     let dir = st.dir();
     let tokenizer_path = dir.join("tokenizer.json");

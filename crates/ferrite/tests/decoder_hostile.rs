@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ferrite::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite, Value};
+use ferrite::formats::gguf::{write_gguf, Array, GgufFile, Metadata, TensorToWrite, Value};
 use ferrite::models::decoder::Logits;
 use ferrite::models::load_causal_lm;
 use ferrite::parallel::Threads;
@@ -216,6 +216,65 @@ fn absurd_hyper_parameters_are_errors() {
         // A missing size.
         let md = edited(arch, &[], &["embedding_length"]);
         refused(arch, &md, &tensors(arch), "embedding_length");
+        if arch == "gpt2" {
+            continue;
+        }
+        // RoPE scalings with impossible parameters.
+        let yarn = || ("rope.scaling.type", Value::String("yarn".into()));
+        let orig = || ("rope.scaling.original_context_length", Value::U32(32));
+        for (set, needle) in [
+            (
+                vec![
+                    yarn(),
+                    orig(),
+                    ("rope.scaling.factor", Value::F32(f32::NAN)),
+                ],
+                "rope.scaling.factor",
+            ),
+            (
+                vec![yarn(), orig(), ("rope.scaling.factor", Value::F32(-2.0))],
+                "rope.scaling.factor",
+            ),
+            (
+                vec![yarn(), ("rope.scaling.factor", Value::F32(4.0))],
+                "rope.scaling.original_context_length",
+            ),
+            (
+                vec![
+                    yarn(),
+                    orig(),
+                    ("rope.scaling.factor", Value::F32(4.0)),
+                    ("rope.scaling.yarn_beta_fast", Value::F32(0.0)),
+                ],
+                "beta_fast",
+            ),
+            (
+                vec![("rope.scaling.factor", Value::F32(-4.0))],
+                "rope.scaling.factor",
+            ),
+            (
+                vec![("rope.dimension_count", Value::U32(HEAD_DIM as u32 - 1))],
+                "rope.dimension_count",
+            ),
+            (vec![("rope.freq_base", Value::F32(0.0))], "rope.freq_base"),
+            (
+                vec![("attention.sliding_window", Value::I32(-8))],
+                "attention.sliding_window",
+            ),
+            (
+                vec![
+                    ("attention.sliding_window", Value::U32(8)),
+                    (
+                        "attention.sliding_window_pattern",
+                        Value::Array(Array::Bool(vec![true; 7])),
+                    ),
+                ],
+                "attention.sliding_window_pattern",
+            ),
+        ] {
+            let md = edited(arch, &set, &[]);
+            refused(arch, &md, &tensors(arch), needle);
+        }
     }
 }
 

@@ -44,9 +44,10 @@ use std::path::Path;
 use ferrite_kernels::GgmlType;
 use serde_json::Value as Json;
 
-use crate::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite, Value};
+use crate::formats::gguf::{write_gguf, Array, GgufFile, Metadata, TensorToWrite, Value};
 use crate::formats::names;
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
+use crate::layers::rope::Scaling;
 use crate::models::hparams::MAX_LAYERS;
 use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
@@ -62,15 +63,20 @@ const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Family {
     Llama,
+    /// Llama with a sliding window on every layer (`sliding_window`).
+    Mistral,
     Qwen2,
+    Qwen3,
     Gpt2,
 }
 
 /// The decoder classes read, by their name in `config.json`
 /// `architectures`: the one place they are matched.
-const HF_DECODERS: [(&str, Family); 3] = [
+const HF_DECODERS: [(&str, Family); 5] = [
     ("LlamaForCausalLM", Family::Llama),
+    ("MistralForCausalLM", Family::Mistral),
     ("Qwen2ForCausalLM", Family::Qwen2),
+    ("Qwen3ForCausalLM", Family::Qwen3),
     ("GPT2LMHeadModel", Family::Gpt2),
 ];
 
@@ -78,8 +84,9 @@ impl Family {
     /// `general.architecture` of the GGUF file.
     fn gguf_name(self) -> &'static str {
         match self {
-            Family::Llama => "llama",
+            Family::Llama | Family::Mistral => "llama",
             Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
             Family::Gpt2 => "gpt2",
         }
     }
@@ -165,7 +172,7 @@ impl Config<'_> {
 }
 
 /// The checked hyper-parameters the tensor mapping needs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Hp {
     n_layers: usize,
     n_heads: usize,
@@ -173,6 +180,8 @@ struct Hp {
     head_dim: usize,
     tied: bool,
     vocab_size: Option<usize>,
+    /// Tensors the converter makes up: `rope_freqs.weight` (Llama 3).
+    extra: Vec<(&'static str, Vec<f32>)>,
 }
 
 /// Metadata being written, under `{arch}.` keys.
@@ -231,8 +240,11 @@ fn layers(c: &Config, key: &str) -> Result<usize, Error> {
 }
 
 /// RoPE base and scaling: `rope_theta` / `rope_scaling` (transformers 4)
-/// or `rope_parameters` (transformers 5); only unscaled and linear RoPE.
-fn rope(c: &Config, k: &mut Keys) -> Result<(), Error> {
+/// or `rope_parameters` (transformers 5). Unscaled, `linear`, `yarn` and
+/// `dynamic` become `rope.scaling.*` keys (`dynamic` is ferrite's own: the
+/// converter writes nothing for it); `llama3` becomes the per-pair factors
+/// the converter stores as `rope_freqs.weight`, returned here.
+fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, Error> {
     let params = c.get("rope_parameters");
     let scaling = c.get("rope_scaling").or(params);
     let theta = match params.and_then(|p| p.get("rope_theta")) {
@@ -251,36 +263,195 @@ fn rope(c: &Config, k: &mut Keys) -> Result<(), Error> {
             t => t,
         },
     };
-    k.set("rope.freq_base", Value::F32(theta.unwrap_or(10_000.0)));
-    if let Some(s) = scaling {
-        let kind = s
-            .get("rope_type")
-            .or_else(|| s.get("type"))
-            .and_then(Json::as_str)
-            .unwrap_or("default");
-        match kind {
-            "default" => {}
-            "linear" => {
-                let factor = s
-                    .get("factor")
-                    .and_then(Json::as_f64)
-                    .filter(|f| *f > 0.0 && (*f as f32).is_finite())
-                    .ok_or_else(|| c.bad("rope_scaling.factor", "missing or not positive"))?;
-                k.set("rope.scaling.type", Value::String("linear".into()));
-                k.set("rope.scaling.factor", Value::F32(factor as f32));
-            }
-            other => {
-                return Err(c.bad(
-                    "rope_scaling",
-                    format!("RoPE scaling '{other}' is not supported yet"),
-                ))
-            }
-        }
-    }
+    let base = theta.unwrap_or(10_000.0);
+    k.set("rope.freq_base", Value::F32(base));
     if let Some(f) = c.opt_f32("partial_rotary_factor")? {
         if f != 1.0 {
             return Err(c.bad("partial_rotary_factor", "partial RoPE is not supported"));
         }
+    }
+    let Some(s) = scaling else {
+        return Ok(None);
+    };
+    let field = if c.get("rope_scaling").is_some() {
+        "rope_scaling"
+    } else {
+        "rope_parameters"
+    };
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Json::as_str)
+        .unwrap_or("default");
+    // A number of the scaling's parameters; `None` when absent or null.
+    let num = |key: &str| -> Result<Option<f32>, Error> {
+        match s.get(key).filter(|v| !v.is_null()) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() && (x as f32).is_finite() => Ok(Some(x as f32)),
+                _ => Err(c.bad(&format!("{field}.{key}"), format!("{v} is not a number"))),
+            },
+        }
+    };
+    let need = |key: &str| -> Result<f32, Error> {
+        num(key)?.ok_or_else(|| c.bad(&format!("{field}.{key}"), "missing"))
+    };
+    let ctx = |key: &str| -> Result<usize, Error> {
+        let v = s
+            .get(key)
+            .ok_or_else(|| c.bad(&format!("{field}.{key}"), "missing"))?;
+        v.as_u64()
+            .filter(|n| *n > 0 && *n <= MAX_SIZE)
+            .map(|n| n as usize)
+            .ok_or_else(|| c.bad(&format!("{field}.{key}"), format!("{v} is not a size")))
+    };
+    let scaling = match kind {
+        "default" => return Ok(None),
+        "linear" => Scaling::Linear {
+            factor: need("factor")?,
+        },
+        "llama3" => Scaling::Llama3 {
+            factor: need("factor")?,
+            low_freq_factor: need("low_freq_factor")?,
+            high_freq_factor: need("high_freq_factor")?,
+            original_ctx: ctx("original_max_position_embeddings")?,
+        },
+        "yarn" => {
+            if s.get("truncate").and_then(Json::as_bool) == Some(false) {
+                return Err(c.bad(
+                    &format!("{field}.truncate"),
+                    "YaRN without truncation is not supported yet",
+                ));
+            }
+            let factor = need("factor")?;
+            let attention_factor = match (
+                num("attention_factor")?,
+                num("mscale")?,
+                num("mscale_all_dim")?,
+            ) {
+                (Some(a), _, _) => Some(a),
+                (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                    let get = |m: f32| {
+                        if factor <= 1.0 {
+                            1.0
+                        } else {
+                            0.1 * m * factor.ln() + 1.0
+                        }
+                    };
+                    Some(get(m) / get(all))
+                }
+                _ => None,
+            };
+            Scaling::Yarn {
+                factor,
+                original_ctx: ctx("original_max_position_embeddings")?,
+                beta_fast: num("beta_fast")?.filter(|b| *b != 0.0).unwrap_or(32.0),
+                beta_slow: num("beta_slow")?.filter(|b| *b != 0.0).unwrap_or(1.0),
+                attention_factor,
+                truncate: true,
+            }
+        }
+        "dynamic" => Scaling::Dynamic {
+            factor: need("factor")?,
+            max_positions: c.size("max_position_embeddings")?,
+        },
+        other => {
+            return Err(c.bad(
+                field,
+                format!("RoPE scaling '{other}' is not supported yet"),
+            ))
+        }
+    };
+    scaling
+        .check()
+        .map_err(|e| c.bad(field, format!("{}: {e}", scaling.name())))?;
+    let ty = |k: &mut Keys, t: &str| k.set("rope.scaling.type", Value::String(t.into()));
+    match scaling {
+        Scaling::Linear { factor } => {
+            ty(k, "linear");
+            k.set("rope.scaling.factor", Value::F32(factor));
+        }
+        Scaling::Llama3 { .. } => return Ok(Some(scaling.llama3_factors(dims, base))),
+        Scaling::Yarn {
+            factor,
+            original_ctx,
+            beta_fast,
+            beta_slow,
+            attention_factor,
+            ..
+        } => {
+            ty(k, "yarn");
+            k.set("rope.scaling.factor", Value::F32(factor));
+            k.size("rope.scaling.original_context_length", original_ctx);
+            k.set("rope.scaling.yarn_beta_fast", Value::F32(beta_fast));
+            k.set("rope.scaling.yarn_beta_slow", Value::F32(beta_slow));
+            if let Some(a) = attention_factor {
+                k.set("rope.scaling.yarn_attn_factor", Value::F32(a));
+            }
+        }
+        Scaling::Dynamic {
+            factor,
+            max_positions,
+        } => {
+            ty(k, "dynamic");
+            k.set("rope.scaling.factor", Value::F32(factor));
+            k.size("rope.scaling.original_context_length", max_positions);
+        }
+    }
+    Ok(None)
+}
+
+/// Sliding-window attention as `attention.sliding_window` (the window, in
+/// positions including the query's own, as transformers' mask) and
+/// `attention.sliding_window_pattern` (per layer: whether it slides):
+/// Mistral's `sliding_window` on every layer (null: none); Qwen2 / Qwen3's
+/// when `use_sliding_window`, on the layers `layer_types` marks
+/// `sliding_attention` (else those from `max_window_layers` on, as
+/// transformers derives them). convert_hf_to_gguf.py writes neither for
+/// these classes (llama.cpp runs them without a window).
+fn sliding_window(c: &Config, f: Family, n_layers: usize, k: &mut Keys) -> Result<(), Error> {
+    let flags = match f {
+        Family::Mistral => match c.opt_size("sliding_window")? {
+            Some(_) => vec![true; n_layers],
+            None => return Ok(()),
+        },
+        Family::Qwen2 | Family::Qwen3 if c.opt_bool("use_sliding_window")? == Some(true) => match c
+            .get("layer_types")
+        {
+            Some(v) => {
+                let bad = || {
+                    c.bad(
+                        "layer_types",
+                        format!("expected {n_layers} of 'sliding_attention' / 'full_attention'"),
+                    )
+                };
+                let types = v
+                    .as_array()
+                    .filter(|a| a.len() == n_layers)
+                    .ok_or_else(bad)?;
+                types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        Some("sliding_attention") => Ok(true),
+                        Some("full_attention") => Ok(false),
+                        _ => Err(bad()),
+                    })
+                    .collect::<Result<Vec<bool>, Error>>()?
+            }
+            None => {
+                let from = c.opt_size("max_window_layers")?.unwrap_or(0);
+                (0..n_layers).map(|l| l >= from).collect()
+            }
+        },
+        _ => return Ok(()),
+    };
+    let window = c.size("sliding_window")?;
+    if flags.iter().any(|&f| f) {
+        k.size("attention.sliding_window", window);
+        k.set(
+            "attention.sliding_window_pattern",
+            Value::Array(Array::Bool(flags)),
+        );
     }
     Ok(())
 }
@@ -298,12 +469,7 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
     if act != "silu" {
         return Err(c.bad("hidden_act", format!("'{act}' is not supported (silu)")));
     }
-    if f == Family::Qwen2 && c.opt_bool("use_sliding_window")? == Some(true) {
-        return Err(c.bad(
-            "use_sliding_window",
-            "sliding-window attention is not supported for qwen2",
-        ));
-    }
+    sliding_window(c, f, n_layers, &mut k)?;
     if let Some(n_ctx) = c.opt_size("max_position_embeddings")? {
         k.size("context_length", n_ctx);
     }
@@ -318,7 +484,7 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
         k.size("attention.value_length", head_dim);
     }
     k.size("rope.dimension_count", head_dim);
-    rope(c, &mut k)?;
+    let rope_freqs = rope(c, &mut k, head_dim)?;
     let eps = c.opt_f32("rms_norm_eps")?.unwrap_or(1e-6);
     k.set("attention.layer_norm_rms_epsilon", Value::F32(eps));
     Ok(Hp {
@@ -328,6 +494,9 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
         head_dim,
         tied: c.opt_bool("tie_word_embeddings")?.unwrap_or(false),
         vocab_size: c.opt_size("vocab_size")?,
+        extra: rope_freqs
+            .map(|f| vec![(names::ROPE_FREQS, f)])
+            .unwrap_or_default(),
     })
 }
 
@@ -374,6 +543,7 @@ fn gpt2_config(c: &Config, md: &mut Metadata) -> Result<Hp, Error> {
         head_dim: dim / n_heads,
         tied: c.opt_bool("tie_word_embeddings")?.unwrap_or(true),
         vocab_size: c.opt_size("vocab_size")?,
+        extra: Vec::new(),
     })
 }
 
@@ -394,8 +564,9 @@ type Mapped = Option<(String, Reshape)>;
 /// A per-layer GGUF tensor name (`names::attn_q`, ...).
 type LayerName = fn(usize) -> String;
 
-/// Per-layer modules of Llama and Qwen2: HF module, GGUF name.
-const LLAMA_LAYER: [(&str, LayerName); 9] = [
+/// Per-layer modules of Llama, Qwen2 and Qwen3 (the last two: Qwen3's
+/// per-head Q/K norms): HF module, GGUF name.
+const LLAMA_LAYER: [(&str, LayerName); 11] = [
     ("input_layernorm", names::attn_norm),
     ("self_attn.q_proj", names::attn_q),
     ("self_attn.k_proj", names::attn_k),
@@ -405,6 +576,8 @@ const LLAMA_LAYER: [(&str, LayerName); 9] = [
     ("mlp.gate_proj", names::ffn_gate),
     ("mlp.up_proj", names::ffn_up),
     ("mlp.down_proj", names::ffn_down),
+    ("self_attn.q_norm", names::attn_q_norm),
+    ("self_attn.k_norm", names::attn_k_norm),
 ];
 
 /// Per-layer modules of GPT-2: HF module, GGUF name, whether a `Conv1D`.
@@ -461,7 +634,7 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
         }
     };
     match f {
-        Family::Llama | Family::Qwen2 => {
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
             let fixed = match name {
                 "model.embed_tokens.weight" => Some(names::TOKEN_EMBD),
                 "model.norm.weight" => Some(names::OUTPUT_NORM),
@@ -478,13 +651,20 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
                 return Ok(None);
             }
             let (module, bias) = module_of(rest).ok_or_else(unknown)?;
+            if module.ends_with("_norm") && module.starts_with("self_attn.") && f != Family::Qwen3 {
+                return Err(unknown());
+            }
             let (_, gguf) = LLAMA_LAYER
                 .iter()
                 .find(|(m, _)| *m == module)
                 .ok_or_else(unknown)?;
             let reshape = match (f, module) {
-                (Family::Llama, "self_attn.q_proj") => Reshape::RopePairs(hp.n_heads),
-                (Family::Llama, "self_attn.k_proj") => Reshape::RopePairs(hp.n_kv_heads),
+                (Family::Llama | Family::Mistral, "self_attn.q_proj") => {
+                    Reshape::RopePairs(hp.n_heads)
+                }
+                (Family::Llama | Family::Mistral, "self_attn.k_proj") => {
+                    Reshape::RopePairs(hp.n_kv_heads)
+                }
                 _ => Reshape::None,
             };
             Ok(Some((weight_or_bias(gguf(l), bias), reshape)))
@@ -783,7 +963,9 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         .unwrap_or_else(|| class.to_string());
     md.insert("general.name".into(), Value::String(name));
     let hp = match family {
-        Family::Llama | Family::Qwen2 => llama_config(&c, family, &mut md)?,
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
+            llama_config(&c, family, &mut md)?
+        }
         Family::Gpt2 => gpt2_config(&c, &mut md)?,
     };
     tokenizer_metadata(dir, &st.config, &mut md)?;
@@ -794,6 +976,15 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         if let Some((name, reshape)) = map_name(family, &hp, &t.name, &source)? {
             tensors.push(convert(&st, t, name, reshape, &hp, &source)?);
         }
+    }
+    for (name, values) in &hp.extra {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        tensors.push(Out {
+            name: name.to_string(),
+            dims: vec![values.len() as u64],
+            ty: GgmlType::F32,
+            data: Cow::Owned(bytes),
+        });
     }
     if !hp.tied && !tensors.iter().any(|t| t.name == names::OUTPUT) {
         return Err(c.bad(

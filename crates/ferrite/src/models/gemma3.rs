@@ -90,6 +90,12 @@ impl Gemma3Config {
         let (dim, n_layers, heads) = (common.dim, common.n_layers, common.heads);
         let head_dim = heads.head_dim;
         let rope = hp.rope(head_dim)?;
+        if let Some(s) = &rope.scaling {
+            return Err(hp.error(
+                "rope.scaling.type",
+                &format!("'{}' is not supported for gemma3", s.name()),
+            ));
+        }
         let rope_dims = rope.dims;
         // Per-layer-type head and rope sizes exist in the format; Gemma 3
         // uses one size for both layer types.
@@ -342,7 +348,14 @@ mod tests {
         assert_eq!(c.final_logit_softcap, Some(30.0));
         assert_eq!(c.attention_scale, 1.0 / (64f32 / 4.0).sqrt());
         let err = config(
-            &[("gemma3.rope.scaling.type", Value::String("yarn".into()))],
+            &[
+                ("gemma3.rope.scaling.type", Value::String("yarn".into())),
+                ("gemma3.rope.scaling.factor", Value::F32(8.0)),
+                (
+                    "gemma3.rope.scaling.original_context_length",
+                    Value::U32(4096),
+                ),
+            ],
             &[],
         )
         .unwrap_err();

@@ -3,6 +3,7 @@
 
 use crate::formats::gguf::{Array, GgufFile, Metadata, Value};
 use crate::formats::names;
+use crate::layers::rope::{default_inv_freq, scaled_inv_freq, Rope, RopeStyle, Scaling};
 use crate::Error;
 
 /// Largest value we accept for a size hyper-parameter: far above any real
@@ -145,13 +146,70 @@ impl HParams<'_> {
 }
 
 /// RoPE settings read from `rope.*`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RopeParams {
     /// Values per head that are rotated.
     pub dims: usize,
     pub base: f32,
     /// `1 / rope.scaling.factor` for linear scaling, else 1.
     pub freq_scale: f32,
+    /// A scaling other than linear (`rope.scaling.type` `yarn`, or
+    /// ferrite's `dynamic`); Llama 3's factors come as a tensor
+    /// (`rope_freqs.weight`, see [`RopeParams::build`]).
+    pub scaling: Option<Scaling>,
+}
+
+impl RopeParams {
+    /// The rotation: ggml's angles when unscaled or linear; per-pair
+    /// inverse frequencies for YaRN, or divided by the factors of
+    /// `freq_factors` (`rope_freqs.weight`: Llama 3's scaling as
+    /// convert_hf_to_gguf.py stores it, one factor per pair).
+    pub fn build(
+        &self,
+        style: RopeStyle,
+        freq_factors: Option<Vec<f32>>,
+        hp: &HParams,
+    ) -> Result<Rope, Error> {
+        match (&self.scaling, freq_factors) {
+            (None, None) => Ok(Rope::new(self.dims, self.base, self.freq_scale, style)),
+            (None, Some(factors)) => {
+                if self.freq_scale != 1.0 {
+                    return Err(hp.bad(
+                        "rope.scaling.type",
+                        "linear scaling together with rope_freqs.weight is not supported",
+                    ));
+                }
+                if let Some(f) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                    return Err(Error::model(
+                        hp.source,
+                        format!("tensor '{}': factor {f} is not positive", names::ROPE_FREQS),
+                    ));
+                }
+                let inv = default_inv_freq(self.dims, self.base)
+                    .into_iter()
+                    .zip(&factors)
+                    .map(|(f, ff)| f / ff)
+                    .collect();
+                Ok(Rope::with_inv_freq(inv, 1.0, style))
+            }
+            (Some(Scaling::Dynamic { max_positions, .. }), None) => {
+                let mut rope = Rope::new(self.dims, self.base, 1.0, style);
+                rope.max_positions = Some(*max_positions);
+                Ok(rope)
+            }
+            (Some(s), None) => {
+                let (inv, attn) = scaled_inv_freq(self.dims, self.base, s, None);
+                Ok(Rope::with_inv_freq(inv, attn, style))
+            }
+            (Some(s), Some(_)) => Err(hp.bad(
+                "rope.scaling.type",
+                &format!(
+                    "'{}' together with rope_freqs.weight is not supported",
+                    s.name()
+                ),
+            )),
+        }
+    }
 }
 
 /// The hyper-parameters every decoder has.
@@ -190,21 +248,65 @@ impl HParams<'_> {
     }
 
     /// `rope.dimension_count` (default: the whole head, checked to fit),
-    /// `rope.freq_base` (default 10 000) and linear `rope.scaling`.
+    /// `rope.freq_base` (default 10 000) and `rope.scaling.*`: none,
+    /// linear, `yarn` (`factor`, `original_context_length`,
+    /// `yarn_beta_fast` / `yarn_beta_slow` (default 32 / 1),
+    /// `yarn_attn_factor`, `yarn_ext_factor` 1 if present) or ferrite's
+    /// `dynamic` (`factor`, `original_context_length`).
     pub fn rope(&self, head_dim: usize) -> Result<RopeParams, Error> {
         let dims = self.opt_size("rope.dimension_count")?.unwrap_or(head_dim);
         if dims > head_dim || dims % 2 != 0 {
             return Err(self.bad(
                 "rope.dimension_count",
-                &format!("{dims} does not fit head size {head_dim}"),
+                &format!("{dims} does not fit head size {head_dim} (RoPE rotates pairs)"),
             ));
         }
-        let freq_scale = match self.opt_str("rope.scaling.type") {
-            None | Some("none") | Some("linear") => match self.opt_f32("rope.scaling.factor")? {
-                Some(f) if f > 0.0 => 1.0 / f,
-                Some(0.0) | None => 1.0,
-                Some(f) => return Err(self.bad("rope.scaling.factor", &format!("{f} is negative"))),
-            },
+        let base = self.opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
+        if base <= 1.0 {
+            return Err(self.bad("rope.freq_base", &format!("{base} is not above 1")));
+        }
+        let factor = || -> Result<f32, Error> {
+            match self.opt_f32("rope.scaling.factor")? {
+                Some(f) if f > 0.0 => Ok(f),
+                Some(f) => Err(self.bad("rope.scaling.factor", &format!("{f} is not positive"))),
+                None => Err(self.bad("rope.scaling.factor", "missing")),
+            }
+        };
+        let orig_ctx = || self.size("rope.scaling.original_context_length");
+        let mut freq_scale = 1.0;
+        let scaling = match self.opt_str("rope.scaling.type") {
+            None | Some("none") | Some("linear") => {
+                match self.opt_f32("rope.scaling.factor")? {
+                    Some(f) if f > 0.0 => freq_scale = 1.0 / f,
+                    Some(0.0) | None => {}
+                    Some(f) => {
+                        return Err(self.bad("rope.scaling.factor", &format!("{f} is negative")))
+                    }
+                }
+                None
+            }
+            Some("yarn") => {
+                if let Some(e) = self.opt_f32("rope.scaling.yarn_ext_factor")? {
+                    if e != 1.0 {
+                        return Err(self.bad(
+                            "rope.scaling.yarn_ext_factor",
+                            &format!("{e}: only 1 (transformers' YaRN) is supported"),
+                        ));
+                    }
+                }
+                Some(Scaling::Yarn {
+                    factor: factor()?,
+                    original_ctx: orig_ctx()?,
+                    beta_fast: self.opt_f32("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
+                    beta_slow: self.opt_f32("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+                    attention_factor: self.opt_f32("rope.scaling.yarn_attn_factor")?,
+                    truncate: true,
+                })
+            }
+            Some("dynamic") => Some(Scaling::Dynamic {
+                factor: factor()?,
+                max_positions: orig_ctx()?,
+            }),
             Some(other) => {
                 return Err(self.bad(
                     "rope.scaling.type",
@@ -212,10 +314,15 @@ impl HParams<'_> {
                 ))
             }
         };
+        if let Some(s) = &scaling {
+            s.check()
+                .map_err(|e| self.bad("rope.scaling", &format!("{}: {e}", s.name())))?;
+        }
         Ok(RopeParams {
             dims,
-            base: self.opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
+            base,
             freq_scale,
+            scaling,
         })
     }
 }

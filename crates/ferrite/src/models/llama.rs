@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use crate::formats::gguf::GgufFile;
 use crate::formats::names;
-use crate::layers::rope::{Rope, RopeStyle};
+use crate::layers::rope::RopeStyle;
 use crate::models::build;
 use crate::models::hparams::HParams;
-use crate::models::transformer::{Attention, Block, Decoder, GatedAct};
+use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm};
 use crate::tensor::Loader;
 use crate::Error;
 
@@ -30,6 +30,9 @@ pub struct Family {
     pub default_eps: f32,
     /// `context_length` when the file has none.
     pub default_ctx: usize,
+    /// Per-head RMSNorm of queries and keys before RoPE (Qwen3:
+    /// `attn_q_norm`, `attn_k_norm`, `head_dim` weights each).
+    pub qk_norm: bool,
 }
 
 /// Llama itself.
@@ -37,6 +40,7 @@ pub const LLAMA: Family = Family {
     rope_style: RopeStyle::Adjacent,
     default_eps: 1e-5,
     default_ctx: 2048,
+    qk_norm: false,
 };
 
 /// Loads a Llama file.
@@ -55,25 +59,42 @@ pub fn load_family(file: Arc<GgufFile>, f: &Family) -> Result<Decoder, Error> {
         .unwrap_or(f.default_eps);
     let arch = hp.arch.to_string();
     let w = Loader::new(file.clone());
-    if w.has(names::ROPE_FREQS) {
-        return Err(Error::model(
-            &source,
-            "per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style) are not supported yet",
-        ));
-    }
+    let freq_factors = w.opt_vector(names::ROPE_FREQS, rope.dims / 2)?;
+    let rope = rope.build(f.rope_style, freq_factors, &hp)?;
+    // Sliding-window layers: `attention.sliding_window` (0: none, as the
+    // converter writes for some models) on the layers flagged in
+    // `attention.sliding_window_pattern` (default: every layer).
+    let window = match hp.opt_value("attention.sliding_window") {
+        None => None,
+        Some(v) if v.as_u64() == Some(0) => None,
+        Some(_) => Some(hp.size("attention.sliding_window")?),
+    };
+    let slides = match window {
+        None => vec![false; c.n_layers],
+        Some(_) => hp
+            .opt_flags("attention.sliding_window_pattern", c.n_layers)?
+            .unwrap_or_else(|| vec![true; c.n_layers]),
+    };
     let s = build::shape(&c);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let qk_norm = |name: &str| -> Result<Option<Norm>, Error> {
+        if f.qk_norm {
+            build::rms(&w, name, s.head_dim, eps).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
     let blocks = (0..c.n_layers)
         .map(|l| {
             Ok(Block {
                 attn_norm: build::rms(&w, &names::attn_norm(l), s.dim, eps)?,
                 attn: Attention {
                     qkv: build::qkv(&w, l, &s)?,
-                    q_norm: None,
-                    k_norm: None,
+                    q_norm: qk_norm(&names::attn_q_norm(l))?,
+                    k_norm: qk_norm(&names::attn_k_norm(l))?,
                     out: build::attn_output(&w, l, &s)?,
                     rope: Some(0),
-                    window: None,
+                    window: window.filter(|_| slides[l]),
                     scale,
                 },
                 post_attn_norm: None,
@@ -89,12 +110,7 @@ pub fn load_family(file: Arc<GgufFile>, f: &Family) -> Result<Decoder, Error> {
         arch,
         shape: s,
         input,
-        ropes: vec![Rope::new(
-            rope.dims,
-            rope.base,
-            rope.freq_scale,
-            f.rope_style,
-        )],
+        ropes: vec![rope],
         blocks,
         head: build::head(norm, output),
     })

@@ -10,6 +10,7 @@ pub mod hparams;
 pub mod llama;
 pub mod marian;
 pub mod qwen2;
+pub mod qwen3;
 pub mod seq2seq;
 pub mod t5;
 pub mod transformer;
@@ -51,9 +52,10 @@ type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
 
 /// The decoder architectures ferrite runs, by `general.architecture`: the
 /// one place an architecture name is matched.
-const DECODERS: [(&str, LoadDecoder); 4] = [
+const DECODERS: [(&str, LoadDecoder); 5] = [
     ("llama", llama::load),
     ("qwen2", qwen2::load),
+    ("qwen3", qwen3::load),
     ("gemma3", gemma3::load),
     ("gpt2", gpt2::load),
 ];

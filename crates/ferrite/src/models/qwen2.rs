@@ -18,6 +18,7 @@ const QWEN2: Family = Family {
     rope_style: RopeStyle::Halves,
     default_eps: 1e-6,
     default_ctx: 32_768,
+    qk_norm: false,
 };
 
 /// Loads a Qwen2 file.

@@ -256,6 +256,16 @@ impl Decoder {
                 )));
             }
         }
+        if let Some(max) = self.ropes.iter().filter_map(|r| r.max_positions).min() {
+            if n_ctx > max {
+                return Err(Error::Input(format!(
+                    "a context of {n_ctx} positions exceeds the {max} that {}'s dynamic NTK RoPE \
+                     scaling is computed for (rope.scaling.original_context_length; longer \
+                     contexts are not supported yet)",
+                    self.arch
+                )));
+            }
+        }
         let capacities: Vec<usize> = (0..self.blocks.len())
             .map(|l| self.cache_capacity(l, n_ctx))
             .collect();
