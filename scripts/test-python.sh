@@ -5,16 +5,12 @@
 # here with maturin, numpy, pytest and Ray Data from PyPI when missing),
 # then runs pytest, the two-node Ray test included. The tests compare with
 # the `ferrite` binary `cargo test` builds (test profile, target/debug).
-#
-# FERRITE_PY_PROFILE (default: test) is the cargo profile of the wheel
-# here: the test profile (opt-level 2) reuses what `cargo test --workspace`
-# has compiled, where a release build would compile everything once more.
-# Users get `pip install ./python`'s release build.
+# The package is a release build, as users get it (the test profile cannot
+# make a loadable module: cargo builds it as a test harness).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FERRITE_MODELS="${FERRITE_MODELS:-$PWD/models}"
 venv=${FERRITE_PY_VENV:-$HOME/.cache/ferrite-py-venv}
-profile=${FERRITE_PY_PROFILE:-test}
 pip_quiet=(--quiet --disable-pip-version-check)
 if ! "$venv/bin/python" -c 'import maturin, numpy, pytest' 2>/dev/null; then
   python3 -m venv "$venv"
@@ -29,9 +25,8 @@ fi
 scripts/fetch-models.sh smollm2 minilm mpnet
 cargo build --quiet --profile test -p ferrite-cli
 # `pip install ./python` through maturin (the venv's, no build isolation:
-# nothing to download), in the chosen profile.
-MATURIN_PEP517_ARGS="--profile $profile" \
-  "$venv/bin/pip" install "${pip_quiet[@]}" --no-build-isolation --force-reinstall --no-deps ./python
+# nothing to download).
+PATH="$venv/bin:$PATH" "$venv/bin/pip" install "${pip_quiet[@]}" --no-build-isolation --force-reinstall --no-deps ./python
 # From the repository's root: python/ferrite (the sources, without the
 # native module) must not shadow the installed package.
 FERRITE_BIN="$PWD/target/debug/ferrite" exec "$venv/bin/python" -m pytest python/tests -q -rs "$@"

@@ -466,10 +466,8 @@ impl Generator {
             let _ = tx.send(Piece::Done(result));
         });
         TextStream {
-            state: Mutex::new(StreamState {
-                rx: Some(rx),
-                stop_reason: None,
-            }),
+            rx: Mutex::new(Some(rx)),
+            stop_reason: Mutex::new(None),
         }
     }
 }
@@ -480,18 +478,16 @@ enum Piece {
     Done(Result<StopReason, ferrite::Error>),
 }
 
-struct StreamState {
-    /// `None` once the generation thread has finished.
-    rx: Option<mpsc::Receiver<Piece>>,
-    stop_reason: Option<StopReason>,
-}
-
 /// An iterator over the pieces of text of one generation, as they come.
 /// After the last piece, `stop_reason` says why generation ended. An
 /// error during generation is raised by the iteration.
 #[pyclass(frozen, module = "ferrite._native")]
 struct TextStream {
-    state: Mutex<StreamState>,
+    /// The pieces; `None` once the generation thread has finished. Held
+    /// while waiting for a piece (without the GIL).
+    rx: Mutex<Option<mpsc::Receiver<Piece>>>,
+    /// Apart from `rx`, so that reading it never waits for a piece.
+    stop_reason: Mutex<Option<StopReason>>,
 }
 
 #[pymethods]
@@ -504,20 +500,20 @@ impl TextStream {
         // The wait for the next piece runs without the GIL, so other Python
         // threads (and the stream's own producer) go on meanwhile.
         let next = py.detach(|| {
-            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let received = state.rx.as_ref().map(|rx| rx.recv());
+            let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+            let received = rx.as_ref().map(|rx| rx.recv());
             match received {
                 None => Ok(None),
                 Some(Ok(Piece::Text(t))) => Ok(Some(t)),
                 Some(Ok(Piece::Done(result))) => {
-                    state.rx = None;
+                    *rx = None;
                     result.map(|reason| {
-                        state.stop_reason = Some(reason);
+                        *self.stop_reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
                         None
                     })
                 }
                 Some(Err(mpsc::RecvError)) => {
-                    state.rx = None;
+                    *rx = None;
                     Err(ferrite::Error::Internal(
                         "the generation thread stopped without a result".into(),
                     ))
@@ -531,8 +527,8 @@ impl TextStream {
     /// string", "context full"), or None while it runs.
     #[getter]
     fn stop_reason(&self) -> Option<&'static str> {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.stop_reason.map(StopReason::describe)
+        let reason = self.stop_reason.lock().unwrap_or_else(|e| e.into_inner());
+        reason.map(StopReason::describe)
     }
 }
 
