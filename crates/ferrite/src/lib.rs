@@ -47,6 +47,8 @@
 //! model file or the system is at fault. Everything else public in this
 //! crate serves the `ferrite` CLI and server; the items re-exported here
 //! are the library's interface.
+// Generation with a context size, and chat replies (used by python/).
+mod chat_api;
 pub mod embed;
 pub mod error;
 pub mod formats;
@@ -64,6 +66,7 @@ pub mod translate;
 
 pub use embed::{EmbedOptions, Embedder, Embedding, Pooling, Task};
 pub use error::{Error, ErrorKind};
+pub use generate::chat::Message;
 pub use generate::sampler::SamplerOptions;
 pub use generate::session::{GenerateOptions, StopReason};
 pub use open::{open, open_with, Generator, Model, ModelKind, OpenOptions};
