@@ -52,6 +52,15 @@ fn placeholder(name: &str, scratch: &std::path::Path) -> String {
         "prompt.txt" => file("prompt.txt", "Once upon a time, there was a\n"),
         "system.txt" => file("system.txt", "You are a helpful assistant.\n"),
         "out.npy" => scratch.join("out.npy").to_str().unwrap().to_string(),
+        // An F32 GGUF with a chat template: the tiny Qwen3 fixture; the
+        // quantized file goes to the scratch directory (the next case
+        // chats with it).
+        "qwen2.5-0.5b-f32.gguf" => td("hf-decoders/tiny-qwen3.f32.gguf"),
+        "qwen2.5-0.5b-q4_k_m.gguf" => scratch
+            .join("qwen2.5-0.5b-q4_k_m.gguf")
+            .to_str()
+            .unwrap()
+            .to_string(),
         other => panic!("no stand-in for placeholder {other}"),
     }
 }
@@ -85,6 +94,17 @@ const CASES: &[Case] = &[
     Case {
         line: r#"ferrite run model.bin -z tokenizer.bin -p "Once upon a time" -n 64 --temp 0"#,
         subs: &["model.bin", "tokenizer.bin"],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite quantize qwen2.5-0.5b-f32.gguf qwen2.5-0.5b-q4_k_m.gguf Q4_K_M",
+        subs: &["qwen2.5-0.5b-f32.gguf", "qwen2.5-0.5b-q4_k_m.gguf"],
+        // The summary goes to stderr; the file is read by the next case.
+        check: |_| {},
+    },
+    Case {
+        line: "ferrite chat qwen2.5-0.5b-q4_k_m.gguf",
+        subs: &["qwen2.5-0.5b-q4_k_m.gguf"],
         check: nonempty,
     },
     Case {
