@@ -21,8 +21,8 @@ use crate::formats::gguf::GgufFile;
 use crate::formats::safetensors::read_json;
 use crate::formats::{hf_decoder, llama2c};
 use crate::generate::beam::{generate_decoder, SearchOptions};
-use crate::generate::sampler::{Sampler, SamplerOptions};
-use crate::generate::session::{GenerateOptions, Session, StopReason};
+use crate::generate::sampler::SamplerOptions;
+use crate::generate::session::{GenerateOptions, StopReason};
 use crate::models::{encoder_arch, load_causal_lm, CausalLm};
 use crate::parallel::Threads;
 use crate::tokenize::Tokenizer;
@@ -102,12 +102,7 @@ impl Generator {
         threads: Threads,
         on_text: impl FnMut(&str) -> bool,
     ) -> Result<StopReason, Error> {
-        sampling.validate()?;
-        let tokens = self.tokenizer.encode(prompt, true, true);
-        let mut session = Session::new(self.model.as_ref(), &self.tokenizer, None, threads)?;
-        session.set_prompt(&tokens)?;
-        let mut sampler = Sampler::new(sampling.clone());
-        session.generate(&mut sampler, opts, on_text)
+        self.complete_in(prompt, sampling, opts, threads, None, on_text)
     }
 
     /// As [`Generator::complete_with`], returning the whole text.
