@@ -36,6 +36,14 @@ pub enum Error {
     /// A token id outside the model's vocabulary.
     #[error("token id {token} is outside the vocabulary of {n_vocab}")]
     TokenOutOfRange { token: u32, n_vocab: usize },
+    /// A model of one kind used where another is needed (an embedding
+    /// model asked to generate text); `path` when it is known.
+    #[error("{} is {}, not {}", path.as_deref().unwrap_or("this model"), is.describe(), wanted.describe())]
+    WrongKind {
+        path: Option<String>,
+        is: crate::open::ModelKind,
+        wanted: crate::open::ModelKind,
+    },
     /// Any other request we cannot serve (bad option, empty input).
     #[error("{0}")]
     Input(String),
@@ -92,9 +100,10 @@ impl Error {
     /// The class of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Input(_) | Error::ContextFull { .. } | Error::TokenOutOfRange { .. } => {
-                ErrorKind::BadInput
-            }
+            Error::Input(_)
+            | Error::WrongKind { .. }
+            | Error::ContextFull { .. }
+            | Error::TokenOutOfRange { .. } => ErrorKind::BadInput,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::Format(_) | Error::Model { .. } | Error::Tokenizer(_) | Error::Template(_) => {
                 ErrorKind::BadModel

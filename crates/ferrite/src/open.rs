@@ -179,11 +179,11 @@ impl Model {
     }
 
     fn not(&self, wanted: ModelKind) -> Error {
-        Error::Input(format!(
-            "this is {}, not {}",
-            self.kind().describe(),
-            wanted.describe()
-        ))
+        Error::WrongKind {
+            path: None,
+            is: self.kind(),
+            wanted,
+        }
     }
 
     pub fn kind(&self) -> ModelKind {
@@ -257,12 +257,11 @@ pub fn open_generator(path: &Path, opts: &OpenOptions) -> Result<Generator, Erro
 
 /// The error for a model of kind `is` used where `wanted` is needed.
 pub fn wrong_kind(path: &Path, is: ModelKind, wanted: ModelKind) -> Error {
-    Error::Input(format!(
-        "{} is {}, not {}",
-        path.display(),
-        is.describe(),
-        wanted.describe()
-    ))
+    Error::WrongKind {
+        path: Some(path.display().to_string()),
+        is,
+        wanted,
+    }
 }
 
 /// Reads `path` far enough to tell its kind (see the module's rules).

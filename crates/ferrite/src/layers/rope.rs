@@ -67,6 +67,18 @@ pub enum Scaling {
     Dynamic { factor: f32, max_positions: usize },
 }
 
+/// Why a RoPE scaling's parameters are unusable (the names are
+/// transformers' `rope_parameters` keys).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScalingError {
+    #[error("{param} = {value}: must be a positive number")]
+    NotPositive { param: &'static str, value: f32 },
+    #[error("high_freq_factor = {high}: must exceed low_freq_factor = {low}")]
+    FrequencyOrder { low: f32, high: f32 },
+    #[error("original_max_position_embeddings = 0")]
+    NoOriginalContext,
+}
+
 impl Scaling {
     /// The name transformers and GGUF give it.
     pub fn name(&self) -> &'static str {
@@ -80,12 +92,12 @@ impl Scaling {
 
     /// Checks the parameters; the error names the bad one
     /// (transformers' `rope_parameters` key).
-    pub fn check(&self) -> Result<(), String> {
-        let positive = |what: &str, x: f32| {
-            if x.is_finite() && x > 0.0 {
+    pub fn check(&self) -> Result<(), ScalingError> {
+        let positive = |param: &'static str, value: f32| {
+            if value.is_finite() && value > 0.0 {
                 Ok(())
             } else {
-                Err(format!("{what} = {x}: must be a positive number"))
+                Err(ScalingError::NotPositive { param, value })
             }
         };
         match *self {
@@ -102,12 +114,13 @@ impl Scaling {
                 positive("low_freq_factor", low_freq_factor)?;
                 positive("high_freq_factor", high_freq_factor)?;
                 if high_freq_factor <= low_freq_factor {
-                    return Err(format!(
-                        "high_freq_factor = {high_freq_factor}: must exceed low_freq_factor = {low_freq_factor}"
-                    ));
+                    return Err(ScalingError::FrequencyOrder {
+                        low: low_freq_factor,
+                        high: high_freq_factor,
+                    });
                 }
                 if original_ctx == 0 {
-                    return Err("original_max_position_embeddings = 0".into());
+                    return Err(ScalingError::NoOriginalContext);
                 }
                 Ok(())
             }
@@ -126,7 +139,7 @@ impl Scaling {
                     positive("attention_factor", a)?;
                 }
                 if original_ctx == 0 {
-                    return Err("original_max_position_embeddings = 0".into());
+                    return Err(ScalingError::NoOriginalContext);
                 }
                 Ok(())
             }
@@ -194,6 +207,26 @@ pub fn default_inv_freq(dims: usize, base: f32) -> Vec<f32> {
     (0..dims / 2)
         .map(|i| 1.0 / base.powf((2 * i) as f32 / dims as f32))
         .collect()
+}
+
+/// The rotation of nomic-bert's encoder for a sequence of `len` tokens
+/// (`dims` rotated values per head, the whole head): inverse frequencies
+/// `1 / base^(2i / dims)` computed in f64 and rounded to f32, as its
+/// reference computes them; with `ntk = (factor, trained)`, the base is
+/// first stretched for a sequence longer than `trained` (dynamic NTK,
+/// per sequence, also in f64).
+pub fn encoder_rope(base: f64, ntk: Option<(f64, usize)>, dims: usize, len: usize) -> Rope {
+    let base = match ntk {
+        Some((factor, trained)) if len > trained => {
+            let ratio = factor * len as f64 / trained as f64 - (factor - 1.0);
+            base * ratio.powf(dims as f64 / (dims as f64 - 2.0))
+        }
+        _ => base,
+    };
+    let inv_freq = (0..dims / 2)
+        .map(|i| (1.0 / base.powf((2 * i) as f64 / dims as f64)) as f32)
+        .collect();
+    Rope::with_inv_freq(inv_freq, 1.0, RopeStyle::Halves)
 }
 
 /// The inverse frequencies and cos/sin factor of `scaling` for `dims`
@@ -326,6 +359,24 @@ impl Rope {
             *c = theta.cos();
             *s = theta.sin();
             theta_base *= self.theta_scale;
+        }
+    }
+
+    /// [`Rope::cos_sin`] of every position in `positions`, one after the
+    /// other (`dims / 2` values per position) into `cos` and `sin`.
+    pub fn tables(
+        &self,
+        positions: std::ops::Range<usize>,
+        cos: &mut Vec<f32>,
+        sin: &mut Vec<f32>,
+    ) {
+        let half = self.dims / 2;
+        let n = positions.len() * half;
+        cos.resize(n, 0.0);
+        sin.resize(n, 0.0);
+        for (i, pos) in positions.enumerate() {
+            let r = i * half..(i + 1) * half;
+            self.cos_sin(pos, &mut cos[r.clone()], &mut sin[r]);
         }
     }
 

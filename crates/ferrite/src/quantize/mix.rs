@@ -195,6 +195,23 @@ fn allows_quantization(arch: &str, t: &TensorInfo) -> bool {
     name != "position_embd.weight" && name != "token_types.weight"
 }
 
+/// Why the tensor types of a file cannot be chosen.
+#[derive(Debug, thiserror::Error)]
+pub enum MixError {
+    #[error("no {0} in the metadata")]
+    MissingKey(String),
+    #[error("no fallback type for {ty} (tensor {tensor})")]
+    NoFallback { ty: GgmlType, tensor: String },
+    #[error("failed to determine the layer of tensor {0}")]
+    UnknownLayer(String),
+    #[error("bad layer {layer} for tensor {tensor}: must be in [0, {n_layer})")]
+    BadLayer {
+        layer: i64,
+        tensor: String,
+        n_layer: i64,
+    },
+}
+
 /// What the rules need to know about the model (llama.cpp reads it from
 /// the hyper-parameters as it loads the model).
 struct ModelFacts {
@@ -208,10 +225,10 @@ struct ModelFacts {
 }
 
 impl ModelFacts {
-    fn new(h: &GgufHeader) -> Result<ModelFacts, String> {
+    fn new(h: &GgufHeader) -> Result<ModelFacts, MixError> {
         let arch = h
             .architecture()
-            .ok_or("no general.architecture in the metadata")?
+            .ok_or_else(|| MixError::MissingKey("general.architecture".into()))?
             .to_string();
         let md = &h.metadata;
         let key = |k: &str| md.get_u64(&format!("{arch}.{k}"));
@@ -222,7 +239,8 @@ impl ModelFacts {
             v.as_u64()
                 .or_else(|| v.as_array().and_then(|a| a.get(0)).and_then(|x| x.as_u64()))
         };
-        let n_layer = key("block_count").ok_or(format!("no {arch}.block_count in the metadata"))?;
+        let n_layer = key("block_count")
+            .ok_or_else(|| MixError::MissingKey(format!("{arch}.block_count")))?;
         let n_head = first("attention.head_count").unwrap_or(0);
         let n_head_kv = first("attention.head_count_kv").unwrap_or(n_head);
         let n_gqa = n_head.checked_div(n_head_kv).unwrap_or(0);
@@ -286,7 +304,11 @@ pub fn llama_order(tensors: &[TensorInfo]) -> Vec<usize> {
 /// `llama-quantize` chooses it for `ftype` (`pure`: its `--pure`, every
 /// quantizable tensor to the default type, bar the fallbacks). Tensors are
 /// visited in [`llama_order`], which the layer counters depend on.
-pub fn choose_types(h: &GgufHeader, ftype: FileType, pure: bool) -> Result<Vec<GgmlType>, String> {
+pub fn choose_types(
+    h: &GgufHeader,
+    ftype: FileType,
+    pure: bool,
+) -> Result<Vec<GgmlType>, MixError> {
     let facts = ModelFacts::new(h)?;
     let mut c = Counters {
         n_attention_wv: h
@@ -316,7 +338,7 @@ pub fn choose_types(h: &GgufHeader, ftype: FileType, pure: bool) -> Result<Vec<G
 
 /// The row length's fallback (`tensor_type_fallback`): a type whose
 /// blocks do not divide the rows becomes a smaller-block one, or F16.
-fn fallback(t: &TensorInfo, ty: GgmlType) -> Result<GgmlType, String> {
+fn fallback(t: &TensorInfo, ty: GgmlType) -> Result<GgmlType, MixError> {
     use GgmlType::*;
     let ncols = t.dims[0];
     let fits = |ty: GgmlType| ncols.is_multiple_of(ty.block_size() as u64);
@@ -329,7 +351,12 @@ fn fallback(t: &TensorInfo, ty: GgmlType) -> Result<GgmlType, String> {
         Q5K => Q5_1,
         Q6K => Q8_0,
         _ if ty.block_size() <= 32 => ty,
-        _ => return Err(format!("no fallback type for {ty} (tensor {})", t.name)),
+        _ => {
+            return Err(MixError::NoFallback {
+                ty,
+                tensor: t.name.clone(),
+            })
+        }
     };
     Ok(if fits(to) { to } else { F16 })
 }
@@ -341,12 +368,12 @@ fn mix_type(
     mut ty: GgmlType,
     t: &TensorInfo,
     ftype: u32,
-) -> Result<GgmlType, String> {
+) -> Result<GgmlType, MixError> {
     use GgmlType::*;
     let name = t.name.as_str();
     let cat = category(name);
     // With experts, llama.cpp reads the layer from the name.
-    let layer = |i: i64| -> Result<(i64, i64), String> {
+    let layer = |i: i64| -> Result<(i64, i64), MixError> {
         if m.n_expert <= 1 {
             return Ok((i, m.n_layer));
         }
@@ -354,12 +381,13 @@ fn mix_type(
             .strip_prefix("blk.")
             .and_then(|r| r.split('.').next())
             .and_then(|d| d.parse::<i64>().ok())
-            .ok_or(format!("Failed to determine layer for tensor {name}"))?;
+            .ok_or_else(|| MixError::UnknownLayer(name.into()))?;
         if l < 0 || l >= m.n_layer {
-            return Err(format!(
-                "Bad layer {l} for tensor {name}. Must be in [0, {})",
-                m.n_layer
-            ));
+            return Err(MixError::BadLayer {
+                layer: l,
+                tensor: name.into(),
+                n_layer: m.n_layer,
+            });
         }
         Ok((l, m.n_layer))
     };

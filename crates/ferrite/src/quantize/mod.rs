@@ -75,7 +75,8 @@ pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
 pub fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<Vec<PlannedTensor>, Error> {
     let h = &file.header;
     let shown = file.path().display().to_string();
-    let types = mix::choose_types(h, opts.ftype, opts.pure).map_err(|e| Error::model(&shown, e))?;
+    let types = mix::choose_types(h, opts.ftype, opts.pure)
+        .map_err(|e| Error::model(&shown, e.to_string()))?;
     let mut out = Vec::with_capacity(h.tensors.len());
     for i in mix::llama_order(&h.tensors) {
         let t = &h.tensors[i];

@@ -11,6 +11,7 @@ use ferrite_kernels::math::{self, Activation};
 
 use super::weights::{self, Dense};
 use super::{record_max, Encoder, EncoderLayer, InputRanges, Mlp, Norm, Positions, RelativeBias};
+use crate::layers::rope::{self, Rope};
 use crate::parallel::{DisjointSlice, Threads};
 use crate::Error;
 
@@ -37,6 +38,8 @@ struct AttnScratch {
     /// The sequence length `cos` / `sin` were made for (the tables depend
     /// on nothing else), so the heads of a sequence share them.
     rope_len: Option<usize>,
+    /// The rotation those tables are for.
+    rope: Option<Rope>,
     /// One head's rotated queries, `(len, head_dim)`.
     q_rot: Vec<f32>,
     /// Relative bias buckets of distances `-(len - 1)..len`, for the
@@ -225,19 +228,22 @@ impl Encoder {
                 let (q_rows, q_lda): (&[f32], usize) = match &self.positions {
                     Positions::Rotary { base, ntk } => {
                         if s.rope_len != Some(len) {
-                            rope_tables(*base, *ntk, hd, len, &mut s.cos, &mut s.sin);
+                            let rope = rope::encoder_rope(*base, *ntk, hd, len);
+                            rope.tables(0..len, &mut s.cos, &mut s.sin);
+                            s.rope = Some(rope);
                             s.rope_len = Some(len);
                         }
+                        let (rope, half) = (s.rope.as_ref().expect("made above"), hd / 2);
+                        let (cos, sin) = (&s.cos, &s.sin);
                         resize(&mut s.q_rot, len * hd);
                         for t in 0..len {
-                            let src = &qkv[q_off + t * ld..q_off + t * ld + hd];
                             let dst = &mut s.q_rot[t * hd..(t + 1) * hd];
-                            rotate(src, dst, &s.cos[t * hd / 2..], &s.sin[t * hd / 2..]);
+                            dst.copy_from_slice(&qkv[q_off + t * ld..q_off + t * ld + hd]);
+                            rope.apply(dst, hd, &cos[t * half..], &sin[t * half..]);
                         }
-                        let (cos, sin) = (&s.cos, &s.sin);
                         s.keys.repack(len, hd, |t, row| {
-                            let src = &qkv[k_off + t * ld..k_off + t * ld + hd];
-                            rotate(src, row, &cos[t * hd / 2..], &sin[t * hd / 2..]);
+                            row.copy_from_slice(&qkv[k_off + t * ld..k_off + t * ld + hd]);
+                            rope.apply(row, hd, &cos[t * half..], &sin[t * half..]);
                         });
                         (&s.q_rot, hd)
                     }
@@ -314,50 +320,6 @@ fn relative_bias_of_head(
             .iter()
             .map(|&b| rb.table[b as usize * n_heads + h]),
     );
-}
-
-/// cos and sin of `pos * theta_i` for positions `0..len` and the `hd / 2`
-/// frequencies `theta_i = base^(-2i / hd)`, in f64 then rounded.
-fn rope_tables(
-    base: f64,
-    ntk: Option<(f64, usize)>,
-    hd: usize,
-    len: usize,
-    cos: &mut Vec<f32>,
-    sin: &mut Vec<f32>,
-) {
-    let half = hd / 2;
-    let base = match ntk {
-        // Dynamic NTK: stretch the base when the input is longer than the
-        // trained length (as HF's "dynamic" RoPE, per sequence).
-        Some((factor, trained)) if len > trained => {
-            let ratio = factor * len as f64 / trained as f64 - (factor - 1.0);
-            base * ratio.powf(hd as f64 / (hd as f64 - 2.0))
-        }
-        _ => base,
-    };
-    let inv_freq: Vec<f32> = (0..half)
-        .map(|i| (1.0 / base.powf((2 * i) as f64 / hd as f64)) as f32)
-        .collect();
-    cos.clear();
-    sin.clear();
-    for pos in 0..len {
-        for &f in &inv_freq {
-            let angle = pos as f32 * f;
-            cos.push(angle.cos());
-            sin.push(angle.sin());
-        }
-    }
-}
-
-/// GPT-NeoX rotation: `(x_i, x_{i+h})` by angle `i`, `h = len / 2`.
-fn rotate(src: &[f32], dst: &mut [f32], cos: &[f32], sin: &[f32]) {
-    let half = src.len() / 2;
-    for i in 0..half {
-        let (a, b) = (src[i], src[i + half]);
-        dst[i] = a * cos[i] - b * sin[i];
-        dst[i + half] = b * cos[i] + a * sin[i];
-    }
 }
 
 /// Rows per thread from which [`dense`] gives each thread its own rows
