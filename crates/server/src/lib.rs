@@ -191,7 +191,7 @@ async fn drain(state: &AppState, grace: std::time::Duration) -> bool {
             match &m.kind {
                 Kind::Generate(g) => g.queue.close(),
                 Kind::Embed(e) => e.queue.close(),
-                Kind::Translate(_) => {}
+                Kind::Translate(t) => t.queue.close(),
             }
         }
     }

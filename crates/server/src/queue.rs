@@ -15,6 +15,15 @@ pub enum Refused {
     Closed,
 }
 
+impl From<Refused> for crate::error::ApiError {
+    fn from(r: Refused) -> Self {
+        match r {
+            Refused::Full => crate::error::ApiError::queue_full(),
+            Refused::Closed => crate::error::ApiError::unavailable("the server is shutting down"),
+        }
+    }
+}
+
 /// The waiting requests, oldest first.
 pub struct Waiting<T> {
     pub requests: VecDeque<T>,
@@ -65,6 +74,11 @@ impl<T> Queue<T> {
     pub fn close(&self) {
         self.lock().closed = true;
         self.wake.notify_one();
+    }
+
+    /// Whether [`Queue::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
     }
 
     /// Sleeps until a request is waiting or `timeout` passes.

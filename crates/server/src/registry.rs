@@ -119,12 +119,15 @@ impl Registry {
                 Found::Translator => {
                     let translator =
                         Translator::open_with_threads(&path, WeightFormat::F32, threads.clone())?;
-                    Kind::Translate(Arc::new(TranslateModel::new(
+                    let m = Arc::new(TranslateModel::new(
                         name.clone(),
                         translator,
                         limits.max_queue,
                         mm,
-                    )))
+                    ));
+                    crate::translate::spawn(m.clone())
+                        .map_err(|e| ServeError::io("starting the translation worker", e))?;
+                    Kind::Translate(m)
                 }
             };
             tracing::info!(model = %name, path = %path.display(), kind = kind.describe(), "loaded");

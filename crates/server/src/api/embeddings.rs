@@ -18,7 +18,6 @@ use super::extract::ApiJson;
 use super::TextInput as Input;
 use crate::embed::EmbedJob;
 use crate::error::ApiError;
-use crate::queue::Refused;
 use crate::state::AppState;
 
 #[derive(Deserialize, Debug)]
@@ -134,13 +133,8 @@ pub async fn handle(
         reply: tx,
         arrived,
     };
-    match model.queue.push(job) {
-        Ok(waiting) => {
-            model.metrics.queue.set(waiting as i64);
-        }
-        Err(Refused::Full) => return Err(ApiError::queue_full()),
-        Err(Refused::Closed) => return Err(ApiError::unavailable("the server is shutting down")),
-    }
+    let waiting = model.queue.push(job)?;
+    model.metrics.queue.set(waiting as i64);
     let vectors = rx
         .await
         .map_err(|_| ApiError::internal("the embedding worker dropped the request"))??;

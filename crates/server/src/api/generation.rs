@@ -21,7 +21,6 @@ use super::tools::Splitter;
 use crate::error::ApiError;
 use crate::generate::request::{Event, GenParams, GenRequest, Usage};
 use crate::generate::GenModel;
-use crate::queue::Refused;
 use crate::state::{AppState, InFlight};
 
 /// A fresh response id with `prefix` (`chatcmpl`, `cmpl`).
@@ -82,15 +81,8 @@ pub async fn respond(state: &Arc<AppState>, job: Job) -> Result<Response, ApiErr
             events: tx,
             arrived: job.arrived,
         };
-        match job.model.queue.push(req) {
-            Ok(waiting) => {
-                job.model.metrics.queue.set(waiting as i64);
-            }
-            Err(Refused::Full) => return Err(ApiError::queue_full()),
-            Err(Refused::Closed) => {
-                return Err(ApiError::unavailable("the server is shutting down"))
-            }
-        }
+        let waiting = job.model.queue.push(req)?;
+        job.model.metrics.queue.set(waiting as i64);
         receivers.push(rx);
     }
     let echo = |c: usize| job.echo.get(c / n).cloned().unwrap_or_default();

@@ -1,11 +1,10 @@
 //! `POST /v1/translations` (ferrite's own endpoint): `{model, input:
 //! string | [string], beams?, max_length?}` -> `{object: "list", model,
 //! data: [{object: "translation", index, translation}]}`, one translation
-//! per input in order. The translation runs on a blocking thread; a
-//! model's requests take turns (its workspace is one), and at most
-//! `--max-queue` of them wait while one runs: later ones get 429 at once
-//! rather than a blocking thread each. A request whose client disconnects
-//! stops at its next decoding step (or does not start).
+//! per input in order. The request goes to the model's queue and its
+//! worker (`crate::translate`): at most `--max-queue` wait while one runs,
+//! later ones get 429 at once. A request whose client disconnects stops at
+//! its next decoding step (or does not start).
 
 use std::sync::Arc;
 
@@ -15,11 +14,13 @@ use ferrite::generate::cancel::{Cancel, CancelOnDrop};
 use ferrite::translate::{TranslateOptions, MAX_BEAMS};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 
 use super::extract::ApiJson;
 use super::TextInput as Input;
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::translate::TranslateJob;
 
 /// Most inputs one request may hold.
 const MAX_INPUTS: usize = 256;
@@ -69,9 +70,6 @@ pub async fn handle(
         }
     };
     let _guard = state.begin();
-    // Held by the blocking task: a request counts until its translation
-    // ends or, if its client went away, stops at the next step.
-    let admitted = model.admit().ok_or_else(ApiError::queue_full)?;
     let cancel = Cancel::new();
     // This handler is dropped if the client disconnects; the flag then
     // stops the translation (or keeps a waiting one from starting).
@@ -82,19 +80,18 @@ pub async fn handle(
         cancel,
         ..Default::default()
     };
-    let m = model.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        let _admitted = admitted;
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let out = m.translator.translate(&refs, &opts);
-        // Counted whatever the outcome (a cancelled one too).
-        m.metrics.requests.inc();
-        m.metrics.latency.observe(arrived.elapsed().as_secs_f64());
-        out
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::from_lib(&e, "input"))?;
+    let (reply, rx) = oneshot::channel();
+    let job = TranslateJob {
+        texts,
+        opts,
+        reply,
+        arrived,
+    };
+    let waiting = model.queue.push(job)?;
+    model.metrics.queue.set(waiting as i64);
+    let out = rx
+        .await
+        .map_err(|_| ApiError::internal("the translation worker dropped the request"))??;
     let data: Vec<Value> = out
         .iter()
         .enumerate()
