@@ -10,6 +10,7 @@ mod aarch64;
 pub mod attend;
 pub mod attend_f32;
 pub mod columns;
+pub mod disjoint;
 pub mod dispatch;
 pub mod dot;
 pub mod gemm;
@@ -17,6 +18,7 @@ pub mod gemm_bf16;
 pub mod gemm_f16;
 pub mod gemm_i8;
 pub mod math;
+pub mod matmul;
 pub mod quant;
 pub mod table;
 #[cfg(target_arch = "x86_64")]

@@ -6,8 +6,8 @@
 //! output does not depend on the batch it is in or on the thread count.
 
 use ferrite_kernels::attend::{scores_f16, weighted_sum_f16};
-use ferrite_kernels::dispatch::vec_dot_kernel;
 use ferrite_kernels::math::softmax;
+use ferrite_kernels::matmul::RowKernels;
 use ferrite_kernels::GgmlType;
 
 use crate::generate::kv_cache::LayerKv;
@@ -146,7 +146,7 @@ fn exact_head(
     let qb = f32_bytes(q);
     for (s, p) in scores.iter_mut().zip(positions.clone()) {
         let k = &cache.key_f32(p)[kv_off..kv_off + hd];
-        *s = dot(f32_bytes(k), qb) * scale;
+        *s = dot.map_or(f32::NAN, |d| d.dot(f32_bytes(k), qb)) * scale;
     }
     softmax(scores);
     acc.fill(0.0);
@@ -158,15 +158,8 @@ fn exact_head(
     }
 }
 
-/// A dot product of two rows given as bytes.
-type DotFn = fn(&[u8], &[u8]) -> f32;
-
 /// The active set's f32 dot product (bytes of two f32 rows).
-fn f32_dot() -> DotFn {
-    static DOT: std::sync::OnceLock<DotFn> = std::sync::OnceLock::new();
-    *DOT.get_or_init(|| {
-        vec_dot_kernel(GgmlType::F32)
-            .map(|k| k.dot)
-            .unwrap_or(|_, _| f32::NAN)
-    })
+fn f32_dot() -> &'static Option<RowKernels> {
+    static DOT: std::sync::OnceLock<Option<RowKernels>> = std::sync::OnceLock::new();
+    DOT.get_or_init(|| RowKernels::for_type(GgmlType::F32))
 }

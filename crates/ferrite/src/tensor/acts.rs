@@ -1,8 +1,7 @@
 //! Activations quantized once per product into the block format the
 //! weight's dot kernel takes ([`QuantizedActs`]).
 
-use std::ops::Range;
-
+use ferrite_kernels::matmul::ActRows;
 use ferrite_kernels::quant::{
     quantize, quantize_acts_row, ActBlockFacts, BlockQ8_0, ACT_PANEL_ROWS,
 };
@@ -217,25 +216,13 @@ impl QuantizedActs {
         unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), len) }
     }
 
-    pub(super) fn row(&self, t: usize) -> &[u8] {
-        &self.bytes()[t * self.row_bytes..(t + 1) * self.row_bytes]
-    }
-
-    /// Rows `tokens`, one after the other.
-    pub(super) fn rows(&self, tokens: Range<usize>) -> &[u8] {
-        &self.bytes()[tokens.start * self.row_bytes..tokens.end * self.row_bytes]
-    }
-
-    /// The panels of rows `tokens` (see `panels`): those of its whole
-    /// panels, or nothing unless it starts on a panel.
-    pub(super) fn panels(&self, tokens: Range<usize>) -> &[ActBlockFacts] {
-        let per_row = self.row_bytes / std::mem::size_of::<BlockQ8_0>();
-        if !tokens.start.is_multiple_of(ACT_PANEL_ROWS) {
-            return &[];
+    /// The first `n` rows as the kernels' matmul reads them.
+    pub(super) fn view(&self, n: usize) -> ActRows<'_> {
+        ActRows {
+            data: &self.bytes()[..n * self.row_bytes],
+            row_bytes: self.row_bytes,
+            n,
+            panels: &self.panels,
         }
-        let end = (tokens.end * per_row).min(self.panels.len());
-        self.panels
-            .get(tokens.start * per_row..end)
-            .unwrap_or_default()
     }
 }

@@ -10,7 +10,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use ferrite_kernels::dot::interleave::{self, RowOf};
-use ferrite_kernels::dot::{vec_dot_kernel, VecDotKernel};
+use ferrite_kernels::matmul::{Matrix as MatrixView, RowKernels};
 use ferrite_kernels::quant::dequantize;
 use ferrite_kernels::GgmlType;
 
@@ -116,7 +116,7 @@ impl Loader {
     /// A `rows x cols` matrix stored as `name` (ggml dims `[cols, rows]`).
     pub fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, Error> {
         let (ty, bytes) = self.get(name, &[cols as u64, rows as u64])?;
-        let kernel = vec_dot_kernel(ty).ok_or_else(|| {
+        let kernels = RowKernels::for_type(ty).ok_or_else(|| {
             Error::model(
                 self.source(),
                 format!("tensor '{name}': no matmul kernel for type {ty}"),
@@ -126,17 +126,16 @@ impl Loader {
         // The grouped rows are read from the copy from now on.
         let start = bytes.range.start;
         let release = |r: Range<usize>| self.file.release(start + r.start..start + r.end);
-        let group_rows = kernel.group_rows;
-        let groups = kernel
-            .group_kernels()
-            .and_then(|_| {
-                let matrix = Matrix {
-                    ty,
-                    rows,
-                    row_bytes,
-                };
-                interleave_groups(matrix, group_rows, bytes.bytes(), release)
-            })
+        let group_rows = kernels.group_rows();
+        let matrix = Matrix {
+            ty,
+            rows,
+            row_bytes,
+        };
+        let groups = kernels
+            .interleaves()
+            .then(|| interleave_groups(matrix, group_rows, bytes.bytes(), release))
+            .flatten()
             .map(Arc::new);
         Ok(Linear {
             ty,
@@ -144,7 +143,7 @@ impl Loader {
             cols,
             row_bytes,
             bytes,
-            kernel,
+            kernels,
             groups,
             bias: None,
             int8_groups: self.int8_groups(ty, cols)?,
@@ -277,7 +276,10 @@ impl Embedding {
             && self.bytes.range == output.bytes.range
             && self.ty == output.ty;
         if same {
-            self.groups = output.groups.clone().map(|g| (g, output.kernel.group_rows));
+            self.groups = output
+                .groups
+                .clone()
+                .map(|g| (g, output.kernels.group_rows()));
         }
     }
 }
@@ -290,9 +292,11 @@ pub struct Linear {
     pub cols: usize,
     row_bytes: usize,
     bytes: TensorBytes,
-    kernel: VecDotKernel,
-    /// When the kernel has group kernels (`dot8`, or `dot16`): the first
-    /// `rows / R * R` rows, repacked in groups of `R = kernel.group_rows`
+    /// The active kernel set's kernels for this type (`ferrite_kernels::matmul`
+    /// decides how they run).
+    kernels: RowKernels,
+    /// When the kernels read an interleaved copy: the first
+    /// `rows / R * R` rows, repacked in groups of `R = kernels.group_rows()`
     /// (`ferrite_kernels::dot::interleave`), `R * row_bytes` bytes a group.
     /// Those rows are then read from here, not from the file; any last
     /// rows that do not fill a group still are.
@@ -304,6 +308,19 @@ pub struct Linear {
     /// ([`QuantizedActs::round_as_int8`]), when the file says its reference
     /// engine does that ([`names::INT8_ACTIVATION_GROUPS`]).
     int8_groups: Option<usize>,
+}
+
+impl Linear {
+    /// The matrix as the kernels' matmul reads it.
+    fn view(&self) -> MatrixView<'_> {
+        MatrixView {
+            kernels: &self.kernels,
+            rows: self.rows,
+            row_bytes: self.row_bytes,
+            data: self.bytes.bytes(),
+            groups: self.groups.as_deref().map(|g| &g[..]),
+        }
+    }
 }
 
 /// Memory for repacked weights: an anonymous mapping (zero pages that only
