@@ -30,6 +30,7 @@ use ferrite::formats::llama2c;
 use ferrite::generate::beam::generate;
 use ferrite::models::decoder::Logits;
 use ferrite::models::seq2seq::forward::{StepRow, Workspace};
+use ferrite::models::seq2seq::weights::WeightFormat;
 use ferrite::models::{load_causal_lm, open_causal_lm, CausalLm};
 use ferrite::parallel::Threads;
 use ferrite::tokenize::Tokenizer;
@@ -189,8 +190,12 @@ fn encoders() {
     }
 }
 
-fn seq2seq_bits(dir: &Path) -> String {
-    let tr = Translator::open(dir, &LoadOptions::default()).expect("the model opens");
+fn seq2seq_bits(dir: &Path, format: WeightFormat) -> String {
+    let opts = LoadOptions {
+        format,
+        ..LoadOptions::default()
+    };
+    let tr = Translator::open(dir, &opts).expect("the model opens");
     let m = &tr.model;
     let threads = Threads::new(2);
     let mut ws = Workspace::default();
@@ -236,6 +241,9 @@ fn seq2seq_bits(dir: &Path) -> String {
 fn encoder_decoders() {
     let td = common::testdata().join("translation");
     for name in ["tiny-marian", "tiny-t5", "tiny-flan"] {
-        check(name, seq2seq_bits(&td.join(name)));
+        check(name, seq2seq_bits(&td.join(name), WeightFormat::F32));
+        // Matrices quantized at load (`--weights q8_0`).
+        let q8 = format!("{name}-q8_0");
+        check(&q8, seq2seq_bits(&td.join(name), WeightFormat::Q8_0));
     }
 }

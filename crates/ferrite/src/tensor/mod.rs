@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ferrite_kernels::dot::interleave::{self, RowOf};
 use ferrite_kernels::matmul::{Matrix as MatrixView, RowKernels};
-use ferrite_kernels::quant::dequantize;
+use ferrite_kernels::quant::{dequantize, quantize};
 use ferrite_kernels::GgmlType;
 
 use crate::formats::gguf::GgufFile;
@@ -33,17 +33,38 @@ pub fn f32_bytes(x: &[f32]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
 }
 
-/// Bytes of one tensor inside a shared, memory-mapped file.
+/// Bytes of one tensor: a stretch of a shared, memory-mapped file, or
+/// bytes made in memory (weights quantized at load).
 #[derive(Clone)]
 pub struct TensorBytes {
-    file: Arc<GgufFile>,
+    src: Source,
     range: Range<usize>,
+}
+
+#[derive(Clone)]
+enum Source {
+    File(Arc<GgufFile>),
+    Owned(Arc<[u8]>),
 }
 
 impl TensorBytes {
     pub fn bytes(&self) -> &[u8] {
-        // The range was taken from a validated tensor view of this file.
-        &self.file.bytes()[self.range.clone()]
+        // The range was taken from a validated tensor view of this file,
+        // or is the whole of the owned bytes.
+        match &self.src {
+            Source::File(f) => &f.bytes()[self.range.clone()],
+            Source::Owned(b) => &b[self.range.clone()],
+        }
+    }
+
+    /// Whether both are the same bytes of the same file.
+    fn same_as(&self, other: &TensorBytes) -> bool {
+        let same_src = match (&self.src, &other.src) {
+            (Source::File(a), Source::File(b)) => Arc::ptr_eq(a, b),
+            (Source::Owned(a), Source::Owned(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_src && self.range == other.range
     }
 }
 
@@ -85,7 +106,7 @@ impl Loader {
         let start = t.data.as_ptr() as usize - self.file.bytes().as_ptr() as usize;
         let range = start..start + t.data.len();
         let bytes = TensorBytes {
-            file: self.file.clone(),
+            src: Source::File(self.file.clone()),
             range,
         };
         Ok((t.info.ty, bytes))
@@ -116,38 +137,12 @@ impl Loader {
     /// A `rows x cols` matrix stored as `name` (ggml dims `[cols, rows]`).
     pub fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, Error> {
         let (ty, bytes) = self.get(name, &[cols as u64, rows as u64])?;
-        let kernels = RowKernels::for_type(ty).ok_or_else(|| {
-            Error::model(
-                self.source(),
-                format!("tensor '{name}': no matmul kernel for type {ty}"),
-            )
-        })?;
-        let row_bytes = bytes.bytes().len() / rows;
         // The grouped rows are read from the copy from now on.
         let start = bytes.range.start;
         let release = |r: Range<usize>| self.file.release(start + r.start..start + r.end);
-        let group_rows = kernels.group_rows();
-        let matrix = Matrix {
-            ty,
-            rows,
-            row_bytes,
-        };
-        let groups = kernels
-            .interleaves()
-            .then(|| interleave_groups(matrix, group_rows, bytes.bytes(), release))
-            .flatten()
-            .map(Arc::new);
-        Ok(Linear {
-            ty,
-            rows,
-            cols,
-            row_bytes,
-            bytes,
-            kernels,
-            groups,
-            bias: None,
-            int8_groups: self.int8_groups(ty, cols)?,
-        })
+        let int8_groups = self.int8_groups(ty, cols)?;
+        Linear::new(name, ty, bytes, (rows, cols), release, int8_groups)
+            .map_err(|e| Error::model(self.source(), e))
     }
 
     /// As [`Loader::linear`], plus the bias vector `bias` (`rows` values)
@@ -272,9 +267,7 @@ impl Embedding {
     /// Reads rows from `output`'s interleaved copy when `output` is this
     /// very tensor (tied embeddings) and has one.
     pub fn share_rows_with(&mut self, output: &Linear) {
-        let same = Arc::ptr_eq(&self.bytes.file, &output.bytes.file)
-            && self.bytes.range == output.bytes.range
-            && self.ty == output.ty;
+        let same = self.bytes.same_as(&output.bytes) && self.ty == output.ty;
         if same {
             self.groups = output
                 .groups
@@ -311,6 +304,74 @@ pub struct Linear {
 }
 
 impl Linear {
+    /// A `rows x cols` matrix of type `ty` over `bytes` (of tensor `name`),
+    /// repacked for the active kernels where they read a repacked copy;
+    /// `release(range)` is told which of `bytes` were copied.
+    fn new(
+        name: &str,
+        ty: GgmlType,
+        bytes: TensorBytes,
+        (rows, cols): (usize, usize),
+        release: impl Fn(Range<usize>),
+        int8_groups: Option<usize>,
+    ) -> Result<Linear, String> {
+        let kernels = RowKernels::for_type(ty)
+            .ok_or_else(|| format!("tensor '{name}': no matmul kernel for type {ty}"))?;
+        let row_bytes = bytes.bytes().len() / rows.max(1);
+        let matrix = Matrix {
+            ty,
+            rows,
+            row_bytes,
+        };
+        let groups = kernels
+            .interleaves()
+            .then(|| interleave_groups(matrix, kernels.group_rows(), bytes.bytes(), release))
+            .flatten()
+            .map(Arc::new);
+        Ok(Linear {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            bytes,
+            kernels,
+            groups,
+            bias: None,
+            int8_groups,
+        })
+    }
+
+    /// `weights` (`rows x cols` f32 values, row after row) quantized to
+    /// `ty` at load, with the reference quantizer (`name` for messages).
+    pub fn quantized(
+        name: &str,
+        ty: GgmlType,
+        weights: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear, Error> {
+        let err = |e: String| Error::model(name, format!("{ty} quantization: {e}"));
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .ok_or_else(|| err(format!("{cols} columns are not whole blocks")))?
+            as usize;
+        if weights.len() != rows * cols {
+            return Err(err(format!("{} values for {rows} x {cols}", weights.len())));
+        }
+        let mut data = vec![0u8; rows * row_bytes];
+        for (src, dst) in weights
+            .chunks_exact(cols.max(1))
+            .zip(data.chunks_exact_mut(row_bytes.max(1)))
+        {
+            quantize(ty, src, dst).map_err(|e| err(e.to_string()))?;
+        }
+        let bytes = TensorBytes {
+            range: 0..data.len(),
+            src: Source::Owned(data.into()),
+        };
+        Linear::new(name, ty, bytes, (rows, cols), |_| {}, None).map_err(err)
+    }
+
     /// The matrix as the kernels' matmul reads it.
     fn view(&self) -> MatrixView<'_> {
         MatrixView {

@@ -1,20 +1,15 @@
 //! Loading an encoder-decoder's matrices as [`Proj`]s: packed f32 for the
-//! GEMM, or quantized to Q8_0 at load (each matrix written into a small
-//! in-memory GGUF so that the decoder's [`Linear`] and its dot-product
-//! kernels run it), and running them over rows of activations.
-
-use std::sync::Arc;
+//! GEMM, or quantized to Q8_0 at load into a [`Linear`] (the decoders'
+//! matrix type and kernels), and running them over rows of activations.
 
 use ferrite_kernels::math::Activation;
-use ferrite_kernels::quant::quantize;
 use ferrite_kernels::GgmlType;
 
 use super::Proj;
-use crate::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite};
 use crate::models::encoder::dense;
 use crate::models::encoder::weights::{Dense, WeightSource};
 use crate::parallel::{DisjointSlice, Threads};
-use crate::tensor::{matmul_many, Loader, MatmulJob, QuantizedActs};
+use crate::tensor::{matmul_many, Linear, MatmulJob, QuantizedActs};
 use crate::Error;
 
 /// How matrices are kept in memory.
@@ -53,45 +48,12 @@ impl ProjLoader<'_> {
     ) -> Result<Proj, Error> {
         let block = GgmlType::Q8_0.block_size();
         if self.format == WeightFormat::Q8_0 && cols.is_multiple_of(block) {
-            let mut w = quantized(name, weights, rows, cols)?;
+            let mut w = Linear::quantized(name, GgmlType::Q8_0, weights, rows, cols)?;
             w.bias = bias;
             return Ok(Proj::Quant(w));
         }
         Ok(Proj::F32(Dense::new(weights, bias, rows, cols)))
     }
-}
-
-/// `weights` (`rows x cols`) quantized to Q8_0 as a [`Linear`].
-fn quantized(
-    name: &str,
-    weights: &[f32],
-    rows: usize,
-    cols: usize,
-) -> Result<crate::tensor::Linear, Error> {
-    let ty = GgmlType::Q8_0;
-    let err = |e: String| Error::model(name, format!("Q8_0 quantization: {e}"));
-    let row_bytes = ty
-        .bytes_for(cols as u64)
-        .ok_or_else(|| err(format!("{cols} columns")))? as usize;
-    let mut data = vec![0u8; rows * row_bytes];
-    for (src, dst) in weights
-        .chunks_exact(cols)
-        .zip(data.chunks_exact_mut(row_bytes))
-    {
-        quantize(ty, src, dst).map_err(|e| err(e.to_string()))?;
-    }
-    let dims = [cols as u64, rows as u64];
-    let tensor = TensorToWrite {
-        name,
-        dims: &dims,
-        ty,
-        data: &data,
-    };
-    let mut bytes = Vec::with_capacity(data.len() + 4096);
-    write_gguf(&mut bytes, 3, &Metadata::default(), &[tensor]).map_err(|e| err(e.to_string()))?;
-    drop(data);
-    let file = Arc::new(GgufFile::from_vec(name, bytes)?);
-    Loader::new(file).linear(name, rows, cols)
 }
 
 /// `out = act(x · Wᵀ + b)` for `m` rows of `x`; `out` is `m x rows`.
