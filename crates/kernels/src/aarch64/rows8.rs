@@ -37,11 +37,11 @@ use crate::quant::{Block, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
 
 /// Rows per interleaved group.
-const ROWS: usize = 8;
+pub(super) const ROWS: usize = 8;
 
 /// Activation rows per pass of the many-row kernels (their running sums
 /// stay in registers or on the stack while a block is decoded once).
-const TOKENS: usize = 8;
+pub(super) const TOKENS: usize = 8;
 
 /// `set`'s own eight-row kernel for `w`, if it has one (not the slower
 /// set's).
@@ -310,7 +310,7 @@ unsafe fn isums<M: Mul8>(q: &Values, x: &[i8; 32]) -> [int32x4_t; 2] {
 
 /// Stores the eight lanes of `acc` in `out`.
 #[inline(always)]
-fn store(out: &mut [f32; ROWS], acc: [float32x4_t; 2]) {
+pub(super) fn store(out: &mut [f32; ROWS], acc: Acc) {
     // SAFETY: `out` is 8 writable f32; `st1` has no alignment requirement.
     unsafe {
         vst1q_f32(out.as_mut_ptr(), acc[0]);
@@ -357,27 +357,99 @@ unsafe fn dot8n<K: Legacy, M: Mul8>(
     act_row: usize,
     out: &mut [[f32; ROWS]],
 ) {
-    let step = ROWS * K::BLOCK;
+    many_rows(
+        group,
+        ROWS * K::BLOCK,
+        acts,
+        act_row,
+        out,
+        |w, b, rows, acc| {
+            let q = K::values(w);
+            let scales = w_scales::<K>(w);
+            by_rows(b, rows, acc, |acc, a: &K::A| {
+                // SAFETY: the caller's contract.
+                let isum = unsafe { isums::<M>(&q, a.qs()) };
+                add_terms::<K>(acc, isum, &scales, a)
+            });
+        },
+    );
+}
+
+/// Running sums of a group's eight rows (rows 0..4, rows 4..8).
+pub(super) type Acc = [float32x4_t; 2];
+
+/// The skeleton of the many-row kernels: `out[t]` is the sum of activation
+/// row `t` (bytes `t * act_row..(t + 1) * act_row` of `acts`; a missing
+/// row counts as empty), from zero; for each pass of up to [`TOKENS`] rows
+/// and each block `w` of the group (`step` bytes) that the pass's longest
+/// row reaches, `block(w, b, rows, acc)` adds block `b` of the rows that
+/// have it (see [`by_rows`], [`by_pairs`]). Each block is decoded once
+/// per pass, and each row's sums add their terms in block order.
+#[inline(always)]
+pub(super) fn many_rows<A: Block>(
+    group: &[u8],
+    step: usize,
+    acts: &[u8],
+    act_row: usize,
+    out: &mut [[f32; ROWS]],
+    mut block: impl FnMut(&[u8], usize, &[&[A]; TOKENS], &mut [Acc; TOKENS]),
+) {
     for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[K::A]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
+        let rows: [&[A]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let n = (group.len() / step).min(longest);
         // SAFETY: NEON is part of every aarch64 target.
         let mut acc = unsafe { [[vdupq_n_f32(0.0); 2]; TOKENS] };
         for (b, w) in group.chunks_exact(step).take(n).enumerate() {
-            let q = K::values(w);
-            let scales = w_scales::<K>(w);
-            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
-                // Rows shorter than the group stop where `dot8` would.
-                if let Some(a) = r.get(b) {
-                    // SAFETY: the caller's contract.
-                    let isum = unsafe { isums::<M>(&q, a.qs()) };
-                    *acc = add_terms::<K>(*acc, isum, &scales, a);
-                }
-            }
+            block(w, b, &rows, &mut acc);
         }
         for (o, a) in chunk.iter_mut().zip(acc) {
             store(o, a);
+        }
+    }
+}
+
+/// `acc[t] = term(acc[t], a)` for block `a` (number `b`) of each row `t`
+/// of a pass that has it (rows shorter than the group stop where `dot8`
+/// would; rows past the pass are empty).
+#[inline(always)]
+pub(super) fn by_rows<A>(
+    b: usize,
+    rows: &[&[A]; TOKENS],
+    acc: &mut [Acc; TOKENS],
+    term: impl Fn(Acc, &A) -> Acc,
+) {
+    for (acc, r) in acc.iter_mut().zip(rows) {
+        if let Some(a) = r.get(b) {
+            *acc = term(*acc, a);
+        }
+    }
+}
+
+/// [`by_rows`] two rows at a time, for `smmla`: `isums(x0, x1)` gives the
+/// eight weight rows' exact integer sums with the blocks of both (`[rows
+/// 0..4, rows 4..8]` each), `finish(acc, isum, a)` adds a row's term. A row
+/// without block `b` adds nothing; its partner's block stands in for its
+/// own.
+#[inline(always)]
+pub(super) fn by_pairs<A>(
+    b: usize,
+    rows: &[&[A]; TOKENS],
+    acc: &mut [Acc; TOKENS],
+    isums: impl Fn(&A, &A) -> [[int32x4_t; 2]; 2],
+    finish: impl Fn(Acc, [int32x4_t; 2], &A) -> Acc,
+) {
+    for (accs, pair) in acc.chunks_exact_mut(2).zip(rows.chunks_exact(2)) {
+        let (a0, a1) = (pair[0].get(b), pair[1].get(b));
+        let Some(first) = a0.or(a1) else {
+            continue;
+        };
+        let [s0, s1] = isums(a0.unwrap_or(first), a1.unwrap_or(first));
+        if let Some(a) = a0 {
+            accs[0] = finish(accs[0], s0, a);
+        }
+        if let Some(a) = a1 {
+            accs[1] = finish(accs[1], s1, a);
         }
     }
 }
@@ -450,38 +522,21 @@ unsafe fn dot8n_mmla<K: Legacy>(
     act_row: usize,
     out: &mut [[f32; ROWS]],
 ) {
-    let step = ROWS * K::BLOCK;
-    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[K::A]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let n = (group.len() / step).min(longest);
-        // SAFETY: NEON is part of every aarch64 target.
-        let mut acc = unsafe { [[vdupq_n_f32(0.0); 2]; TOKENS] };
-        for (b, w) in group.chunks_exact(step).take(n).enumerate() {
+    many_rows(
+        group,
+        ROWS * K::BLOCK,
+        acts,
+        act_row,
+        out,
+        |w, b, rows, acc| {
             let q = mmla_weights(&K::values(w));
             let scales = w_scales::<K>(w);
-            for (accs, pair) in acc.chunks_exact_mut(2).zip(rows.chunks_exact(2)) {
-                // A row without block `b` (short, or past the pass) adds
-                // nothing; its partner's values stand in for its own.
-                let (a0, a1) = (pair[0].get(b), pair[1].get(b));
-                let Some(first) = a0.or(a1) else {
-                    continue;
-                };
-                let (x0, x1) = (a0.unwrap_or(first).qs(), a1.unwrap_or(first).qs());
-                // SAFETY: the caller's contract.
-                let [s0, s1] = unsafe { isums_pair(&q, x0, x1) };
-                if let Some(a) = a0 {
-                    accs[0] = add_terms::<K>(accs[0], s0, &scales, a);
-                }
-                if let Some(a) = a1 {
-                    accs[1] = add_terms::<K>(accs[1], s1, &scales, a);
-                }
-            }
-        }
-        for (o, a) in chunk.iter_mut().zip(acc) {
-            store(o, a);
-        }
-    }
+            // SAFETY: the caller's contract.
+            let isums = |x0: &K::A, x1: &K::A| unsafe { isums_pair(&q, x0.qs(), x1.qs()) };
+            let finish = |acc, isum, a: &K::A| add_terms::<K>(acc, isum, &scales, a);
+            by_pairs(b, rows, acc, isums, finish);
+        },
+    );
 }
 
 /// Safe entry points of one set: each runs a generic kernel inside a
