@@ -244,6 +244,7 @@ pub(crate) fn claims(set: KernelSet) -> &'static [Kernel] {
         KernelSet::Neon => &[
             Kernel::QuantizeQ8,
             Kernel::QuantizeActsRow,
+            Kernel::QuantizeQ8K,
             Kernel::GemmPanels,
             Kernel::GemmF16Panels,
             Kernel::F16ToF32,
@@ -267,6 +268,10 @@ pub(crate) unsafe fn override_table(set: KernelSet, t: &mut KernelTable) {
         };
         t.quantize_acts_row = Entry {
             f: quantize::quantize_acts_row,
+            by,
+        };
+        t.quantize_q8k = Entry {
+            f: quantize::quantize_q8k,
             by,
         };
         t.gemm_panels = Entry {

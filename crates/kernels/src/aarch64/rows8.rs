@@ -1,5 +1,5 @@
 //! Eight-row kernels (`VecDotKernel::dot8`, `dot8n`) of the 32-value
-//! formats Q4_0, Q4_1, Q5_0 and Q8_0, on groups of eight weight rows
+//! formats Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, on groups of eight weight rows
 //! repacked by [`crate::dot::interleave`].
 //!
 //! In that layout a 4-byte piece of a block is stored for the eight rows
@@ -25,8 +25,9 @@
 //! once per block.
 //!
 //! No overflow for any bytes: every value fits in an i8 after its offset
-//! (Q4_0: -8..=7, Q4_1: 0..=15, Q5_0: -16..=15, Q8_0: any i8), products
-//! are at most 2^14 and a block's sum at most 2^19 in magnitude.
+//! (Q4_0: -8..=7, Q4_1: 0..=15, Q5_0: -16..=15, Q5_1: 0..=31, Q8_0: any
+//! i8), products are at most 2^14 and a block's sum at most 2^19 in
+//! magnitude.
 
 use std::arch::aarch64::*;
 
@@ -51,10 +52,12 @@ pub(super) fn kernel8(set: KernelSet, w: GgmlType) -> Option<Dot8Fn> {
         (KernelSet::Neon, Q4_0) => neon::dot8_q4_0 as Dot8Fn,
         (KernelSet::Neon, Q4_1) => neon::dot8_q4_1,
         (KernelSet::Neon, Q5_0) => neon::dot8_q5_0,
+        (KernelSet::Neon, Q5_1) => neon::dot8_q5_1,
         (KernelSet::Neon, Q8_0) => neon::dot8_q8_0,
         (KernelSet::Dotprod, Q4_0) => dotprod::dot8_q4_0,
         (KernelSet::Dotprod, Q4_1) => dotprod::dot8_q4_1,
         (KernelSet::Dotprod, Q5_0) => dotprod::dot8_q5_0,
+        (KernelSet::Dotprod, Q5_1) => dotprod::dot8_q5_1,
         (KernelSet::Dotprod, Q8_0) => dotprod::dot8_q8_0,
         _ => return None,
     })
@@ -67,14 +70,17 @@ pub(super) fn kernel8n(set: KernelSet, w: GgmlType) -> Option<Dot8NFn> {
         (KernelSet::Neon, Q4_0) => neon::dot8n_q4_0 as Dot8NFn,
         (KernelSet::Neon, Q4_1) => neon::dot8n_q4_1,
         (KernelSet::Neon, Q5_0) => neon::dot8n_q5_0,
+        (KernelSet::Neon, Q5_1) => neon::dot8n_q5_1,
         (KernelSet::Neon, Q8_0) => neon::dot8n_q8_0,
         (KernelSet::Dotprod, Q4_0) => dotprod::dot8n_q4_0,
         (KernelSet::Dotprod, Q4_1) => dotprod::dot8n_q4_1,
         (KernelSet::Dotprod, Q5_0) => dotprod::dot8n_q5_0,
+        (KernelSet::Dotprod, Q5_1) => dotprod::dot8n_q5_1,
         (KernelSet::Dotprod, Q8_0) => dotprod::dot8n_q8_0,
         (KernelSet::I8mm, Q4_0) => i8mm::dot8n_q4_0,
         (KernelSet::I8mm, Q4_1) => i8mm::dot8n_q4_1,
         (KernelSet::I8mm, Q5_0) => i8mm::dot8n_q5_0,
+        (KernelSet::I8mm, Q5_1) => i8mm::dot8n_q5_1,
         (KernelSet::I8mm, Q8_0) => i8mm::dot8n_q8_0,
         _ => return None,
     })
@@ -202,27 +208,49 @@ impl Legacy for Q5_0 {
     type A = BlockQ8_0;
     #[inline(always)]
     fn values(w: &[u8]) -> Values {
-        // Byte j of lane r: bit 4k + j of row r's mask, as 0x10 or 0.
-        const BYTE0: [u8; 16] = [0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12];
-        const BIT: [u8; 16] = [1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8];
-        // SAFETY: NEON is part of every aarch64 target.
-        let high = unsafe {
-            let (byte0, bit) = (super::load_u8(&BYTE0), super::load_u8(&BIT));
-            let sixteen = vdupq_n_u8(0x10);
-            let mut high = [[vdupq_n_s8(0); 2]; 8];
-            for h in 0..2 {
-                let masks = vreinterpretq_u32_u8(load_at(&w[16 + 16 * h..]));
-                for (k, high) in high.iter_mut().enumerate() {
-                    let shifted = vshlq_u32(masks, vdupq_n_s32(-4 * k as i32));
-                    let spread = vqtbl1q_u8(vreinterpretq_u8_u32(shifted), byte0);
-                    let set = vandq_u8(vtstq_u8(spread, bit), sixteen);
-                    high[h] = vreinterpretq_s8_u8(set);
-                }
-            }
-            high
-        };
-        nibble_values(w, 48, Some(&high), 16)
+        fifth_bit_values(w, 16, 48, 16)
     }
+}
+
+/// Q5_1: `d` at 0, `m` at 16, the fifth-bit masks at 32, the nibble
+/// pieces at `64 + 32c`; `w = d q + m`.
+struct Q5_1;
+
+impl Legacy for Q5_1 {
+    const BLOCK: usize = 24;
+    const MIN: bool = true;
+    type A = BlockQ8_1;
+    #[inline(always)]
+    fn values(w: &[u8]) -> Values {
+        fifth_bit_values(w, 32, 64, 0)
+    }
+}
+
+/// The values of Q5_0 and Q5_1: the rows' 4-byte fifth-bit masks at
+/// `masks` (bit `j` of row `r`'s mask belongs to its value `j`), the
+/// nibble pieces at `nibbles`, `offset` taken off.
+#[inline(always)]
+fn fifth_bit_values(w: &[u8], masks: usize, nibbles: usize, offset: u8) -> Values {
+    // Byte j of lane r: bit 4k + j of row r's mask, as 0x10 or 0.
+    const BYTE0: [u8; 16] = [0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12];
+    const BIT: [u8; 16] = [1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8];
+    // SAFETY: NEON is part of every aarch64 target.
+    let high = unsafe {
+        let (byte0, bit) = (super::load_u8(&BYTE0), super::load_u8(&BIT));
+        let sixteen = vdupq_n_u8(0x10);
+        let mut high = [[vdupq_n_s8(0); 2]; 8];
+        for h in 0..2 {
+            let masks = vreinterpretq_u32_u8(load_at(&w[masks + 16 * h..]));
+            for (k, high) in high.iter_mut().enumerate() {
+                let shifted = vshlq_u32(masks, vdupq_n_s32(-4 * k as i32));
+                let spread = vqtbl1q_u8(vreinterpretq_u8_u32(shifted), byte0);
+                let set = vandq_u8(vtstq_u8(spread, bit), sixteen);
+                high[h] = vreinterpretq_s8_u8(set);
+            }
+        }
+        high
+    };
+    nibble_values(w, nibbles, Some(&high), offset)
 }
 
 /// Q8_0: `d` at 0, the eight value pieces at `16 + 32k`.
@@ -588,10 +616,12 @@ entries!(
     (dot8_q4_0, dot8::<Q4_0, Neon>, Dot8),
     (dot8_q4_1, dot8::<Q4_1, Neon>, Dot8),
     (dot8_q5_0, dot8::<Q5_0, Neon>, Dot8),
+    (dot8_q5_1, dot8::<Q5_1, Neon>, Dot8),
     (dot8_q8_0, dot8::<Q8_0, Neon>, Dot8),
     (dot8n_q4_0, dot8n::<Q4_0, Neon>, Dot8N),
     (dot8n_q4_1, dot8n::<Q4_1, Neon>, Dot8N),
     (dot8n_q5_0, dot8n::<Q5_0, Neon>, Dot8N),
+    (dot8n_q5_1, dot8n::<Q5_1, Neon>, Dot8N),
     (dot8n_q8_0, dot8n::<Q8_0, Neon>, Dot8N),
 );
 
@@ -601,10 +631,12 @@ entries!(
     (dot8_q4_0, dot8::<Q4_0, Sdot>, Dot8),
     (dot8_q4_1, dot8::<Q4_1, Sdot>, Dot8),
     (dot8_q5_0, dot8::<Q5_0, Sdot>, Dot8),
+    (dot8_q5_1, dot8::<Q5_1, Sdot>, Dot8),
     (dot8_q8_0, dot8::<Q8_0, Sdot>, Dot8),
     (dot8n_q4_0, dot8n::<Q4_0, Sdot>, Dot8N),
     (dot8n_q4_1, dot8n::<Q4_1, Sdot>, Dot8N),
     (dot8n_q5_0, dot8n::<Q5_0, Sdot>, Dot8N),
+    (dot8n_q5_1, dot8n::<Q5_1, Sdot>, Dot8N),
     (dot8n_q8_0, dot8n::<Q8_0, Sdot>, Dot8N),
 );
 
@@ -614,5 +646,6 @@ entries!(
     (dot8n_q4_0, dot8n_mmla::<Q4_0>, Dot8N),
     (dot8n_q4_1, dot8n_mmla::<Q4_1>, Dot8N),
     (dot8n_q5_0, dot8n_mmla::<Q5_0>, Dot8N),
+    (dot8n_q5_1, dot8n_mmla::<Q5_1>, Dot8N),
     (dot8n_q8_0, dot8n_mmla::<Q8_0>, Dot8N),
 );

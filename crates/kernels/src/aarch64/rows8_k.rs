@@ -1,18 +1,28 @@
-//! Eight-row kernels (`dot8`, `dot8n`) of Q4_K and Q6_K, the k-quants of
-//! the common Q4_K_M files, on groups of eight rows repacked by
-//! [`crate::dot::interleave`], for the NEON and dotprod sets.
+//! Eight-row kernels (`dot8`, `dot8n`) of the k-quants Q2_K..Q6_K on
+//! groups of eight rows repacked by [`crate::dot::interleave`], for the
+//! NEON and dotprod sets, and the many-row kernels (`dot8n`) of the i8mm
+//! set.
 //!
 //! A super-block of the eight rows is decoded once (per activation row
-//! for `dot8`, per pass of up to [`TOKENS`](super::rows8::TOKENS) rows for `dot8n`) into 64
-//! quads of values (`q[i][h]`: values `4i..4i + 4` of rows `4h..4h + 4`,
-//! one row per i32 lane, offsets taken off), one i32 scale per 16 values
-//! and row, and (Q4_K) one min per 32 values and row, the scale bytes
-//! unpacked lane by lane with shifts and masks. Per 16 values, four `sdot`
-//! by element (per row half) give each row's exact sum in its own lane,
-//! and one integer `mla` multiplies it by the rows' scales: 128 `sdot` and
-//! 32 `mla` per super-block, eight rows and token. The f32 term is the
-//! scalar reference's (`crate::dot::k_quants::with_min`, `q6_k_term`),
-//! lane by lane, added in block order: the bits of the one-row reference.
+//! for `dot8`, per pass of up to [`TOKENS`](super::rows8::TOKENS) rows
+//! for `dot8n`) into 64 quads of values (`q[i][h]`: values `4i..4i + 4`
+//! of rows `4h..4h + 4`, one row per i32 lane, offsets taken off), one i32
+//! scale per 16 values and row, and (Q2_K, Q4_K, Q5_K) one min per 16 or
+//! 32 values and row, the scale bytes unpacked lane by lane with shifts
+//! and masks. Per 16 values, four `sdot` by element (per row half) give
+//! each row's exact sum in its own lane, and one integer `mla` per group
+//! of a scale multiplies it by the rows' scales: 128 `sdot` and 32 `mla`
+//! (16 for Q4_K/Q5_K, whose scales cover 32 values) per super-block,
+//! eight rows and token. The f32 term is the scalar reference's
+//! (`crate::dot::k_quants::with_min`, `q6_k_term`), lane by lane, added in
+//! block order: the bits of the one-row reference.
+//!
+//! The i8mm set's `dot8n` takes the activation rows two at a time: the
+//! decoded quads zipped into `smmla`'s operands (eight values of two
+//! weight rows; eight values of two activation rows), one `smmla` gives a
+//! 2x2 block of exact sums, 128 per super-block and pair of activation
+//! rows (64 per row, against 128 `sdot`), then the scales (in `smmla`'s
+//! lane order) with one `mla` per group, and the same f32 terms.
 //!
 //! No overflow: the per-lane sums are those of the reference's bounds
 //! (`|isum| <= 2^27`, `|msum| <= 16 * 63 * 32768`).
@@ -34,10 +44,12 @@ pub(super) fn kernel8(set: KernelSet, w: GgmlType) -> Option<Dot8Fn> {
         (KernelSet::Neon, Q6K) => neon::dot8_q6_k,
         (KernelSet::Neon, Q2K) => neon::dot8_q2_k,
         (KernelSet::Neon, Q3K) => neon::dot8_q3_k,
+        (KernelSet::Neon, Q5K) => neon::dot8_q5_k,
         (KernelSet::Dotprod, Q4K) => dotprod::dot8_q4_k,
         (KernelSet::Dotprod, Q6K) => dotprod::dot8_q6_k,
         (KernelSet::Dotprod, Q2K) => dotprod::dot8_q2_k,
         (KernelSet::Dotprod, Q3K) => dotprod::dot8_q3_k,
+        (KernelSet::Dotprod, Q5K) => dotprod::dot8_q5_k,
         _ => return None,
     })
 }
@@ -50,13 +62,16 @@ pub(super) fn kernel8n(set: KernelSet, w: GgmlType) -> Option<Dot8NFn> {
         (KernelSet::Neon, Q6K) => neon::dot8n_q6_k,
         (KernelSet::Neon, Q2K) => neon::dot8n_q2_k,
         (KernelSet::Neon, Q3K) => neon::dot8n_q3_k,
+        (KernelSet::Neon, Q5K) => neon::dot8n_q5_k,
         (KernelSet::Dotprod, Q4K) => dotprod::dot8n_q4_k,
         (KernelSet::Dotprod, Q6K) => dotprod::dot8n_q6_k,
         (KernelSet::Dotprod, Q2K) => dotprod::dot8n_q2_k,
         (KernelSet::Dotprod, Q3K) => dotprod::dot8n_q3_k,
+        (KernelSet::Dotprod, Q5K) => dotprod::dot8n_q5_k,
         (KernelSet::I8mm, Q2K) => i8mm::dot8n_q2_k,
         (KernelSet::I8mm, Q3K) => i8mm::dot8n_q3_k,
         (KernelSet::I8mm, Q4K) => i8mm::dot8n_q4_k,
+        (KernelSet::I8mm, Q5K) => i8mm::dot8n_q5_k,
         (KernelSet::I8mm, Q6K) => i8mm::dot8n_q6_k,
         _ => return None,
     })
@@ -134,47 +149,83 @@ impl KFormat for Q4K {
     const M_VALUES: usize = 32;
     #[inline(always)]
     fn decode(w: &[u8], out: &mut Decoded) {
-        out.d = f16x8(w[..16].try_into().expect("16 bytes"));
-        out.dmin = f16x8(w[16..32].try_into().expect("16 bytes"));
+        decode_k4(w, 128, out);
+    }
+}
+
+/// Q5_K: Q4_K's `d`, `dmin` and scales, the 32 bytes of fifth bits as
+/// eight pieces at `128 + 32p`, the nibbles as 32 pieces at `384 + 32p`.
+struct Q5K;
+
+impl KFormat for Q5K {
+    const BLOCK: usize = 176;
+    const MIN: bool = true;
+    const SC_VALUES: usize = 32;
+    const M_VALUES: usize = 32;
+    #[inline(always)]
+    fn decode(w: &[u8], out: &mut Decoded) {
+        decode_k4(w, 384, out);
+        // Quad i of group g: plus 16 where bit g of fifth-bit piece i is
+        // set (see `crate::dot::k_quants::q5_k_q8_k`).
         // SAFETY: NEON is part of every aarch64 target.
         unsafe {
             for h in 0..2 {
-                let p: [uint32x4_t; 3] = std::array::from_fn(|s| {
-                    vreinterpretq_u32_u8(load_at(&w[32 + 32 * s + 16 * h..]))
-                });
-                // As `crate::quant::q4_k::scale_min_k4`, lane by lane.
-                for g in 0..8 {
-                    let (sc, m) = if g < 4 {
-                        (
-                            bits32(lane_byte(&p, g), 0, 63),
-                            bits32(lane_byte(&p, g + 4), 0, 63),
-                        )
-                    } else {
-                        let b = lane_byte(&p, g + 4);
-                        let sc = vorrq_u32(
-                            bits32(b, 0, 0x0f),
-                            vshlq_n_u32::<4>(bits32(lane_byte(&p, g - 4), 6, 3)),
-                        );
-                        let m = vorrq_u32(
-                            bits32(b, 4, 0x0f),
-                            vshlq_n_u32::<4>(bits32(lane_byte(&p, g), 6, 3)),
-                        );
-                        (sc, m)
-                    };
-                    let sc = vreinterpretq_s32_u32(sc);
-                    out.sc[2 * g][h] = sc;
-                    out.sc[2 * g + 1][h] = sc;
-                    out.m[g][h] = vreinterpretq_s32_u32(m);
-                }
-                // Group g: the low (even g) or high nibbles of pieces
-                // 8 (g / 2)..+8.
-                let mask = vdupq_n_u8(0x0f);
-                for j in 0..4 {
-                    for k in 0..8 {
-                        let bytes = load_at(&w[128 + 32 * (8 * j + k) + 16 * h..]);
-                        out.q[8 * (2 * j) + k][h] = vreinterpretq_s8_u8(vandq_u8(bytes, mask));
-                        out.q[8 * (2 * j + 1) + k][h] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(bytes));
+                for i in 0..8 {
+                    let qh = load_at(&w[128 + 32 * i + 16 * h..]);
+                    for g in 0..8 {
+                        let bit = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-(g as i8))), vdupq_n_u8(1));
+                        let q = &mut out.q[8 * g + i][h];
+                        *q = vorrq_s8(*q, vreinterpretq_s8_u8(vshlq_n_u8::<4>(bit)));
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Q4_K's and Q5_K's `d` (at 0), `dmin` (16), scales and mins (three
+/// pieces at 32) and nibbles (32 pieces at `nibbles + 32p`) into `out`.
+#[inline(always)]
+fn decode_k4(w: &[u8], nibbles: usize, out: &mut Decoded) {
+    out.d = f16x8(w[..16].try_into().expect("16 bytes"));
+    out.dmin = f16x8(w[16..32].try_into().expect("16 bytes"));
+    // SAFETY: NEON is part of every aarch64 target.
+    unsafe {
+        for h in 0..2 {
+            let p: [uint32x4_t; 3] =
+                std::array::from_fn(|s| vreinterpretq_u32_u8(load_at(&w[32 + 32 * s + 16 * h..])));
+            // As `crate::quant::q4_k::scale_min_k4`, lane by lane.
+            for g in 0..8 {
+                let (sc, m) = if g < 4 {
+                    (
+                        bits32(lane_byte(&p, g), 0, 63),
+                        bits32(lane_byte(&p, g + 4), 0, 63),
+                    )
+                } else {
+                    let b = lane_byte(&p, g + 4);
+                    let sc = vorrq_u32(
+                        bits32(b, 0, 0x0f),
+                        vshlq_n_u32::<4>(bits32(lane_byte(&p, g - 4), 6, 3)),
+                    );
+                    let m = vorrq_u32(
+                        bits32(b, 4, 0x0f),
+                        vshlq_n_u32::<4>(bits32(lane_byte(&p, g), 6, 3)),
+                    );
+                    (sc, m)
+                };
+                let sc = vreinterpretq_s32_u32(sc);
+                out.sc[2 * g][h] = sc;
+                out.sc[2 * g + 1][h] = sc;
+                out.m[g][h] = vreinterpretq_s32_u32(m);
+            }
+            // Group g: the low (even g) or high nibbles of pieces
+            // 8 (g / 2)..+8.
+            let mask = vdupq_n_u8(0x0f);
+            for j in 0..4 {
+                for k in 0..8 {
+                    let bytes = load_at(&w[nibbles + 32 * (8 * j + k) + 16 * h..]);
+                    out.q[8 * (2 * j) + k][h] = vreinterpretq_s8_u8(vandq_u8(bytes, mask));
+                    out.q[8 * (2 * j + 1) + k][h] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(bytes));
                 }
             }
         }
@@ -574,10 +625,12 @@ entries!(
     (dot8_q6_k, dot8::<Q6K, Neon>, Dot8),
     (dot8_q2_k, dot8::<Q2K, Neon>, Dot8),
     (dot8_q3_k, dot8::<Q3K, Neon>, Dot8),
+    (dot8_q5_k, dot8::<Q5K, Neon>, Dot8),
     (dot8n_q4_k, dot8n::<Q4K, Neon>, Dot8N),
     (dot8n_q6_k, dot8n::<Q6K, Neon>, Dot8N),
     (dot8n_q2_k, dot8n::<Q2K, Neon>, Dot8N),
     (dot8n_q3_k, dot8n::<Q3K, Neon>, Dot8N),
+    (dot8n_q5_k, dot8n::<Q5K, Neon>, Dot8N),
 );
 
 entries!(
@@ -587,10 +640,12 @@ entries!(
     (dot8_q6_k, dot8::<Q6K, Sdot>, Dot8),
     (dot8_q2_k, dot8::<Q2K, Sdot>, Dot8),
     (dot8_q3_k, dot8::<Q3K, Sdot>, Dot8),
+    (dot8_q5_k, dot8::<Q5K, Sdot>, Dot8),
     (dot8n_q4_k, dot8n::<Q4K, Sdot>, Dot8N),
     (dot8n_q6_k, dot8n::<Q6K, Sdot>, Dot8N),
     (dot8n_q2_k, dot8n::<Q2K, Sdot>, Dot8N),
     (dot8n_q3_k, dot8n::<Q3K, Sdot>, Dot8N),
+    (dot8n_q5_k, dot8n::<Q5K, Sdot>, Dot8N),
 );
 
 entries!(
@@ -599,5 +654,6 @@ entries!(
     (dot8n_q2_k, dot8n_mmla::<Q2K>, Dot8N),
     (dot8n_q3_k, dot8n_mmla::<Q3K>, Dot8N),
     (dot8n_q4_k, dot8n_mmla::<Q4K>, Dot8N),
+    (dot8n_q5_k, dot8n_mmla::<Q5K>, Dot8N),
     (dot8n_q6_k, dot8n_mmla::<Q6K>, Dot8N),
 );
