@@ -18,6 +18,7 @@
 //! intrinsics are not stable Rust yet. Each such helper is `unsafe` only
 //! for the CPU feature it needs.
 
+mod attend;
 mod gemm;
 mod one_row;
 mod quantize;
@@ -245,6 +246,8 @@ pub(crate) fn claims(set: KernelSet) -> &'static [Kernel] {
             Kernel::QuantizeQ8,
             Kernel::QuantizeActsRow,
             Kernel::QuantizeQ8K,
+            Kernel::ScoresF16,
+            Kernel::WeightedSumF16,
             Kernel::GemmPanels,
             Kernel::GemmF16Panels,
             Kernel::F16ToF32,
@@ -272,6 +275,14 @@ pub(crate) unsafe fn override_table(set: KernelSet, t: &mut KernelTable) {
         };
         t.quantize_q8k = Entry {
             f: quantize::quantize_q8k,
+            by,
+        };
+        t.scores_f16 = Entry {
+            f: attend::scores_f16,
+            by,
+        };
+        t.weighted_sum_f16 = Entry {
+            f: attend::weighted_sum_f16,
             by,
         };
         t.gemm_panels = Entry {
