@@ -20,6 +20,7 @@
 
 mod attend;
 mod gemm;
+mod gemm_bf16;
 mod one_row;
 mod quantize;
 mod rows8;
@@ -298,6 +299,22 @@ pub(crate) unsafe fn override_table(set: KernelSet, t: &mut KernelTable) {
             by,
         };
     }
+}
+
+/// `crate::gemm_bf16::gemm_bf16_panels`' product with `bfmmla`.
+///
+/// # Safety
+/// FEAT_BF16 (checked by the caller through
+/// `crate::gemm_bf16::available`); the shapes and output contract of
+/// `gemm_bf16_panels`.
+pub(crate) unsafe fn gemm_bf16(
+    a: crate::gemm::Acts,
+    w: &crate::gemm_bf16::PackedBf16,
+    panels: std::ops::Range<usize>,
+    out: crate::gemm::OutPtr,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_bf16::gemm_bf16(a, w, panels, out) }
 }
 
 /// As `crate::gemm_f16::gemm_f16_panels`: the panels converted with
