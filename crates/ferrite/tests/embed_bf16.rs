@@ -4,7 +4,8 @@
 //! for nomic-embed-text-v1.5. Rounding weights and layer inputs to bf16
 //! must keep every text's cosine >= 0.9999 (the bar of the kernel-set
 //! issue); within one machine the bits must not depend on the batch or
-//! the thread count. On a CPU without AVX512-BF16 the option must fail
+//! the thread count. On a CPU without AVX512-BF16 (x86-64) or FEAT_BF16
+//! (aarch64) the option must fail
 //! with a clear error, and these tests say they checked only that.
 
 mod common;
@@ -21,7 +22,9 @@ fn open_bf16(name: &str) -> Option<Embedder> {
     if !ferrite_kernels::gemm_bf16::available() {
         let err = model.use_bf16().unwrap_err().to_string();
         assert!(err.contains("AVX512-BF16"), "{err}");
-        eprintln!("SKIPPED (no AVX512-BF16 here): checked only that --bf16 is refused: {err}");
+        eprintln!(
+            "SKIPPED (no AVX512-BF16 / FEAT_BF16 here): checked only that --bf16 is refused: {err}"
+        );
         return None;
     }
     model.use_bf16().unwrap();

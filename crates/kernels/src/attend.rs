@@ -190,4 +190,67 @@ mod tests {
             }
         }
     }
+
+    /// Extreme values: f16 subnormals, the largest finite f16, signed
+    /// zeros, infinities and NaNs in the cache; huge, tiny and signed-zero
+    /// queries and weights (sums that overflow to infinity, infinities
+    /// meeting zeros). Every result has the reference's bits, or both are
+    /// NaN.
+    #[test]
+    fn fast_loops_match_the_reference_on_extreme_values() {
+        const F16: [u16; 11] = [
+            0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x7bff, 0xfbff, 0x3c00, 0x7c00, 0xfc00, 0x7e00,
+        ];
+        const F32: [f32; 8] = [
+            0.0,
+            -0.0,
+            1e-45,
+            3.0e38,
+            -3.0e38,
+            1.0,
+            f32::MIN_POSITIVE,
+            -2.5,
+        ];
+        let same = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+        };
+        for (case, head_dim) in [3usize, 16, 33, 64, 80].into_iter().enumerate() {
+            // Finite-only caches (every other case), so that most sums
+            // stay numbers, and caches with infinities and NaNs.
+            let pick = if case % 2 == 0 { 8 } else { F16.len() };
+            let n = 9;
+            let cache: Vec<u8> = (0..n * head_dim)
+                .flat_map(|i| F16[(i * 7 + case) % pick].to_le_bytes())
+                .collect();
+            let runs = [F16Rows {
+                bytes: &cache,
+                stride: 2 * head_dim,
+                n,
+            }];
+            let heads = 7;
+            let q: Vec<f32> = (0..heads * head_dim)
+                .map(|i| F32[(i * 5 + case) % F32.len()])
+                .collect();
+            let p: Vec<f32> = (0..heads * n)
+                .map(|i| F32[(i * 3 + case) % F32.len()])
+                .collect();
+            let mut s_ref = vec![0f32; heads * n];
+            reference::scores_f16(&q, heads, &runs, head_dim, 0.5, &mut s_ref);
+            let mut o_ref = vec![0f32; heads * head_dim];
+            reference::weighted_sum_f16(&p, heads, &runs, &mut o_ref);
+            for set in KernelSet::ALL {
+                let Some(t) = set.table() else {
+                    continue;
+                };
+                let mut s_fast = vec![0f32; heads * n];
+                (t.scores_f16.f)(&q, heads, &runs, head_dim, 0.5, &mut s_fast);
+                let mut o_fast = vec![0f32; heads * head_dim];
+                (t.weighted_sum_f16.f)(&p, heads, &runs, &mut o_fast);
+                assert!(same(&s_fast, &s_ref), "{} scores hd={head_dim}", set.name());
+                assert!(same(&o_fast, &o_ref), "{} sums hd={head_dim}", set.name());
+            }
+        }
+    }
 }

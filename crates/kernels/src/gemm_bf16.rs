@@ -72,27 +72,36 @@ impl PackedBf16 {
     }
 
     /// Input pairs per row.
-    // Only the x86 kernels read it so far.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    // Only the SIMD kernels read it.
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
     fn pairs(&self) -> usize {
         self.k.div_ceil(2)
     }
 
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     pub(crate) fn panel_ptr(&self, p: usize) -> *const u32 {
         self.words[p * self.pairs() * NR..].as_ptr()
     }
 }
 
 /// Whether this CPU runs [`gemm_bf16_panels`]: AVX-512 (F, BW, VL) with
-/// BF16, and the AVX-512 kernel set not turned off (`FERRITE_KERNELS`).
+/// BF16, and the AVX-512 kernel set not turned off (`FERRITE_KERNELS`); on
+/// aarch64, FEAT_BF16 (`bfmmla`) with a NEON set (not `scalar`).
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         crate::dispatch::active_kernel_set() == crate::dispatch::KernelSet::Avx512
             && std::arch::is_x86_feature_detected!("avx512bf16")
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        crate::dispatch::active_kernel_set() != crate::dispatch::KernelSet::Scalar
+            && std::arch::is_aarch64_feature_detected!("bf16")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         false
     }
@@ -116,13 +125,22 @@ pub unsafe fn gemm_bf16_panels(a: Acts, w: &PackedBf16, panels: Range<usize>, ou
         out.bias.is_none_or(|b| b.len() >= w.n),
         "bias shorter than n"
     );
-    assert!(available(), "the bf16 GEMM needs AVX512-BF16");
+    assert!(
+        available(),
+        "the bf16 GEMM needs AVX512-BF16 (x86-64) or FEAT_BF16 (aarch64)"
+    );
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the CPU has AVX512F/BW/VL (the active AVX-512 set) and
     // BF16 (checked above); the shapes were checked; the output contract
     // is the caller's.
     unsafe {
         crate::x86::avx512::gemm_bf16(a, w, panels, out)
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: the CPU has FEAT_BF16 (checked above); the shapes were
+    // checked; the output contract is the caller's.
+    unsafe {
+        crate::aarch64::gemm_bf16(a, w, panels, out)
     }
 }
 
@@ -150,7 +168,7 @@ mod tests {
     #[test]
     fn matches_the_rounded_products_within_f32_rounding() {
         if !available() {
-            eprintln!("SKIPPED: this CPU has no AVX512-BF16 (or the AVX-512 set is off)");
+            eprintln!("SKIPPED: this CPU has no AVX512-BF16 / FEAT_BF16 (or its SIMD set is off)");
             return;
         }
         let mut next = crate::xorshift(0x5eed_b16f);

@@ -71,8 +71,9 @@ pub struct Flags {
     #[arg(long)]
     max_tokens: Option<usize>,
     /// Multiply in bf16 (weights and layer inputs rounded to bf16, sums in
-    /// f32) on CPUs with AVX512-BF16: up to twice as fast, not the f32
-    /// results (cosine >= 0.9999 to them on MiniLM, mpnet and nomic-embed).
+    /// f32) on CPUs with AVX512-BF16, or FEAT_BF16 on aarch64: faster, not
+    /// the f32 results (cosine >= 0.9999 to them on MiniLM, mpnet and
+    /// nomic-embed).
     #[arg(long, conflicts_with = "int8")]
     pub bf16: bool,
     /// Multiply in int8 (weights rounded per output feature at load, layer

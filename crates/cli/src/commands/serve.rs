@@ -85,8 +85,8 @@ pub struct Args {
     /// the chat template's own markup yields control tokens.
     #[arg(long, env = "FERRITE_PARSE_SPECIAL_IN_MESSAGES")]
     parse_special_in_messages: bool,
-    /// Embedding models multiply in bf16 on CPUs with AVX512-BF16 (see
-    /// `ferrite embed --bf16`: faster, not the f32 results).
+    /// Embedding models multiply in bf16 on CPUs with AVX512-BF16 or
+    /// FEAT_BF16 (see `ferrite embed --bf16`: faster, not the f32 results).
     #[arg(long, env = "FERRITE_BF16", conflicts_with = "int8")]
     bf16: bool,
     /// Embedding models multiply in int8 on any CPU (see `ferrite embed

@@ -18,7 +18,9 @@
 //! intrinsics are not stable Rust yet. Each such helper is `unsafe` only
 //! for the CPU feature it needs.
 
+mod attend;
 mod gemm;
+mod gemm_bf16;
 mod one_row;
 mod quantize;
 mod rows8;
@@ -244,6 +246,9 @@ pub(crate) fn claims(set: KernelSet) -> &'static [Kernel] {
         KernelSet::Neon => &[
             Kernel::QuantizeQ8,
             Kernel::QuantizeActsRow,
+            Kernel::QuantizeQ8K,
+            Kernel::ScoresF16,
+            Kernel::WeightedSumF16,
             Kernel::GemmPanels,
             Kernel::GemmF16Panels,
             Kernel::F16ToF32,
@@ -269,6 +274,18 @@ pub(crate) unsafe fn override_table(set: KernelSet, t: &mut KernelTable) {
             f: quantize::quantize_acts_row,
             by,
         };
+        t.quantize_q8k = Entry {
+            f: quantize::quantize_q8k,
+            by,
+        };
+        t.scores_f16 = Entry {
+            f: attend::scores_f16,
+            by,
+        };
+        t.weighted_sum_f16 = Entry {
+            f: attend::weighted_sum_f16,
+            by,
+        };
         t.gemm_panels = Entry {
             f: gemm::gemm_panels,
             by,
@@ -282,6 +299,22 @@ pub(crate) unsafe fn override_table(set: KernelSet, t: &mut KernelTable) {
             by,
         };
     }
+}
+
+/// `crate::gemm_bf16::gemm_bf16_panels`' product with `bfmmla`.
+///
+/// # Safety
+/// FEAT_BF16 (checked by the caller through
+/// `crate::gemm_bf16::available`); the shapes and output contract of
+/// `gemm_bf16_panels`.
+pub(crate) unsafe fn gemm_bf16(
+    a: crate::gemm::Acts,
+    w: &crate::gemm_bf16::PackedBf16,
+    panels: std::ops::Range<usize>,
+    out: crate::gemm::OutPtr,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_bf16::gemm_bf16(a, w, panels, out) }
 }
 
 /// As `crate::gemm_f16::gemm_f16_panels`: the panels converted with

@@ -1,5 +1,5 @@
 //! Eight-row kernels (`VecDotKernel::dot8`, `dot8n`) of the 32-value
-//! formats Q4_0, Q4_1, Q5_0 and Q8_0, on groups of eight weight rows
+//! formats Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, on groups of eight weight rows
 //! repacked by [`crate::dot::interleave`].
 //!
 //! In that layout a 4-byte piece of a block is stored for the eight rows
@@ -25,8 +25,9 @@
 //! once per block.
 //!
 //! No overflow for any bytes: every value fits in an i8 after its offset
-//! (Q4_0: -8..=7, Q4_1: 0..=15, Q5_0: -16..=15, Q8_0: any i8), products
-//! are at most 2^14 and a block's sum at most 2^19 in magnitude.
+//! (Q4_0: -8..=7, Q4_1: 0..=15, Q5_0: -16..=15, Q5_1: 0..=31, Q8_0: any
+//! i8), products are at most 2^14 and a block's sum at most 2^19 in
+//! magnitude.
 
 use std::arch::aarch64::*;
 
@@ -37,11 +38,11 @@ use crate::quant::{Block, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
 
 /// Rows per interleaved group.
-const ROWS: usize = 8;
+pub(super) const ROWS: usize = 8;
 
 /// Activation rows per pass of the many-row kernels (their running sums
 /// stay in registers or on the stack while a block is decoded once).
-const TOKENS: usize = 8;
+pub(super) const TOKENS: usize = 8;
 
 /// `set`'s own eight-row kernel for `w`, if it has one (not the slower
 /// set's).
@@ -51,10 +52,12 @@ pub(super) fn kernel8(set: KernelSet, w: GgmlType) -> Option<Dot8Fn> {
         (KernelSet::Neon, Q4_0) => neon::dot8_q4_0 as Dot8Fn,
         (KernelSet::Neon, Q4_1) => neon::dot8_q4_1,
         (KernelSet::Neon, Q5_0) => neon::dot8_q5_0,
+        (KernelSet::Neon, Q5_1) => neon::dot8_q5_1,
         (KernelSet::Neon, Q8_0) => neon::dot8_q8_0,
         (KernelSet::Dotprod, Q4_0) => dotprod::dot8_q4_0,
         (KernelSet::Dotprod, Q4_1) => dotprod::dot8_q4_1,
         (KernelSet::Dotprod, Q5_0) => dotprod::dot8_q5_0,
+        (KernelSet::Dotprod, Q5_1) => dotprod::dot8_q5_1,
         (KernelSet::Dotprod, Q8_0) => dotprod::dot8_q8_0,
         _ => return None,
     })
@@ -67,14 +70,17 @@ pub(super) fn kernel8n(set: KernelSet, w: GgmlType) -> Option<Dot8NFn> {
         (KernelSet::Neon, Q4_0) => neon::dot8n_q4_0 as Dot8NFn,
         (KernelSet::Neon, Q4_1) => neon::dot8n_q4_1,
         (KernelSet::Neon, Q5_0) => neon::dot8n_q5_0,
+        (KernelSet::Neon, Q5_1) => neon::dot8n_q5_1,
         (KernelSet::Neon, Q8_0) => neon::dot8n_q8_0,
         (KernelSet::Dotprod, Q4_0) => dotprod::dot8n_q4_0,
         (KernelSet::Dotprod, Q4_1) => dotprod::dot8n_q4_1,
         (KernelSet::Dotprod, Q5_0) => dotprod::dot8n_q5_0,
+        (KernelSet::Dotprod, Q5_1) => dotprod::dot8n_q5_1,
         (KernelSet::Dotprod, Q8_0) => dotprod::dot8n_q8_0,
         (KernelSet::I8mm, Q4_0) => i8mm::dot8n_q4_0,
         (KernelSet::I8mm, Q4_1) => i8mm::dot8n_q4_1,
         (KernelSet::I8mm, Q5_0) => i8mm::dot8n_q5_0,
+        (KernelSet::I8mm, Q5_1) => i8mm::dot8n_q5_1,
         (KernelSet::I8mm, Q8_0) => i8mm::dot8n_q8_0,
         _ => return None,
     })
@@ -202,27 +208,49 @@ impl Legacy for Q5_0 {
     type A = BlockQ8_0;
     #[inline(always)]
     fn values(w: &[u8]) -> Values {
-        // Byte j of lane r: bit 4k + j of row r's mask, as 0x10 or 0.
-        const BYTE0: [u8; 16] = [0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12];
-        const BIT: [u8; 16] = [1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8];
-        // SAFETY: NEON is part of every aarch64 target.
-        let high = unsafe {
-            let (byte0, bit) = (super::load_u8(&BYTE0), super::load_u8(&BIT));
-            let sixteen = vdupq_n_u8(0x10);
-            let mut high = [[vdupq_n_s8(0); 2]; 8];
-            for h in 0..2 {
-                let masks = vreinterpretq_u32_u8(load_at(&w[16 + 16 * h..]));
-                for (k, high) in high.iter_mut().enumerate() {
-                    let shifted = vshlq_u32(masks, vdupq_n_s32(-4 * k as i32));
-                    let spread = vqtbl1q_u8(vreinterpretq_u8_u32(shifted), byte0);
-                    let set = vandq_u8(vtstq_u8(spread, bit), sixteen);
-                    high[h] = vreinterpretq_s8_u8(set);
-                }
-            }
-            high
-        };
-        nibble_values(w, 48, Some(&high), 16)
+        fifth_bit_values(w, 16, 48, 16)
     }
+}
+
+/// Q5_1: `d` at 0, `m` at 16, the fifth-bit masks at 32, the nibble
+/// pieces at `64 + 32c`; `w = d q + m`.
+struct Q5_1;
+
+impl Legacy for Q5_1 {
+    const BLOCK: usize = 24;
+    const MIN: bool = true;
+    type A = BlockQ8_1;
+    #[inline(always)]
+    fn values(w: &[u8]) -> Values {
+        fifth_bit_values(w, 32, 64, 0)
+    }
+}
+
+/// The values of Q5_0 and Q5_1: the rows' 4-byte fifth-bit masks at
+/// `masks` (bit `j` of row `r`'s mask belongs to its value `j`), the
+/// nibble pieces at `nibbles`, `offset` taken off.
+#[inline(always)]
+fn fifth_bit_values(w: &[u8], masks: usize, nibbles: usize, offset: u8) -> Values {
+    // Byte j of lane r: bit 4k + j of row r's mask, as 0x10 or 0.
+    const BYTE0: [u8; 16] = [0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12];
+    const BIT: [u8; 16] = [1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8];
+    // SAFETY: NEON is part of every aarch64 target.
+    let high = unsafe {
+        let (byte0, bit) = (super::load_u8(&BYTE0), super::load_u8(&BIT));
+        let sixteen = vdupq_n_u8(0x10);
+        let mut high = [[vdupq_n_s8(0); 2]; 8];
+        for h in 0..2 {
+            let masks = vreinterpretq_u32_u8(load_at(&w[masks + 16 * h..]));
+            for (k, high) in high.iter_mut().enumerate() {
+                let shifted = vshlq_u32(masks, vdupq_n_s32(-4 * k as i32));
+                let spread = vqtbl1q_u8(vreinterpretq_u8_u32(shifted), byte0);
+                let set = vandq_u8(vtstq_u8(spread, bit), sixteen);
+                high[h] = vreinterpretq_s8_u8(set);
+            }
+        }
+        high
+    };
+    nibble_values(w, nibbles, Some(&high), offset)
 }
 
 /// Q8_0: `d` at 0, the eight value pieces at `16 + 32k`.
@@ -310,7 +338,7 @@ unsafe fn isums<M: Mul8>(q: &Values, x: &[i8; 32]) -> [int32x4_t; 2] {
 
 /// Stores the eight lanes of `acc` in `out`.
 #[inline(always)]
-fn store(out: &mut [f32; ROWS], acc: [float32x4_t; 2]) {
+pub(super) fn store(out: &mut [f32; ROWS], acc: Acc) {
     // SAFETY: `out` is 8 writable f32; `st1` has no alignment requirement.
     unsafe {
         vst1q_f32(out.as_mut_ptr(), acc[0]);
@@ -357,27 +385,99 @@ unsafe fn dot8n<K: Legacy, M: Mul8>(
     act_row: usize,
     out: &mut [[f32; ROWS]],
 ) {
-    let step = ROWS * K::BLOCK;
+    many_rows(
+        group,
+        ROWS * K::BLOCK,
+        acts,
+        act_row,
+        out,
+        |w, b, rows, acc| {
+            let q = K::values(w);
+            let scales = w_scales::<K>(w);
+            by_rows(b, rows, acc, |acc, a: &K::A| {
+                // SAFETY: the caller's contract.
+                let isum = unsafe { isums::<M>(&q, a.qs()) };
+                add_terms::<K>(acc, isum, &scales, a)
+            });
+        },
+    );
+}
+
+/// Running sums of a group's eight rows (rows 0..4, rows 4..8).
+pub(super) type Acc = [float32x4_t; 2];
+
+/// The skeleton of the many-row kernels: `out[t]` is the sum of activation
+/// row `t` (bytes `t * act_row..(t + 1) * act_row` of `acts`; a missing
+/// row counts as empty), from zero; for each pass of up to [`TOKENS`] rows
+/// and each block `w` of the group (`step` bytes) that the pass's longest
+/// row reaches, `block(w, b, rows, acc)` adds block `b` of the rows that
+/// have it (see [`by_rows`], [`by_pairs`]). Each block is decoded once
+/// per pass, and each row's sums add their terms in block order.
+#[inline(always)]
+pub(super) fn many_rows<A: Block>(
+    group: &[u8],
+    step: usize,
+    acts: &[u8],
+    act_row: usize,
+    out: &mut [[f32; ROWS]],
+    mut block: impl FnMut(&[u8], usize, &[&[A]; TOKENS], &mut [Acc; TOKENS]),
+) {
     for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[K::A]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
+        let rows: [&[A]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let n = (group.len() / step).min(longest);
         // SAFETY: NEON is part of every aarch64 target.
         let mut acc = unsafe { [[vdupq_n_f32(0.0); 2]; TOKENS] };
         for (b, w) in group.chunks_exact(step).take(n).enumerate() {
-            let q = K::values(w);
-            let scales = w_scales::<K>(w);
-            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
-                // Rows shorter than the group stop where `dot8` would.
-                if let Some(a) = r.get(b) {
-                    // SAFETY: the caller's contract.
-                    let isum = unsafe { isums::<M>(&q, a.qs()) };
-                    *acc = add_terms::<K>(*acc, isum, &scales, a);
-                }
-            }
+            block(w, b, &rows, &mut acc);
         }
         for (o, a) in chunk.iter_mut().zip(acc) {
             store(o, a);
+        }
+    }
+}
+
+/// `acc[t] = term(acc[t], a)` for block `a` (number `b`) of each row `t`
+/// of a pass that has it (rows shorter than the group stop where `dot8`
+/// would; rows past the pass are empty).
+#[inline(always)]
+pub(super) fn by_rows<A>(
+    b: usize,
+    rows: &[&[A]; TOKENS],
+    acc: &mut [Acc; TOKENS],
+    term: impl Fn(Acc, &A) -> Acc,
+) {
+    for (acc, r) in acc.iter_mut().zip(rows) {
+        if let Some(a) = r.get(b) {
+            *acc = term(*acc, a);
+        }
+    }
+}
+
+/// [`by_rows`] two rows at a time, for `smmla`: `isums(x0, x1)` gives the
+/// eight weight rows' exact integer sums with the blocks of both (`[rows
+/// 0..4, rows 4..8]` each), `finish(acc, isum, a)` adds a row's term. A row
+/// without block `b` adds nothing; its partner's block stands in for its
+/// own.
+#[inline(always)]
+pub(super) fn by_pairs<A>(
+    b: usize,
+    rows: &[&[A]; TOKENS],
+    acc: &mut [Acc; TOKENS],
+    isums: impl Fn(&A, &A) -> [[int32x4_t; 2]; 2],
+    finish: impl Fn(Acc, [int32x4_t; 2], &A) -> Acc,
+) {
+    for (accs, pair) in acc.chunks_exact_mut(2).zip(rows.chunks_exact(2)) {
+        let (a0, a1) = (pair[0].get(b), pair[1].get(b));
+        let Some(first) = a0.or(a1) else {
+            continue;
+        };
+        let [s0, s1] = isums(a0.unwrap_or(first), a1.unwrap_or(first));
+        if let Some(a) = a0 {
+            accs[0] = finish(accs[0], s0, a);
+        }
+        if let Some(a) = a1 {
+            accs[1] = finish(accs[1], s1, a);
         }
     }
 }
@@ -450,38 +550,21 @@ unsafe fn dot8n_mmla<K: Legacy>(
     act_row: usize,
     out: &mut [[f32; ROWS]],
 ) {
-    let step = ROWS * K::BLOCK;
-    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[K::A]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let n = (group.len() / step).min(longest);
-        // SAFETY: NEON is part of every aarch64 target.
-        let mut acc = unsafe { [[vdupq_n_f32(0.0); 2]; TOKENS] };
-        for (b, w) in group.chunks_exact(step).take(n).enumerate() {
+    many_rows(
+        group,
+        ROWS * K::BLOCK,
+        acts,
+        act_row,
+        out,
+        |w, b, rows, acc| {
             let q = mmla_weights(&K::values(w));
             let scales = w_scales::<K>(w);
-            for (accs, pair) in acc.chunks_exact_mut(2).zip(rows.chunks_exact(2)) {
-                // A row without block `b` (short, or past the pass) adds
-                // nothing; its partner's values stand in for its own.
-                let (a0, a1) = (pair[0].get(b), pair[1].get(b));
-                let Some(first) = a0.or(a1) else {
-                    continue;
-                };
-                let (x0, x1) = (a0.unwrap_or(first).qs(), a1.unwrap_or(first).qs());
-                // SAFETY: the caller's contract.
-                let [s0, s1] = unsafe { isums_pair(&q, x0, x1) };
-                if let Some(a) = a0 {
-                    accs[0] = add_terms::<K>(accs[0], s0, &scales, a);
-                }
-                if let Some(a) = a1 {
-                    accs[1] = add_terms::<K>(accs[1], s1, &scales, a);
-                }
-            }
-        }
-        for (o, a) in chunk.iter_mut().zip(acc) {
-            store(o, a);
-        }
-    }
+            // SAFETY: the caller's contract.
+            let isums = |x0: &K::A, x1: &K::A| unsafe { isums_pair(&q, x0.qs(), x1.qs()) };
+            let finish = |acc, isum, a: &K::A| add_terms::<K>(acc, isum, &scales, a);
+            by_pairs(b, rows, acc, isums, finish);
+        },
+    );
 }
 
 /// Safe entry points of one set: each runs a generic kernel inside a
@@ -533,10 +616,12 @@ entries!(
     (dot8_q4_0, dot8::<Q4_0, Neon>, Dot8),
     (dot8_q4_1, dot8::<Q4_1, Neon>, Dot8),
     (dot8_q5_0, dot8::<Q5_0, Neon>, Dot8),
+    (dot8_q5_1, dot8::<Q5_1, Neon>, Dot8),
     (dot8_q8_0, dot8::<Q8_0, Neon>, Dot8),
     (dot8n_q4_0, dot8n::<Q4_0, Neon>, Dot8N),
     (dot8n_q4_1, dot8n::<Q4_1, Neon>, Dot8N),
     (dot8n_q5_0, dot8n::<Q5_0, Neon>, Dot8N),
+    (dot8n_q5_1, dot8n::<Q5_1, Neon>, Dot8N),
     (dot8n_q8_0, dot8n::<Q8_0, Neon>, Dot8N),
 );
 
@@ -546,10 +631,12 @@ entries!(
     (dot8_q4_0, dot8::<Q4_0, Sdot>, Dot8),
     (dot8_q4_1, dot8::<Q4_1, Sdot>, Dot8),
     (dot8_q5_0, dot8::<Q5_0, Sdot>, Dot8),
+    (dot8_q5_1, dot8::<Q5_1, Sdot>, Dot8),
     (dot8_q8_0, dot8::<Q8_0, Sdot>, Dot8),
     (dot8n_q4_0, dot8n::<Q4_0, Sdot>, Dot8N),
     (dot8n_q4_1, dot8n::<Q4_1, Sdot>, Dot8N),
     (dot8n_q5_0, dot8n::<Q5_0, Sdot>, Dot8N),
+    (dot8n_q5_1, dot8n::<Q5_1, Sdot>, Dot8N),
     (dot8n_q8_0, dot8n::<Q8_0, Sdot>, Dot8N),
 );
 
@@ -559,5 +646,6 @@ entries!(
     (dot8n_q4_0, dot8n_mmla::<Q4_0>, Dot8N),
     (dot8n_q4_1, dot8n_mmla::<Q4_1>, Dot8N),
     (dot8n_q5_0, dot8n_mmla::<Q5_0>, Dot8N),
+    (dot8n_q5_1, dot8n_mmla::<Q5_1>, Dot8N),
     (dot8n_q8_0, dot8n_mmla::<Q8_0>, Dot8N),
 );

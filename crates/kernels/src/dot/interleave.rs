@@ -40,6 +40,8 @@ fn piece_widths(ty: GgmlType) -> Option<&'static [usize]> {
         Q4_1 => &[2, 2, 4, 4, 4, 4],
         // d, the 4 bytes of fifth bits, nibbles.
         Q5_0 => &[2, 4, 4, 4, 4, 4],
+        // d, m, fifth bits, nibbles.
+        Q5_1 => &[2, 2, 4, 4, 4, 4, 4],
         // d, the 32 bytes of values as eight 4-byte pieces.
         Q8_0 => &[2, 4, 4, 4, 4, 4, 4, 4, 4],
         // 16 scale bytes, 64 bytes of 2-bit values, d, dmin.
@@ -48,6 +50,8 @@ fn piece_widths(ty: GgmlType) -> Option<&'static [usize]> {
         Q3K => &Q3K_PIECES,
         // d, dmin, the 12 scale bytes, then 128 bytes of nibbles.
         Q4K => &Q4K_PIECES,
+        // Q4_K's pieces, with the 32 bytes of fifth bits before the nibbles.
+        Q5K => &Q5K_PIECES,
         // 128 bytes of low nibbles, 64 of high bits, 16 scales, then d.
         Q6K => &Q6K_PIECES,
         _ => return None,
@@ -69,6 +73,13 @@ const Q3K_PIECES: [usize; 28] = {
 
 const Q4K_PIECES: [usize; 37] = {
     let mut p = [4; 37];
+    p[0] = 2;
+    p[1] = 2;
+    p
+};
+
+const Q5K_PIECES: [usize; 45] = {
+    let mut p = [4; 45];
     p[0] = 2;
     p[1] = 2;
     p
@@ -192,8 +203,12 @@ mod tests {
             GgmlType::Q4_0,
             GgmlType::Q4_1,
             GgmlType::Q5_0,
+            GgmlType::Q5_1,
             GgmlType::Q8_0,
+            GgmlType::Q2K,
+            GgmlType::Q3K,
             GgmlType::Q4K,
+            GgmlType::Q5K,
             GgmlType::Q6K,
         ];
         for (ty, group_rows) in types.into_iter().flat_map(|ty| [(ty, 8), (ty, 16)]) {
@@ -244,7 +259,7 @@ mod tests {
             }
         }
         let mut out = [0u8; 16];
-        assert!(!interleave(GgmlType::Q5_1, 8, &[0u8; 16], &mut out));
+        assert!(!interleave(GgmlType::F16, 8, &[0u8; 16], &mut out));
         assert!(!interleave(GgmlType::Q8_0, 8, &[0u8; 15], &mut out[..15]));
         assert!(!interleave(GgmlType::Q8_0, 0, &[0u8; 16], &mut out));
         assert!(!interleave(GgmlType::Q8_0, 4, &[0u8; 16], &mut out));

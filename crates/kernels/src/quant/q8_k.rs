@@ -56,13 +56,16 @@ impl BlockQ8K {
         (crate::table::active().quantize_q8k.f)(x)
     }
 
+    /// An all-zero block (what an all-zero input quantizes to).
+    pub(crate) const ZERO: BlockQ8K = BlockQ8K {
+        d: [0; 4],
+        qs: [0; QK_K],
+        bsums: [[0; 2]; QK_K / 16],
+    };
+
     /// The scalar reference of [`BlockQ8K::from_f32`].
     pub fn from_f32_scalar(x: &[f32; QK_K]) -> Self {
-        let mut out = BlockQ8K {
-            d: [0; 4],
-            qs: [0; QK_K],
-            bsums: [[0; 2]; QK_K / 16],
-        };
+        let mut out = BlockQ8K::ZERO;
         let mut amax = 0.0f32;
         let mut max = 0.0f32;
         for &v in x {
@@ -133,6 +136,15 @@ mod set_tests {
             }
             blocks.push(x);
         }
+        // Exact ties: max = -127 makes iscale exactly 1, so each product
+        // is the value itself, halves among them (-126.5..=126.5; ties go
+        // to even, not away from zero).
+        let mut halves = [0f32; QK_K];
+        halves[0] = -127.0;
+        for (i, v) in halves.iter_mut().enumerate().skip(1) {
+            *v = (i % 254) as f32 - 126.5;
+        }
+        blocks.push(halves);
         blocks.push([0.0; QK_K]);
         blocks.push([-0.0; QK_K]);
         let mut odd = [1.0f32; QK_K];

@@ -258,17 +258,18 @@ impl Encoder {
     /// Rounds every weight matrix to bf16 for the optional bf16 product
     /// (`ferrite_kernels::gemm_bf16`: up to twice the f32 product's speed,
     /// not its bits); attention, norms and activations stay in f32. Fails
-    /// on a CPU without AVX512-BF16.
+    /// on a CPU without AVX512-BF16 (x86-64) or FEAT_BF16 (aarch64).
     pub fn use_bf16(&mut self) -> Result<(), Error> {
         if !ferrite_kernels::gemm_bf16::available() {
             return Err(Error::Input(format!(
                 "bf16 products need a CPU with AVX512-BF16 and the AVX-512 kernel set \
-                 (this one runs the {} set{})",
+                 (x86-64), or FEAT_BF16 and a NEON kernel set (aarch64); this one runs \
+                 the {} set{}",
                 ferrite_kernels::dispatch::kernel_set_name(),
-                if cfg!(target_arch = "x86_64") {
+                if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
                     ""
                 } else {
-                    ", not x86-64"
+                    ", on neither"
                 }
             )));
         }

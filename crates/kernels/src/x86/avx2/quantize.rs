@@ -173,11 +173,7 @@ pub(crate) unsafe fn q8k_block(x: &[f32; QK_K]) -> Option<BlockQ8K> {
     let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
     let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m)));
-    let mut out = BlockQ8K {
-        d: [0; 4],
-        qs: [0; QK_K],
-        bsums: [[0; 2]; QK_K / 16],
-    };
+    let mut out = BlockQ8K::ZERO;
     if amax == 0.0 {
         return Some(out);
     }
