@@ -3,6 +3,7 @@
 # threads, -np N): scripts/bench-serve.py says what is measured.
 #
 #   scripts/bench-serve.sh [--streams 1,8,32,64] [--max-tokens 64] [--threads 2] [--json OUT]
+#   scripts/bench-serve.sh --prefix [--prefix-tokens 1500] [--prefix-requests 8] [--turns 10] [--rounds 3]
 #
 # Builds ferrite (release) unless FERRITE_BIN is set, fetches smollm2 and
 # minilm; llama-server comes from ~/.cache/ferrite-reference (built by the

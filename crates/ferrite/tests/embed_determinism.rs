@@ -211,3 +211,44 @@ fn inconsistent_configs_are_clear_errors_not_panics() {
     assert!(err.contains("model_type 't5'"), "{err}");
     assert_eq!(open_with_config(|_| {}), "opened");
 }
+
+#[test]
+fn token_ids_embed_as_their_text() {
+    for name in ["minilm", "nomic-embed-v1.5"] {
+        let model = Embedder::open(&common::real_model(name)).unwrap();
+        let tok = &model.tokenizer;
+        let texts = ["A cat sits on the mat.", "", "Ünïcödé — 日本語, 🎉!"];
+        let with_specials: Vec<Vec<u32>> = texts
+            .iter()
+            .map(|t| tok.encode_untruncated(t).unwrap())
+            .collect();
+        // A client's ids are the text's tokens without [CLS] and [SEP].
+        for ids in &with_specials {
+            let bare = &ids[1..ids.len() - 1];
+            assert_eq!(&tok.with_special_tokens(bare).unwrap(), ids, "{name}");
+        }
+        let refs: Vec<&[u32]> = with_specials.iter().map(Vec::as_slice).collect();
+        let opts = EmbedOptions::default();
+        let threads = Threads::new(2);
+        let a = model.embed(&texts, &opts, &threads).unwrap();
+        let b = model.embed_tokens(&refs, &opts, &threads).unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(bits(&x.vector), bits(&y.vector), "{name}");
+        }
+        let e = tok
+            .with_special_tokens(&[5, 1 << 30])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("token 1: id 1073741824 is not in the vocabulary"),
+            "{e}"
+        );
+        let e = match model.embed_tokens(&[&[1u32 << 30]], &opts, &threads) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("an id past the vocabulary was embedded"),
+        };
+        assert!(e.contains("input 1: token id 1073741824"), "{e}");
+        let long = vec![100u32; model.max_positions() + 1];
+        assert!(model.embed_tokens(&[&long], &opts, &threads).is_err());
+    }
+}

@@ -35,6 +35,9 @@ pub struct Limits {
     pub ctx: Option<usize>,
     /// KV-cache memory all sequences of a model may reserve, in MiB.
     pub kv_cache_mib: usize,
+    /// Memory the prefix cache's blocks may hold per generation model, in
+    /// MiB (0: no prefix cache).
+    pub prefix_cache_mib: usize,
     /// Most tokens (prefill rows plus decode rows) in one forward pass.
     pub batch_tokens: usize,
     /// Most tokens in one embedding batch.
@@ -74,6 +77,7 @@ impl Default for Limits {
             max_seqs: 64,
             ctx: Some(4096),
             kv_cache_mib: 4096,
+            prefix_cache_mib: 512,
             batch_tokens: 256,
             embed_batch_tokens: 8192,
             max_embed_inputs: 2048,

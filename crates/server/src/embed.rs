@@ -22,7 +22,8 @@ use crate::queue::Queue;
 
 /// One embeddings request, its inputs already checked and counted.
 pub struct EmbedJob {
-    pub texts: Vec<String>,
+    /// Each input's token ids, special tokens included.
+    pub texts: Vec<Vec<u32>>,
     /// Tokens of each input (with special tokens).
     pub n_tokens: Vec<usize>,
     /// Matryoshka cut, if asked for.
@@ -224,16 +225,16 @@ fn run_batch(m: &EmbedModel, active: &mut [Running], first: usize, threads: &Thr
             break;
         }
     }
-    let texts: Vec<&str> = batch
+    let texts: Vec<&[u32]> = batch
         .iter()
-        .map(|&(r, i)| active[r].job.texts[i].as_str())
+        .map(|&(r, i)| active[r].job.texts[i].as_slice())
         .collect();
     let opts = EmbedOptions {
         dim: dims,
         batch_size: texts.len(),
         ..EmbedOptions::default()
     };
-    match m.embedder.embed(&texts, &opts, threads) {
+    match m.embedder.embed_tokens(&texts, &opts, threads) {
         Ok(vectors) => {
             for (&(r, i), e) in batch.iter().zip(vectors) {
                 active[r].vectors[i] = Some(e.vector);

@@ -45,6 +45,9 @@ pub struct Metrics {
     itl: HistFamily,
     latency: HistFamily,
     responses: Family<RouteLabel, Counter>,
+    cached_tokens: Family<ModelLabel, Counter>,
+    prefix_cache_bytes: Family<ModelLabel, Gauge>,
+    prefix_evicted: Family<ModelLabel, Counter>,
 }
 
 /// One model's metrics, cheap to clone (each handle shares its value).
@@ -66,6 +69,12 @@ pub struct ModelMetrics {
     pub itl: Histogram,
     /// Seconds from arrival to the last token (or embedding).
     pub latency: Histogram,
+    /// Prompt tokens copied from the prefix cache instead of computed.
+    pub cached_tokens: Counter,
+    /// Bytes the prefix cache's blocks hold.
+    pub prefix_cache_bytes: Gauge,
+    /// Prefix-cache blocks evicted to stay in the budget.
+    pub prefix_evicted: Counter,
 }
 
 impl Default for Metrics {
@@ -89,6 +98,9 @@ impl Metrics {
             itl: hist(),
             latency: hist(),
             responses: Family::default(),
+            cached_tokens: Family::default(),
+            prefix_cache_bytes: Family::default(),
+            prefix_evicted: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -137,6 +149,21 @@ impl Metrics {
             "HTTP responses by route and status",
             m.responses.clone(),
         );
+        registry.register(
+            "prompt_cached_tokens",
+            "Prompt tokens whose keys and values came from the prefix cache (counted in prompt_tokens too)",
+            m.cached_tokens.clone(),
+        );
+        registry.register(
+            "prefix_cache_bytes",
+            "Bytes held by the prefix cache's blocks",
+            m.prefix_cache_bytes.clone(),
+        );
+        registry.register(
+            "prefix_cache_evicted_blocks",
+            "Prefix-cache blocks evicted to stay within --prefix-cache-mib",
+            m.prefix_evicted.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -165,6 +192,9 @@ impl Metrics {
             ttft: self.ttft.get_or_create(&l).clone(),
             itl: self.itl.get_or_create(&l).clone(),
             latency: self.latency.get_or_create(&l).clone(),
+            cached_tokens: self.cached_tokens.get_or_create(&l).clone(),
+            prefix_cache_bytes: self.prefix_cache_bytes.get_or_create(&l).clone(),
+            prefix_evicted: self.prefix_evicted.get_or_create(&l).clone(),
         }
     }
 

@@ -51,6 +51,11 @@ pub struct Args {
     /// KV-cache memory per model in MiB; admission waits while it is used.
     #[arg(long, env = "FERRITE_KV_CACHE_MIB", default_value_t = 4096)]
     kv_cache_mib: usize,
+    /// Memory per model for keys and values of prompt prefixes kept for
+    /// later requests that start the same way (system prompt, earlier
+    /// turns), in MiB; least recently used blocks are evicted. 0: off.
+    #[arg(long, env = "FERRITE_PREFIX_CACHE_MIB", default_value_t = 512)]
+    prefix_cache_mib: usize,
     /// Most tokens in one forward pass (prompt rows + decode rows, <= 256).
     #[arg(long, env = "FERRITE_BATCH_TOKENS", default_value_t = 256)]
     batch_tokens: usize,
@@ -131,6 +136,7 @@ pub fn run(args: Args) -> CliResult {
             max_seqs: args.max_seqs,
             ctx: Some(args.ctx.unwrap_or(4096)),
             kv_cache_mib: args.kv_cache_mib,
+            prefix_cache_mib: args.prefix_cache_mib,
             batch_tokens: args.batch_tokens,
             embed_batch_tokens: args.embed_batch_tokens.max(1),
             embed_products: super::embed::products(args.bf16, args.int8),

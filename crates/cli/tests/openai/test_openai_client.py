@@ -3,7 +3,7 @@
 Starts the server (FERRITE_BIN, default target/debug/ferrite) on a free
 port with smollm2 + minilm + nomic-embed-v1.5 + qwen2.5-0.5b and an API key, and checks what a real client
 sees: models, chat and text completions (streamed == whole, usage), logprobs,
-embeddings (the client's default base64 == float; `dimensions` on a
+embeddings (the client's default base64 == float; token ids; `dimensions` on a
 Matryoshka model, refused on another), json_schema output (keys in the
 schema's order; nested Pydantic models through `.parse`), lists of prompts
 and `echo`, tool calls (required, named, auto, parallel, streamed, a tool
@@ -99,6 +99,15 @@ def test_embeddings_base64_equals_float(c):
     for a, b in zip(default.data, floats.data):
         assert len(a.embedding) == 384
         assert a.embedding == b.embedding
+    # Token ids (MiniLM's vocabulary, no [CLS]/[SEP]) as the client sends
+    # them: "a red apple" is [1037, 2417, 6207].
+    ids = c.embeddings.create(model="minilm", input=[[1037, 2417, 6207]], encoding_format="float")
+    assert ids.data[0].embedding == floats.data[0].embedding
+    try:
+        c.embeddings.create(model="minilm", input=[[1037, 10**6]])
+        raise AssertionError("an id past the vocabulary accepted")
+    except openai.BadRequestError as e:
+        assert "input 0: token 1: id 1000000 is not in the vocabulary" in str(e), e
     # nomic-embed-text v1.5 was trained for shortened vectors (64..768).
     cut = c.embeddings.create(model="nomic-embed-v1.5", input="hello", dimensions=256)
     cut_f = c.embeddings.create(model="nomic-embed-v1.5", input="hello", dimensions=256,

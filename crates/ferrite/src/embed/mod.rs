@@ -390,15 +390,64 @@ impl Embedder {
     ) -> Result<Vec<Embedding>, Error> {
         self.check(opts)?;
         let tokens = self.tokenize_all(texts, opts, threads)?;
+        self.embed_tokenized(&tokens, opts, threads, progress)
+    }
+
+    /// Embeds inputs already tokenized, each with the model's special
+    /// tokens ([`EmbedTokenizer::encode_untruncated`], or
+    /// [`EmbedTokenizer::with_special_tokens`] for a text's token ids):
+    /// the vectors [`Self::embed`] gives for the texts. An input longer
+    /// than the model's maximum ([`EmbedOptions::max_tokens`], else the
+    /// tokenizer's) is an error; `task` is not applied.
+    pub fn embed_tokens(
+        &self,
+        inputs: &[&[u32]],
+        opts: &EmbedOptions,
+        threads: &Threads,
+    ) -> Result<Vec<Embedding>, Error> {
+        self.check(opts)?;
+        let max = opts.max_tokens.unwrap_or(self.tokenizer.max_tokens);
+        let n_vocab = self.encoder.config.n_vocab;
+        let mut tokens = Vec::with_capacity(inputs.len());
+        for (i, ids) in inputs.iter().enumerate() {
+            if ids.len() > max {
+                return Err(Error::Input(format!(
+                    "input {}: {} tokens, more than the maximum of {max}",
+                    i + 1,
+                    ids.len()
+                )));
+            }
+            if let Some(id) = ids.iter().find(|&&id| id as usize >= n_vocab) {
+                return Err(Error::Input(format!(
+                    "input {}: token id {id} is not below the model's {n_vocab}",
+                    i + 1
+                )));
+            }
+            tokens.push(tokenizer::Tokens {
+                ids: ids.to_vec(),
+                truncated: false,
+            });
+        }
+        self.embed_tokenized(&tokens, opts, threads, &mut |_| {})
+    }
+
+    /// The batches of [`Self::embed_with_progress`] over tokenized inputs.
+    fn embed_tokenized(
+        &self,
+        tokens: &[tokenizer::Tokens],
+        opts: &EmbedOptions,
+        threads: &Threads,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Embedding>, Error> {
         // Longest first, ties in input order: batches of similar lengths.
-        let mut order: Vec<usize> = (0..texts.len()).collect();
+        let mut order: Vec<usize> = (0..tokens.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(tokens[i].ids.len()));
         let batches: Vec<&[usize]> = order.chunks(opts.batch_size.max(1)).collect();
-        let mut out: Vec<Option<Embedding>> = (0..texts.len()).map(|_| None).collect();
+        let mut out: Vec<Option<Embedding>> = (0..tokens.len()).map(|_| None).collect();
         let mut ws = Workspace::default();
         let mut done = 0;
         for batch in &batches {
-            let vectors = self.embed_batch(batch, &tokens, opts, threads, &mut ws)?;
+            let vectors = self.embed_batch(batch, tokens, opts, threads, &mut ws)?;
             for (&i, e) in batch.iter().zip(vectors) {
                 out[i] = Some(e);
             }

@@ -16,6 +16,7 @@ use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::bert::BertProcessing;
+use tokenizers::{Encoding, Token};
 
 use crate::formats::gguf::{Array, Metadata};
 use crate::Error;
@@ -165,6 +166,28 @@ impl EmbedTokenizer {
             .tok
             .encode_fast(text, true)
             .map_err(|e| Error::Input(format!("cannot tokenize input: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The ids of a text's tokens without special tokens (what a client
+    /// that tokenized the text itself sends) with the model's special
+    /// tokens added, as [`Self::encode_untruncated`] adds them to the text.
+    /// An id that is not in the vocabulary is an error naming its index.
+    pub fn with_special_tokens(&self, ids: &[u32]) -> Result<Vec<u32>, Error> {
+        let mut tokens = Vec::with_capacity(ids.len());
+        for (i, &id) in ids.iter().enumerate() {
+            let value = self.tok.id_to_token(id).ok_or_else(|| {
+                Error::Input(format!(
+                    "token {i}: id {id} is not in the vocabulary (ids 0..{})",
+                    self.tok.get_vocab_size(true)
+                ))
+            })?;
+            tokens.push(Token::new(id, value, (0, 0)));
+        }
+        let enc = self
+            .tok
+            .post_process(Encoding::from_tokens(tokens, 0), None, true)
+            .map_err(|e| Error::Input(format!("cannot add special tokens: {e}")))?;
         Ok(enc.get_ids().to_vec())
     }
 

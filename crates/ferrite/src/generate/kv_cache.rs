@@ -142,6 +142,41 @@ impl LayerKv {
         }
     }
 
+    /// Bytes one position's key (or value) takes as stored: `kv_dim`
+    /// values in f16 or f32.
+    pub fn row_bytes(&self) -> usize {
+        self.kv_dim * if self.is_f32() { 4 } else { 2 }
+    }
+
+    /// The key and value bytes stored in the slot of position `pos`, as
+    /// they are (f16 or f32, little-endian); whether that slot still holds
+    /// `pos` is [`KvCache::stored_rows`]'s to say.
+    fn raw(&self, pos: usize) -> (&[u8], &[u8]) {
+        let slot = self.slot(pos);
+        if self.is_f32() {
+            (
+                f32_bytes(&self.k32[slot.clone()]),
+                f32_bytes(&self.v32[slot]),
+            )
+        } else {
+            (u16_bytes(&self.k[slot.clone()]), u16_bytes(&self.v[slot]))
+        }
+    }
+
+    /// Stores position `pos` from bytes [`KvCache::stored_rows`] returned
+    /// (of a cache of the same model): a bit-exact copy, no conversion.
+    /// Panics unless `k` and `v` are [`LayerKv::row_bytes`] long.
+    pub fn store_raw(&mut self, pos: usize, k: &[u8], v: &[u8]) {
+        let slot = self.slot(pos);
+        if self.is_f32() {
+            f32_bytes_mut(&mut self.k32[slot.clone()]).copy_from_slice(k);
+            f32_bytes_mut(&mut self.v32[slot]).copy_from_slice(v);
+        } else {
+            u16_bytes_mut(&mut self.k[slot.clone()]).copy_from_slice(k);
+            u16_bytes_mut(&mut self.v[slot]).copy_from_slice(v);
+        }
+    }
+
     /// The key of position `pos`: `kv_dim` little-endian f16 values.
     pub fn key(&self, pos: usize) -> &[u8] {
         u16_bytes(&self.k[self.slot(pos)])
@@ -211,6 +246,19 @@ impl KvCache {
         }
     }
 
+    /// The key and value bytes (f16 or f32 as stored) of position `pos`
+    /// in layer `layer`, or `None` when the cache does not hold them: not
+    /// written yet, or overwritten in a ring layer. Copying positions
+    /// `0..n` of every layer into an empty cache of the same model with
+    /// [`LayerKv::store_raw`], in position order, then setting `len = n`,
+    /// gives the cache that running those `n` tokens would (what the
+    /// server's prefix cache does).
+    pub fn stored_rows(&self, layer: usize, pos: usize) -> Option<(&[u8], &[u8])> {
+        let l = self.layers.get(layer)?;
+        let end = self.written.max(self.len);
+        (pos < end && pos + l.capacity >= end).then(|| l.raw(pos))
+    }
+
     /// Limits how far back [`KvCache::truncate`] may go, counted from the
     /// furthest position written: a model whose ring layers keep `c` slots
     /// for a window of `w` positions can rewind `c - w + 1`.
@@ -251,6 +299,27 @@ fn u16_bytes(x: &[u16]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
 }
 
+/// The bytes of an f32 slice (little-endian, as `u16_bytes`).
+fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and every byte may be read as u8; same
+    // memory, length in bytes, lifetime tied to the input borrow.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+/// The bytes of a u16 slice, writable.
+fn u16_bytes_mut(x: &mut [u16]) -> &mut [u8] {
+    // SAFETY: every byte pattern is a valid u16, u8 has alignment 1; same
+    // memory, length in bytes, exclusive borrow carried over.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+/// The bytes of an f32 slice, writable.
+fn f32_bytes_mut(x: &mut [f32]) -> &mut [u8] {
+    // SAFETY: every byte pattern is a valid f32, u8 has alignment 1; same
+    // memory, length in bytes, exclusive borrow carried over.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,5 +347,47 @@ mod tests {
         assert_eq!(f.len, 4);
         unlimited.len = 90;
         assert_eq!(unlimited.truncate(1), 1);
+    }
+
+    #[test]
+    fn stored_rows_copy_bit_exactly_and_only_what_is_held() {
+        for ty in [KvType::F16, KvType::F32] {
+            // Layer 1 is a ring of 4 slots.
+            let mut a = KvCache::with_type(3, 8, &[8, 4], ty);
+            for p in 0..6 {
+                let k = [p as f32 + 0.1, -1e-9, 65504.0 * 2.0];
+                let v = [f32::MIN_POSITIVE, p as f32, -0.0];
+                for l in &mut a.layers {
+                    l.store(p, &k, &v);
+                }
+            }
+            assert!(
+                a.stored_rows(0, 0).is_none(),
+                "nothing counted as written yet"
+            );
+            a.len = 6;
+            assert!(a.stored_rows(0, 6).is_none());
+            assert!(a.stored_rows(2, 0).is_none());
+            // The ring holds positions 2..6 only.
+            assert!(a.stored_rows(1, 1).is_none());
+            assert!(a.stored_rows(1, 2).is_some());
+            let mut b = KvCache::with_type(3, 8, &[8, 8], ty);
+            for p in 0..6 {
+                let l = if p < 2 { 0 } else { 1 };
+                for layer in 0..=l {
+                    let (k, v) = a.stored_rows(layer, p).unwrap();
+                    assert_eq!(k.len(), b.layers[layer].row_bytes());
+                    let (k, v) = (k.to_vec(), v.to_vec());
+                    b.layers[layer].store_raw(p, &k, &v);
+                }
+            }
+            b.len = 6;
+            for p in 0..6 {
+                assert_eq!(b.stored_rows(0, p), a.stored_rows(0, p));
+            }
+            for p in 2..6 {
+                assert_eq!(b.stored_rows(1, p), a.stored_rows(1, p));
+            }
+        }
     }
 }

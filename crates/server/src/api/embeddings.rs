@@ -1,4 +1,6 @@
-//! `POST /v1/embeddings`: one string or a list, `dimensions` (Matryoshka
+//! `POST /v1/embeddings`: one string or a list, or token ids (a list of
+//! ints, or a list of lists: a text's tokens in the model's own vocabulary,
+//! without special tokens, which are added as for text), `dimensions` (Matryoshka
 //! cut, re-normalized, for models trained for it:
 //! [`crate::embed::EmbedModel::cut`]), `encoding_format` `float` or `base64` (the
 //! little-endian f32 bytes, as OpenAI's Python client asks for by default).
@@ -15,7 +17,6 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use super::extract::ApiJson;
-use super::TextInput as Input;
 use crate::embed::EmbedJob;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -23,7 +24,7 @@ use crate::state::AppState;
 #[derive(Deserialize, Debug)]
 pub struct EmbeddingsRequest {
     model: Option<String>,
-    input: Option<Input>,
+    input: Option<Value>,
     dimensions: Option<i64>,
     encoding_format: Option<String>,
 }
@@ -45,23 +46,60 @@ fn encode(v: &[f32], enc: Encoding) -> Value {
     }
 }
 
+/// One input: a text, or a text's token ids.
+enum Input {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// The inputs of `input`: a string, a list of strings, a list of token
+/// ids, or a list of lists of token ids (a 400 naming the first bad item).
+fn inputs(input: Option<Value>) -> Result<Vec<Input>, ApiError> {
+    const SHAPES: &str =
+        "input must be a string, a list of strings, a list of token ids or a list of lists of token ids";
+    let bad = |m: String| ApiError::bad_param("input", m);
+    let ids = |v: &[Value], at: &str| -> Result<Vec<u32>, ApiError> {
+        v.iter()
+            .enumerate()
+            .map(|(j, x)| {
+                x.as_u64()
+                    .and_then(|id| u32::try_from(id).ok())
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "input{at}[{j}] must be a token id (an integer 0..2^32), got {x}"
+                        ))
+                    })
+            })
+            .collect()
+    };
+    match input {
+        None | Some(Value::Null) => Err(bad("input is required".into())),
+        Some(Value::String(t)) => Ok(vec![Input::Text(t)]),
+        Some(Value::Array(items)) => {
+            if items.first().is_some_and(Value::is_number) {
+                return Ok(vec![Input::Ids(ids(&items, "")?)]);
+            }
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::String(t) => Ok(Input::Text(t)),
+                    Value::Array(v) => Ok(Input::Ids(ids(&v, &format!("[{i}]"))?)),
+                    other => Err(bad(format!("{SHAPES}; input[{i}] is {other}"))),
+                })
+                .collect()
+        }
+        Some(_) => Err(bad(SHAPES.into())),
+    }
+}
+
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<EmbeddingsRequest>,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let model = state.models()?.embedder(req.model.as_deref())?;
-    let texts = match req.input {
-        None => return Err(ApiError::bad_param("input", "input is required")),
-        Some(Input::One(t)) => vec![t],
-        Some(Input::Many(v)) => v,
-        Some(Input::Other(_)) => {
-            return Err(ApiError::bad_param(
-                "input",
-                "input must be a string or a list of strings (token ids are not supported)",
-            ))
-        }
-    };
+    let texts = inputs(req.input)?;
     let max_inputs = state.limits.max_embed_inputs;
     if texts.is_empty() || texts.len() > max_inputs {
         return Err(ApiError::bad_param(
@@ -86,18 +124,21 @@ pub async fn handle(
         None => None,
         Some(d) => model.cut(d)?,
     };
-    // Count tokens (and refuse over-long inputs) off the async threads.
+    // Tokenize (and refuse over-long inputs) off the async threads.
     let m = model.clone();
     let (texts, n_tokens) = tokio::task::spawn_blocking(move || {
         let max = m.max_tokens();
+        let tok = &m.embedder.tokenizer;
         let mut counts = Vec::with_capacity(texts.len());
+        let mut ids = Vec::with_capacity(texts.len());
         for (i, t) in texts.iter().enumerate() {
-            let n = m
-                .embedder
-                .tokenizer
-                .encode_untruncated(t)
-                .map_err(|e| ApiError::bad_param("input", format!("input {i}: {e}")))?
-                .len();
+            let t = match t {
+                Input::Text(t) => tok.encode_untruncated(t),
+                Input::Ids(t) => tok.with_special_tokens(t),
+            }
+            .map_err(|e| ApiError::bad_param("input", format!("input {i}: {e}")))?;
+            let n = t.len();
+            ids.push(t);
             if n > max {
                 return Err(ApiError {
                     code: Some("context_length_exceeded"),
@@ -109,7 +150,7 @@ pub async fn handle(
             }
             counts.push(n);
         }
-        Ok((texts, counts))
+        Ok((ids, counts))
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;

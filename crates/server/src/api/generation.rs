@@ -115,6 +115,7 @@ pub async fn respond(state: &Arc<AppState>, job: Job) -> Result<Response, ApiErr
         };
         usage.prompt_tokens += u.prompt_tokens;
         usage.completion_tokens += u.completion_tokens;
+        usage.cached_tokens += u.cached_tokens;
     }
     drop(guard);
     Ok(Json(reply.full(&choices, usage, logprobs)).into_response())
@@ -165,6 +166,7 @@ fn merged(
                 done += 1;
                 usage.prompt_tokens += u.prompt_tokens;
                 usage.completion_tokens += u.completion_tokens;
+                usage.cached_tokens += u.cached_tokens;
                 (done == total).then_some(Event::Done(usage))
             }
             ev => Some(ev),

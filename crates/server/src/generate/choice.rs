@@ -22,6 +22,11 @@ pub struct Choice<'t> {
     /// The token to feed at the next step.
     pub next: Option<u32>,
     pub last_token_at: Option<Instant>,
+    /// Tokens picked so far, in order.
+    pub tokens: Vec<u32>,
+    /// The cache of the choice that just ended, for the scheduler to take
+    /// (its prompt and reply may go to the prefix cache) and drop.
+    pub ended_cache: Option<KvCache>,
 }
 
 /// What the model and request say about ending a choice.
@@ -60,6 +65,8 @@ impl<'t> Choice<'t> {
             },
             next: None,
             last_token_at: None,
+            tokens: Vec::new(),
+            ended_cache: None,
         }
     }
 
@@ -84,6 +91,7 @@ impl<'t> Choice<'t> {
             Pick::End => return Some(self.finish(FinishReason::Stop, emit)),
             Pick::Token(t) => t,
         };
+        self.tokens.push(token);
         let logprob = ends
             .params
             .logprobs
@@ -110,13 +118,13 @@ impl<'t> Choice<'t> {
     }
 
     /// Ends the choice: releases held-back text (unless a stop string cut
-    /// it), reports the reason and frees the cache.
+    /// it), reports the reason and hands the cache over (`ended_cache`).
     fn finish(&mut self, reason: FinishReason, emit: &mut dyn FnMut(Event)) -> FinishReason {
         let text = self.cont.finish();
         if !text.is_empty() {
             emit(self.token_event(text, None));
         }
-        self.cache = None;
+        self.ended_cache = self.cache.take();
         self.next = None;
         emit(Event::Finished {
             choice: self.index,

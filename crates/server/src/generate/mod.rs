@@ -3,6 +3,7 @@
 //! every admitted sequence through one batched forward pass per step.
 
 pub mod choice;
+pub mod prefix;
 pub mod request;
 pub mod scheduler;
 

@@ -88,6 +88,8 @@ pub struct Usage {
     pub prompt_tokens: usize,
     /// Generated tokens over every choice.
     pub completion_tokens: usize,
+    /// Prompt tokens taken from the prefix cache.
+    pub cached_tokens: usize,
 }
 
 /// What the scheduler reports about a request.

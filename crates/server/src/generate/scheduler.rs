@@ -13,6 +13,11 @@
 //! freed the moment it ends. Admission is first-come first-served and
 //! waits (never fails mid-sequence) while the KV memory a request needs
 //! (`n` caches of prompt + `max_tokens` positions) is not free.
+//!
+//! At admission, the longest prefix of the prompt found in the prefix
+//! cache (`prefix.rs`: whole blocks of 16 positions of prompts that ran
+//! before) is copied into the request's cache, and prefill starts after
+//! it; when the prompt has run, its blocks not cached yet are stored.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -24,6 +29,7 @@ use ferrite::models::transformer::BatchItem;
 use ferrite::parallel::Threads;
 
 use super::choice::{Choice, Ends};
+use super::prefix::PrefixCache;
 use super::request::{Event, GenRequest, Usage};
 use super::GenModel;
 use crate::config::Limits;
@@ -54,6 +60,10 @@ struct Active<'t> {
     stage: Stage<'t>,
     completion_tokens: usize,
     first_token_seen: bool,
+    /// Prompt positions copied from the prefix cache.
+    cached: usize,
+    /// The prefix-cache block held until the prompt has run.
+    held: Option<u64>,
 }
 
 enum Stage<'t> {
@@ -92,6 +102,7 @@ struct Scheduler<'t> {
     active: Vec<Active<'t>>,
     /// KV bytes reserved by admitted requests.
     reserved: usize,
+    prefix: PrefixCache,
 }
 
 impl<'t> Scheduler<'t> {
@@ -104,6 +115,7 @@ impl<'t> Scheduler<'t> {
             logits: Vec::new(),
             active: Vec::new(),
             reserved: 0,
+            prefix: PrefixCache::new(limits.prefix_cache_mib.saturating_mul(1 << 20)),
         }
     }
 
@@ -135,6 +147,10 @@ impl<'t> Scheduler<'t> {
         mm.running.set(self.running() as i64);
         mm.kv_usage
             .set(self.reserved as f64 / self.m.kv_budget.max(1) as f64);
+        mm.prefix_cache_bytes.set(self.prefix.stats.bytes as i64);
+        let evicted = self.prefix.stats.evicted_blocks;
+        mm.prefix_evicted
+            .inc_by(evicted - mm.prefix_evicted.get().min(evicted));
     }
 
     /// Forgets requests whose receiver is gone (client disconnected).
@@ -145,11 +161,13 @@ impl<'t> Scheduler<'t> {
         let gone = before - q.requests.len();
         drop(q);
         let (mut freed, mut cancelled) = (0, 0);
+        let prefix = &mut self.prefix;
         self.active.retain(|a| {
             let closed = a.req.events.is_closed();
             if closed {
                 freed += a.per_choice * a.live();
                 cancelled += 1;
+                prefix.release(a.held);
             }
             !closed
         });
@@ -183,13 +201,22 @@ impl<'t> Scheduler<'t> {
         }
         for (req, per_choice) in admitted {
             match self.m.decoder().new_cache(req.positions()) {
-                Ok(cache) => self.active.push(Active {
-                    req,
-                    per_choice,
-                    stage: Stage::Prefill { cache, fed: 0 },
-                    completion_tokens: 0,
-                    first_token_seen: false,
-                }),
+                Ok(mut cache) => {
+                    let hit = self.prefix.lookup(&req.prompt, &mut cache);
+                    self.m.metrics.cached_tokens.inc_by(hit.positions as u64);
+                    self.active.push(Active {
+                        req,
+                        per_choice,
+                        stage: Stage::Prefill {
+                            cache,
+                            fed: hit.positions,
+                        },
+                        completion_tokens: 0,
+                        first_token_seen: false,
+                        cached: hit.positions,
+                        held: hit.held,
+                    })
+                }
                 Err(e) => {
                     self.reserved -= per_choice * req.params.n;
                     let _ = req
@@ -204,6 +231,7 @@ impl<'t> Scheduler<'t> {
     fn fail_all(&mut self, error: ApiError) {
         let n = self.active.len();
         for a in self.active.drain(..) {
+            self.prefix.release(a.held);
             let _ = a.req.events.send(Event::Failed(error.clone()));
         }
         self.reserved = 0;
@@ -295,6 +323,7 @@ impl<'t> Scheduler<'t> {
         let Stage::Prefill { cache, .. } = stage else {
             return;
         };
+        self.prefix.insert(&act.req.prompt, &cache, act.held.take());
         let mut choices = Vec::with_capacity(n);
         for i in 0..n - 1 {
             choices.push(Choice::new(
@@ -354,6 +383,17 @@ impl<'t> Scheduler<'t> {
         }
         if finished.is_some() {
             self.reserved -= act.per_choice;
+            // The first choice's prompt and reply (the tokens that ran: all
+            // but the last picked) go to the prefix cache, for the next
+            // turn of a chat; the cache is then freed.
+            if let Some(cache) = choice.ended_cache.take() {
+                if c == 0 {
+                    let ran = cache.len.saturating_sub(act.req.prompt.len());
+                    let mut seq = act.req.prompt.clone();
+                    seq.extend(choice.tokens.iter().take(ran));
+                    self.prefix.insert(&seq, &cache, None);
+                }
+            }
         }
     }
 
@@ -373,6 +413,7 @@ impl<'t> Scheduler<'t> {
             let _ = a.req.events.send(Event::Done(Usage {
                 prompt_tokens: a.req.prompt.len(),
                 completion_tokens: a.completion_tokens,
+                cached_tokens: a.cached,
             }));
         }
     }
