@@ -135,6 +135,8 @@ fn batched_rows_are_bit_identical_to_alone() {
         "tiny-qwen3-moe.f32.gguf",
         "tiny-qwen3-moe.q8_0.gguf",
         "tiny-qwen2-moe.f32.gguf",
+        // Top-3: the order of a row's three expert terms shows in its bits.
+        "tiny-qwen3-moe-nonorm",
     ] {
         let (_file, model) = open_causal_lm(&dir().join(path)).unwrap();
         let d = model.decoder();
@@ -325,4 +327,55 @@ fn hostile_expert_metadata_and_shapes_are_errors() {
         None,
         "blk.0.ffn_gate_shexp.weight",
     );
+}
+
+/// Damaged MoE fields of config.json: an error naming the field.
+#[test]
+fn hostile_hf_configs_are_errors() {
+    let src = dir().join("tiny-qwen3-moe");
+    let config: Json =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    let tmp = std::env::temp_dir().join(format!("ferrite-moe-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, tmp.join(f.file_name().unwrap())).unwrap();
+    }
+    let cases: [(&str, Json, &str); 6] = [
+        ("num_local_experts", Json::from(0), "'num_local_experts'"),
+        ("num_experts_per_tok", Json::from(9), "'num_experts_per_tok'"),
+        ("num_experts_per_tok", Json::from(0), "'num_experts_per_tok'"),
+        ("decoder_sparse_step", Json::from(2), "'decoder_sparse_step'"),
+        ("mlp_only_layers", serde_json::json!([1]), "'mlp_only_layers'"),
+        ("moe_intermediate_size", Json::from(16), "blk.0.ffn_gate_exps.weight"),
+    ];
+    for (key, value, needle) in cases {
+        let mut c = config.clone();
+        c[key] = value;
+        std::fs::write(tmp.join("config.json"), c.to_string()).unwrap();
+        match open_causal_lm(&tmp) {
+            Ok(_) => panic!("{key}: loaded"),
+            Err(e) => {
+                let e = e.to_string();
+                eprintln!("{key}: {e}");
+                assert!(e.contains(needle), "{key}: {e:?} does not name {needle}");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// `ferrite inspect` lists the experts and experts per token (its
+/// hyper-parameter table): the GGUF keys and the config.json fields.
+#[test]
+fn inspect_shows_experts_and_top_k() {
+    let r = ferrite::inspect::inspect(&dir().join("tiny-qwen3-moe.f32.gguf")).unwrap();
+    assert_eq!(r.hyperparameters["expert_count"], Json::from(8));
+    assert_eq!(r.hyperparameters["expert_used_count"], Json::from(2));
+    assert_eq!(r.hyperparameters["expert_feed_forward_length"], Json::from(32));
+    let r = ferrite::inspect::inspect(&dir().join("tiny-qwen2-moe")).unwrap();
+    assert_eq!(r.hyperparameters["num_experts"], Json::from(6));
+    assert_eq!(r.hyperparameters["num_experts_per_tok"], Json::from(2));
+    assert_eq!(r.hyperparameters["shared_expert_intermediate_size"], Json::from(48));
+    assert_eq!(r.hyperparameters["norm_topk_prob"], Json::from(false));
 }
