@@ -94,15 +94,19 @@ fn hf_directories_match_hf() {
 /// as ferrite and ggml compute it: the reference does every rounding
 /// ferrite does, so the f32 bound applies, and greedy must match.
 ///
-/// NOT EXPLAINED YET: on the 40-token sequence the first nine positions
-/// agree to 1.4e-6, then from position 9 on the logits are ~0.05 apart
-/// (no router near-tie there: the k-th/(k+1)-th probability gaps are
-/// 0.03 and 0.02; ferrite's own results for a prefix are bit-identical to
-/// the same rows of the whole sequence). The dense tiny-qwen3 q8_0 file
-/// shows the same kind of gap against its reference (hf_decoders.rs), so
-/// the Qwen3 q8_0 path or its emulation is the suspect, not the experts.
-/// That sequence and the greedy runs (which go past nine positions) are
-/// reported, not asserted.
+/// On the 40-token sequence the first nine positions agree to ~1e-6, then
+/// from position 9 on the logits are ~0.05 apart. Cause (found with the
+/// reference): at position 9 the input of layer 1's attention projections
+/// has a value exactly on a q8_0 rounding boundary (`x / d = k + 0.5` in
+/// the reference's f32), so a last-bit difference in the RMSNorm before it
+/// (torch's summation order against ferrite's) decides which way it rounds;
+/// every later position attends to that key and value. (No router
+/// near-tie there: the k-th/(k+1)-th probability gaps are 0.03 and 0.02;
+/// ferrite's results for a prefix are bit-identical to the same rows of
+/// the whole sequence.) That sequence and the greedy runs (which go past
+/// nine positions) are therefore reported, not asserted. The dense
+/// tiny-qwen3 q8_0 file's unexplained gap in hf_decoders.rs may be the same
+/// kind of knife edge (not checked).
 #[test]
 fn q8_0_gguf_matches_its_dequantized_reference() {
     let g = golden();
@@ -123,6 +127,18 @@ fn q8_0_gguf_matches_its_dequantized_reference() {
     long["sequences"] = Json::Array(rest);
     let err = max_logit_error(model.as_ref(), &long, f32::INFINITY);
     eprintln!("tiny-qwen3-moe q8_0, 40 tokens: max |logit - reference| = {err:.2e} (not asserted)");
+    let cases = reference["greedy"].as_array().unwrap();
+    let same = cases
+        .iter()
+        .filter(|c| {
+            let want = ids(&c["new_ids"]);
+            greedy(model.as_ref(), &ids(&c["prompt_ids"]), want.len()) == want
+        })
+        .count();
+    eprintln!(
+        "tiny-qwen3-moe q8_0: {same} of {} greedy runs as the reference's (not asserted)",
+        cases.len()
+    );
 }
 
 /// Rows of several sequences in one forward pass (so experts run over rows
@@ -343,11 +359,31 @@ fn hostile_hf_configs_are_errors() {
     }
     let cases: [(&str, Json, &str); 6] = [
         ("num_local_experts", Json::from(0), "'num_local_experts'"),
-        ("num_experts_per_tok", Json::from(9), "'num_experts_per_tok'"),
-        ("num_experts_per_tok", Json::from(0), "'num_experts_per_tok'"),
-        ("decoder_sparse_step", Json::from(2), "'decoder_sparse_step'"),
-        ("mlp_only_layers", serde_json::json!([1]), "'mlp_only_layers'"),
-        ("moe_intermediate_size", Json::from(16), "blk.0.ffn_gate_exps.weight"),
+        (
+            "num_experts_per_tok",
+            Json::from(9),
+            "'num_experts_per_tok'",
+        ),
+        (
+            "num_experts_per_tok",
+            Json::from(0),
+            "'num_experts_per_tok'",
+        ),
+        (
+            "decoder_sparse_step",
+            Json::from(2),
+            "'decoder_sparse_step'",
+        ),
+        (
+            "mlp_only_layers",
+            serde_json::json!([1]),
+            "'mlp_only_layers'",
+        ),
+        (
+            "moe_intermediate_size",
+            Json::from(16),
+            "blk.0.ffn_gate_exps.weight",
+        ),
     ];
     for (key, value, needle) in cases {
         let mut c = config.clone();
@@ -372,10 +408,16 @@ fn inspect_shows_experts_and_top_k() {
     let r = ferrite::inspect::inspect(&dir().join("tiny-qwen3-moe.f32.gguf")).unwrap();
     assert_eq!(r.hyperparameters["expert_count"], Json::from(8));
     assert_eq!(r.hyperparameters["expert_used_count"], Json::from(2));
-    assert_eq!(r.hyperparameters["expert_feed_forward_length"], Json::from(32));
+    assert_eq!(
+        r.hyperparameters["expert_feed_forward_length"],
+        Json::from(32)
+    );
     let r = ferrite::inspect::inspect(&dir().join("tiny-qwen2-moe")).unwrap();
     assert_eq!(r.hyperparameters["num_experts"], Json::from(6));
     assert_eq!(r.hyperparameters["num_experts_per_tok"], Json::from(2));
-    assert_eq!(r.hyperparameters["shared_expert_intermediate_size"], Json::from(48));
+    assert_eq!(
+        r.hyperparameters["shared_expert_intermediate_size"],
+        Json::from(48)
+    );
     assert_eq!(r.hyperparameters["norm_topk_prob"], Json::from(false));
 }

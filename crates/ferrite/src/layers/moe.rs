@@ -113,38 +113,7 @@ impl Moe {
     /// logits: `top_k` (expert, weight) pairs, largest first (ties: the
     /// lower expert index first).
     pub fn route(&self, logits: &[f32], picked: &mut Vec<(usize, f32)>) {
-        let k = self.top_k.min(logits.len());
-        let mut order: Vec<usize> = (0..logits.len()).collect();
-        // Descending by logit (softmax keeps the order), NaNs last.
-        order.sort_by(|&a, &b| {
-            let key = |i: usize| {
-                if logits[i].is_nan() {
-                    f32::NEG_INFINITY
-                } else {
-                    logits[i]
-                }
-            };
-            key(b).total_cmp(&key(a)).then(a.cmp(&b))
-        });
-        picked.clear();
-        match self.gating {
-            Gating::SoftmaxTopK { norm } => {
-                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let sum: f32 = logits.iter().map(|&l| exp(l - max)).sum();
-                let inv = 1.0 / sum;
-                picked.extend(order[..k].iter().map(|&e| (e, exp(logits[e] - max) * inv)));
-                if norm {
-                    let total: f32 = picked.iter().map(|p| p.1).sum();
-                    picked.iter_mut().for_each(|p| p.1 /= total);
-                }
-            }
-            Gating::TopKSoftmax => {
-                let max = logits[order[0]];
-                picked.extend(order[..k].iter().map(|&e| (e, exp(logits[e] - max))));
-                let sum: f32 = picked.iter().map(|p| p.1).sum();
-                picked.iter_mut().for_each(|p| p.1 /= sum);
-            }
-        }
+        route_with(self.gating, self.top_k, logits, picked);
     }
 
     /// `out = moe(x)` for the rows of `x` (`n x dim`, `out` the same);
@@ -231,5 +200,115 @@ impl Moe {
         matmul_many(jobs, x, acts, threads)?;
         self.act.apply(gate, up);
         e.down.matmul(up, y, acts, threads)
+    }
+}
+
+/// [`Moe::route`] for a gating and a `top_k`.
+fn route_with(gating: Gating, top_k: usize, logits: &[f32], picked: &mut Vec<(usize, f32)>) {
+    let k = top_k.min(logits.len());
+    picked.clear();
+    if k == 0 {
+        return;
+    }
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    // Descending by logit (softmax keeps the order), NaNs last.
+    order.sort_by(|&a, &b| {
+        let key = |i: usize| {
+            if logits[i].is_nan() {
+                f32::NEG_INFINITY
+            } else {
+                logits[i]
+            }
+        };
+        key(b).total_cmp(&key(a)).then(a.cmp(&b))
+    });
+    picked.clear();
+    match gating {
+        Gating::SoftmaxTopK { norm } => {
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f32 = logits.iter().map(|&l| exp(l - max)).sum();
+            let inv = 1.0 / sum;
+            picked.extend(order[..k].iter().map(|&e| (e, exp(logits[e] - max) * inv)));
+            if norm {
+                let total: f32 = picked.iter().map(|p| p.1).sum();
+                picked.iter_mut().for_each(|p| p.1 /= total);
+            }
+        }
+        Gating::TopKSoftmax => {
+            let max = logits[order[0]];
+            picked.extend(order[..k].iter().map(|&e| (e, exp(logits[e] - max))));
+            let sum: f32 = picked.iter().map(|p| p.1).sum();
+            picked.iter_mut().for_each(|p| p.1 /= sum);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn picks(gating: Gating, top_k: usize, logits: &[f32]) -> Vec<(usize, f32)> {
+        let mut p = Vec::new();
+        route_with(gating, top_k, logits, &mut p);
+        p
+    }
+
+    /// Softmax, then the k largest (ties: lower index), renormalized or
+    /// not; or the k largest logits, then their softmax (gpt-oss).
+    #[test]
+    fn routing_weights_follow_each_gating() {
+        let logits = [0.5f32, 2.0, -1.0, 2.0, 1.0];
+        let e: Vec<f64> = logits.iter().map(|&l| (f64::from(l) - 2.0).exp()).collect();
+        let total: f64 = e.iter().sum();
+        let p = |i: usize| e[i] / total;
+        let close = |got: &[(usize, f32)], want: &[(usize, f64)]| {
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                assert_eq!(g.0, w.0);
+                assert!((f64::from(g.1) - w.1).abs() < 1e-6, "{got:?} vs {want:?}");
+            }
+        };
+        let plain = picks(Gating::SoftmaxTopK { norm: false }, 3, &logits);
+        close(&plain, &[(1, p(1)), (3, p(3)), (4, p(4))]);
+        let s = p(1) + p(3) + p(4);
+        let normed = picks(Gating::SoftmaxTopK { norm: true }, 3, &logits);
+        close(&normed, &[(1, p(1) / s), (3, p(3) / s), (4, p(4) / s)]);
+        let z = 1.0 + 1.0 + (-1.0f64).exp();
+        let oss = picks(Gating::TopKSoftmax, 3, &logits);
+        close(
+            &oss,
+            &[(1, 1.0 / z), (3, 1.0 / z), (4, (-1.0f64).exp() / z)],
+        );
+        // NaN logits sort last and never panic.
+        let nan = picks(Gating::SoftmaxTopK { norm: true }, 2, &[f32::NAN, 1.0, 0.0]);
+        assert_eq!(nan.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2]);
+    }
+
+    /// gpt-oss's activation: `(clamp(up) + 1) * g * sigmoid(1.702 g)` with
+    /// `g = min(gate, 7)`, as transformers' `GptOssExperts`.
+    #[test]
+    fn clamped_swiglu_matches_its_formula() {
+        let act = ExpertAct::ClampedSwiglu {
+            alpha: 1.702,
+            limit: 7.0,
+        };
+        let gate = [-3.0f32, 0.0, 0.5, 6.9, 7.5, 100.0];
+        let mut up = [0.25f32, -9.0, 8.0, -0.5, 1.0, -7.5];
+        let want: Vec<f64> = gate
+            .iter()
+            .zip(&up)
+            .map(|(&g, &u)| {
+                let g = f64::from(g).min(7.0);
+                let u = f64::from(u).clamp(-7.0, 7.0);
+                (u + 1.0) * g / (1.0 + (-1.702 * g).exp())
+            })
+            .collect();
+        act.apply(&gate, &mut up);
+        for (g, w) in up.iter().zip(&want) {
+            assert!(
+                (f64::from(*g) - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "{up:?} vs {want:?}"
+            );
+        }
     }
 }
