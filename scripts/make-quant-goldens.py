@@ -13,7 +13,14 @@ What it makes, under testdata/quant/ (every number little-endian):
   quant/<TYPE>.blocks    what the reference quantizer makes of them
 
 for TYPE in F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q2_K Q3_K Q4_K Q5_K
-Q6_K Q8_K (dequant) and F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q8_K (quant).
+Q6_K Q8_K MXFP4 (dequant) and F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q8_K MXFP4
+(quant). MXFP4 (gpt-oss's expert format) comes from a random generator of its
+own, seeded separately, so that adding it left the other files unchanged: its
+dequant blocks are random bytes (every E8M0 exponent, 0, 1 and 255 included:
+f32 subnormal scales and 2^127), and its quantizer inputs the awkward and
+random blocks the other types get, plus blocks of exact E2M1 values, exact
+midpoints between neighbouring values (ties keep the first code), and values
+just below and above powers of two (where floor(log2(amax)) changes).
 Counts are implied by the file sizes. crates/kernels/tests/quant_goldens.rs
 compares ferrite against these bit for bit.
 
@@ -248,10 +255,43 @@ def make_quant(rng: np.random.Generator) -> None:
         write(OUT / f"quant/{name}.blocks", q.tobytes())
 
 
+def make_mxfp4() -> None:
+    rng = np.random.default_rng(SEED + 39)
+    raw = rng.integers(0, 256, (64, 17), dtype=np.uint8)
+    raw[:4, 0] = [0, 1, 2, 255]
+    y = quants.dequantize(raw, T.MXFP4).reshape(-1).astype("<f4")
+    assert y.size == 64 * 32
+    write(OUT / "dequant/MXFP4.blocks", raw.tobytes())
+    write(OUT / "dequant/MXFP4.f32", y.tobytes())
+
+    e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float32)
+    mids = (e2m1[1:] + e2m1[:-1]) / 2
+    extra = [
+        np.resize(np.concatenate([e2m1, -e2m1]), QK) * 4.0,
+        np.resize(np.concatenate([mids, -mids]), QK) * 0.25,
+        np.resize(np.concatenate([mids, -mids]), QK) * 1024.0,
+        np.concatenate([[np.nextafter(np.float32(8.0), np.float32(0))], rng.normal(0, 1, QK - 1)]),
+        np.concatenate([[np.nextafter(np.float32(8.0), np.float32(16))], rng.normal(0, 1, QK - 1)]),
+        np.concatenate([[np.float32(2.0**-120)], rng.normal(0, 2.0**-123, QK - 1)]),
+        np.concatenate([[np.float32(3.0e38)], rng.normal(0, 1e37, QK - 1)]),
+    ]
+    x = np.concatenate([random_input(rng, QK, 40)] + [np.asarray(b, np.float32) for b in extra])
+    x = x.astype(np.float32)
+    # ggml's uint8_t conversion of the exponent is undefined below 2^-125.
+    amax = np.abs(x.reshape(-1, QK)).max(axis=1)
+    assert np.all((amax == 0) | (amax >= 2.0**-125)) and np.all(np.isfinite(x))
+    with np.errstate(all="ignore"):
+        q = np.asarray(quants.quantize(x, T.MXFP4), dtype=np.uint8).reshape(-1)
+    assert q.size == x.size // QK * 17
+    write(OUT / "quant/MXFP4.f32", x.astype("<f4").tobytes())
+    write(OUT / "quant/MXFP4.blocks", q.tobytes())
+
+
 def main() -> None:
     rng = np.random.default_rng(SEED)
     make_dequant(rng)
     make_quant(rng)
+    make_mxfp4()
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(f"wrote {OUT} ({total} bytes)")
 

@@ -23,9 +23,9 @@
 
 use ferrite_kernels::dot::vec_dot_kernel;
 use ferrite_kernels::quant::{
-    as_blocks, dequantize, f16_bits_from_f32, quantize, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
-    BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType,
-    ALL_TYPES,
+    as_blocks, dequantize, f16_bits_from_f32, mxfp4::e8m0_half, quantize, BlockMxfp4, BlockQ2K,
+    BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
+    BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
 };
 use std::mem::offset_of;
 use GgmlType::*;
@@ -38,8 +38,8 @@ const MAX_F32_DOT_ERROR: f64 = 0.0001;
 const GGML_TEST_SIZE: usize = 32 * 128;
 
 /// Every weight type with a kernel.
-const WEIGHT_TYPES: [GgmlType; 13] = [
-    F32, F16, Bf16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K,
+const WEIGHT_TYPES: [GgmlType; 14] = [
+    F32, F16, Bf16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Mxfp4,
 ];
 
 /// A small deterministic generator (xorshift64*), so the test needs no crates.
@@ -205,6 +205,7 @@ fn pairs_weight_types_with_ggml_activation_types() {
         (Q4_0, Q8_0),
         (Q5_0, Q8_0),
         (Q8_0, Q8_0),
+        (Mxfp4, Q8_0),
         (Q4_1, Q8_1),
         (Q5_1, Q8_1),
         (Q2K, Q8K),
@@ -298,7 +299,7 @@ fn ggml_test_vec_dot_f32() {
 /// symmetric formats: dequantizing with the scale `d` zeroed leaves `m`
 /// (Q4_1, Q5_1) or `-dmin * m` (Q2_K, Q4_K, Q5_K).
 fn offsets(t: GgmlType, q: &[u8], n: usize) -> Vec<f32> {
-    if t.block_size() == 1 || scale_fields(t).1.is_none() {
+    if t.block_size() == 1 || t == Mxfp4 || scale_fields(t).1.is_none() {
         return vec![0.0; n];
     }
     let mut q = q.to_vec();
@@ -429,6 +430,13 @@ fn random_bytes_never_panic() {
 /// `(d, min)` of one weight block (min 0 if it has none), and a copy of the
 /// block with them replaced by `new`.
 fn weight_scales(t: GgmlType, block: &[u8], new: (f32, f32)) -> ((f32, f32), Vec<u8>) {
+    if t == Mxfp4 {
+        // Its scale is a power of two, `2^(e - 128)`: e = 128 makes it 1
+        // (there is no 0, and no min; the caller ignores `msum`).
+        let mut q = block.to_vec();
+        q[offset_of!(BlockMxfp4, e)] = 128;
+        return ((e8m0_half(block[0]), 0.0), q);
+    }
     let (d_at, min_at) = scale_fields(t);
     let old = (
         get_f16(block, d_at),
@@ -514,7 +522,7 @@ fn results_follow_the_documented_order() {
                     let msum = -(kernel.dot)(&w0, &a1);
                     assert!(isum.abs() < 16_777_216.0 && msum.abs() < 16_777_216.0);
                     sum += match t {
-                        Q4_0 | Q5_0 | Q8_0 | Q3K | Q6K => (d * d_x) * isum,
+                        Q4_0 | Q5_0 | Q8_0 | Q3K | Q6K | Mxfp4 => (d * d_x) * isum,
                         Q4_1 | Q5_1 => (d * d_x) * isum + min * s_x,
                         Q2K | Q4K | Q5K => (d_x * d) * isum - (d_x * min) * msum,
                         _ => unreachable!("{t}"),

@@ -113,6 +113,7 @@ golden_tests! { check_dequant:
     dequant_q5_k => "Q5_K",
     dequant_q6_k => "Q6_K",
     dequant_q8_k => "Q8_K",
+    dequant_mxfp4 => "MXFP4",
 }
 
 golden_tests! { check_quant:
@@ -125,6 +126,7 @@ golden_tests! { check_quant:
     quant_q8_0 => "Q8_0",
     quant_q8_1 => "Q8_1",
     quant_q8_k => "Q8_K",
+    quant_mxfp4 => "MXFP4",
     // From ggml's C reference itself (scripts/make-kquant-goldens.py).
     quant_q2_k => "Q2_K",
     quant_q3_k => "Q3_K",

@@ -52,6 +52,8 @@ use crate::models::hparams::MAX_LAYERS;
 use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
 
+mod moe;
+
 /// Largest size hyper-parameter accepted (as `models::hparams`).
 const MAX_SIZE: u64 = 1 << 24;
 /// Largest `tokenizer.json` read.
@@ -68,16 +70,21 @@ enum Family {
     Qwen2,
     Qwen3,
     Gpt2,
+    /// Qwen3 / Qwen2 with mixture-of-experts layers (`hf_decoder/moe.rs`).
+    Qwen3Moe,
+    Qwen2Moe,
 }
 
 /// The decoder classes read, by their name in `config.json`
 /// `architectures`: the one place they are matched.
-const HF_DECODERS: [(&str, Family); 5] = [
+const HF_DECODERS: [(&str, Family); 7] = [
     ("LlamaForCausalLM", Family::Llama),
     ("MistralForCausalLM", Family::Mistral),
     ("Qwen2ForCausalLM", Family::Qwen2),
     ("Qwen3ForCausalLM", Family::Qwen3),
     ("GPT2LMHeadModel", Family::Gpt2),
+    ("Qwen3MoeForCausalLM", Family::Qwen3Moe),
+    ("Qwen2MoeForCausalLM", Family::Qwen2Moe),
 ];
 
 impl Family {
@@ -88,6 +95,17 @@ impl Family {
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gpt2 => "gpt2",
+            Family::Qwen3Moe => "qwen3moe",
+            Family::Qwen2Moe => "qwen2moe",
+        }
+    }
+
+    /// The dense family whose attention layers this one has.
+    fn dense(self) -> Family {
+        match self {
+            Family::Qwen3Moe => Family::Qwen3,
+            Family::Qwen2Moe => Family::Qwen2,
+            f => f,
         }
     }
 }
@@ -469,7 +487,8 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
     if act != "silu" {
         return Err(c.bad("hidden_act", format!("'{act}' is not supported (silu)")));
     }
-    sliding_window(c, f, n_layers, &mut k)?;
+    sliding_window(c, f.dense(), n_layers, &mut k)?;
+    moe::moe_config(c, f, n_layers, &mut k)?;
     if let Some(n_ctx) = c.opt_size("max_position_embeddings")? {
         k.size("context_length", n_ctx);
     }
@@ -634,7 +653,12 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
         }
     };
     match f {
-        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
+        Family::Llama
+        | Family::Mistral
+        | Family::Qwen2
+        | Family::Qwen3
+        | Family::Qwen3Moe
+        | Family::Qwen2Moe => {
             let fixed = match name {
                 "model.embed_tokens.weight" => Some(names::TOKEN_EMBD),
                 "model.norm.weight" => Some(names::OUTPUT_NORM),
@@ -651,8 +675,14 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
                 return Ok(None);
             }
             let (module, bias) = module_of(rest).ok_or_else(unknown)?;
-            if module.ends_with("_norm") && module.starts_with("self_attn.") && f != Family::Qwen3 {
+            if module.ends_with("_norm")
+                && module.starts_with("self_attn.")
+                && f.dense() != Family::Qwen3
+            {
                 return Err(unknown());
+            }
+            if let Some(mapped) = moe::map_module(f, l, module, bias, source, name)? {
+                return Ok(Some(mapped));
             }
             let (_, gguf) = LLAMA_LAYER
                 .iter()
@@ -963,9 +993,12 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         .unwrap_or_else(|| class.to_string());
     md.insert("general.name".into(), Value::String(name));
     let hp = match family {
-        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Qwen3 => {
-            llama_config(&c, family, &mut md)?
-        }
+        Family::Llama
+        | Family::Mistral
+        | Family::Qwen2
+        | Family::Qwen3
+        | Family::Qwen3Moe
+        | Family::Qwen2Moe => llama_config(&c, family, &mut md)?,
         Family::Gpt2 => gpt2_config(&c, &mut md)?,
     };
     tokenizer_metadata(dir, &st.config, &mut md)?;
@@ -977,6 +1010,7 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
             tensors.push(convert(&st, t, name, reshape, &hp, &source)?);
         }
     }
+    moe::stack_experts(&mut tensors, &md, family, &source)?;
     for (name, values) in &hp.extra {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         tensors.push(Out {

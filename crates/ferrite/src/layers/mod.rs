@@ -4,6 +4,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod moe;
 pub mod norm;
 pub mod position;
 pub mod rope;

@@ -18,7 +18,7 @@ use crate::formats::names;
 use crate::layers::rope::RopeStyle;
 use crate::models::build;
 use crate::models::hparams::HParams;
-use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm};
+use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Mlp, Norm, Shape};
 use crate::tensor::Loader;
 use crate::Error;
 
@@ -50,6 +50,17 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 
 /// Loads a file of the Llama family member `f`.
 pub fn load_family(file: Arc<GgufFile>, f: &Family) -> Result<Decoder, Error> {
+    load_family_with(file, f, &|w, l, s| {
+        build::gated_mlp(w, l, s, GatedAct::Silu)
+    })
+}
+
+/// Builds layer `l`'s feed-forward network (`Loader`, layer, shape).
+pub type MlpOf<'a> = &'a dyn Fn(&Loader, usize, &Shape) -> Result<Mlp, Error>;
+
+/// [`load_family`] with each layer's feed-forward network made by `mlp`
+/// (mixture-of-experts members: `qwen_moe.rs`).
+pub fn load_family_with(file: Arc<GgufFile>, f: &Family, mlp: MlpOf) -> Result<Decoder, Error> {
     let source = file.path().display().to_string();
     let hp = HParams::of(&file, &source);
     let c = hp.common(&file, f.default_ctx)?;
@@ -99,7 +110,7 @@ pub fn load_family(file: Arc<GgufFile>, f: &Family) -> Result<Decoder, Error> {
                 },
                 post_attn_norm: None,
                 ffn_norm: build::rms(&w, &names::ffn_norm(l), s.dim, eps)?,
-                mlp: build::gated_mlp(&w, l, &s, GatedAct::Silu)?,
+                mlp: mlp(&w, l, &s)?,
                 post_ffn_norm: None,
             })
         })

@@ -11,6 +11,7 @@ pub mod llama;
 pub mod marian;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen_moe;
 pub mod seq2seq;
 pub mod t5;
 pub mod transformer;
@@ -52,12 +53,14 @@ type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
 
 /// The decoder architectures ferrite runs, by `general.architecture`: the
 /// one place an architecture name is matched.
-const DECODERS: [(&str, LoadDecoder); 5] = [
+const DECODERS: [(&str, LoadDecoder); 7] = [
     ("llama", llama::load),
     ("qwen2", qwen2::load),
     ("qwen3", qwen3::load),
     ("gemma3", gemma3::load),
     ("gpt2", gpt2::load),
+    ("qwen3moe", qwen_moe::load_qwen3moe),
+    ("qwen2moe", qwen_moe::load_qwen2moe),
 ];
 
 /// Names of the decoder architectures [`load_causal_lm`] runs.

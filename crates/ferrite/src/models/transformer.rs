@@ -32,6 +32,7 @@ use ferrite_kernels::GgmlType;
 use crate::generate::kv_cache::{KvCache, KvType};
 use crate::layers::activation::geglu_in_place;
 use crate::layers::attention::{attention, AttnShape, Positions};
+use crate::layers::moe::Moe;
 pub use crate::layers::norm::Norm;
 use crate::layers::rope::Rope;
 use crate::models::decoder::{
@@ -66,6 +67,9 @@ pub enum Mlp {
         down: Linear, // (dim, ffn_dim)
         act: Activation,
     },
+    /// Mixture of experts (`crate::layers::moe`); the decoder's `ffn_dim`
+    /// is at least its widest expert's.
+    Moe(Box<Moe>),
 }
 
 /// The activation of a gated MLP's gate.
@@ -466,6 +470,7 @@ impl Decoder {
                     activate(*act, up);
                     down.matmul(up, proj, &mut ws.acts, threads)?;
                 }
+                Mlp::Moe(moe) => moe.forward(xn, proj, gate, up, &mut ws.acts, threads)?,
             }
             residual_add(x, proj, block.post_ffn_norm.as_ref(), xn);
         }

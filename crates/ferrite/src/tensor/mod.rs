@@ -137,6 +137,42 @@ impl Loader {
     /// A `rows x cols` matrix stored as `name` (ggml dims `[cols, rows]`).
     pub fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, Error> {
         let (ty, bytes) = self.get(name, &[cols as u64, rows as u64])?;
+        self.linear_of(name, ty, bytes, rows, cols)
+    }
+
+    /// The `n` matrices of `rows x cols` stacked in the 3-D tensor `name`
+    /// (ggml dims `[cols, rows, n]`: mixture-of-experts weights, one matrix
+    /// per expert), each a [`Linear`] over its own stretch of the tensor.
+    pub fn stacked_linears(
+        &self,
+        name: &str,
+        n: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<Linear>, Error> {
+        let (ty, bytes) = self.get(name, &[cols as u64, rows as u64, n as u64])?;
+        let each = bytes.range.len() / n.max(1);
+        (0..n)
+            .map(|e| {
+                let start = bytes.range.start + e * each;
+                let part = TensorBytes {
+                    src: bytes.src.clone(),
+                    range: start..start + each,
+                };
+                self.linear_of(name, ty, part, rows, cols)
+            })
+            .collect()
+    }
+
+    /// A `rows x cols` matrix of type `ty` over `bytes` (of tensor `name`).
+    fn linear_of(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        bytes: TensorBytes,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear, Error> {
         // The grouped rows are read from the copy from now on.
         let start = bytes.range.start;
         let release = |r: Range<usize>| self.file.release(start + r.start..start + r.end);

@@ -12,10 +12,17 @@
 //! f16, so it differs from the sum of the dequantized values in the f16
 //! rounding), so the term is `(d_w * d_x) * isum + m_w * s_x`.
 //!
+//! MXFP4 (`mxfp4_q8_0`) is the Q4_0 expression with the nibbles read
+//! through the E2M1 table (`KVALUES`, doubled values in `-12..=12`) and
+//! the scale `2^(e - 128)` in place of the f16 `d_w`.
+//!
 //! No overflow: `|isum| <= 32 * 31 * 128` (5-bit weights, i8 activations).
 
 use super::{idot, sum_blocks};
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK};
+use crate::quant::mxfp4::KVALUES;
+use crate::quant::{
+    BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,
+};
 
 /// `sum((q - offset) * q_x)` for a block of 4-bit values: value `j` is the
 /// low nibble of byte `j`, value `j + 16` its high nibble.
@@ -85,6 +92,20 @@ pub(super) fn q5_1_q8_1(w: &[u8], a: &[u8]) -> f32 {
 pub(super) fn q8_0_q8_0(w: &[u8], a: &[u8]) -> f32 {
     sum_blocks(w, a, |wb: &BlockQ8_0, ab: &BlockQ8_0| {
         let isum = idot(wb.qs.iter().map(|&q| i32::from(q)), &ab.qs);
+        (wb.d() * ab.d()) * isum as f32
+    })
+}
+
+/// MXFP4 x Q8_0: `w = KVALUES[q] * 2^(e - 128)`; `|isum| <= 32 * 12 * 128`.
+pub(super) fn mxfp4_q8_0(w: &[u8], a: &[u8]) -> f32 {
+    sum_blocks(w, a, |wb: &BlockMxfp4, ab: &BlockQ8_0| {
+        let (x_lo, x_hi) = ab.qs.split_at(QK / 2);
+        let mut isum = 0i32;
+        for ((&b, &x0), &x1) in wb.qs.iter().zip(x_lo).zip(x_hi) {
+            let q0 = i32::from(KVALUES[usize::from(b & 0x0f)]);
+            let q1 = i32::from(KVALUES[usize::from(b >> 4)]);
+            isum += q0 * i32::from(x0) + q1 * i32::from(x1);
+        }
         (wb.d() * ab.d()) * isum as f32
     })
 }

@@ -9,7 +9,7 @@
 //!
 //! | weights                      | activations |
 //! |------------------------------|-------------|
-//! | Q4_0, Q5_0, Q8_0             | Q8_0        |
+//! | Q4_0, Q5_0, Q8_0, MXFP4      | Q8_0        |
 //! | Q4_1, Q5_1                   | Q8_1        |
 //! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K | Q8_K        |
 //! | F32, F16, BF16               | F32         |
@@ -29,7 +29,7 @@
 //! - Quantized types: per block, an exact integer dot product (i32; the
 //!   bounds noted at each kernel rule out overflow for *any* bytes), then
 //!   one f32 term per block, accumulated in block order from `0.0`:
-//!   `sum += (d_w * d_x) * (isum as f32)` for Q4_0/Q5_0/Q8_0,
+//!   `sum += (d_w * d_x) * (isum as f32)` for Q4_0/Q5_0/Q8_0/MXFP4,
 //!   `sum += (d_w * d_x) * (isum as f32) + m_w * s_x` for Q4_1/Q5_1,
 //!   `sum += (d_x * d_w) * (isum as f32) - (d_x * dmin_w) * (msum as f32)`
 //!   for Q2_K/Q4_K/Q5_K and `sum += (d_w * d_x) * (isum as f32)` for
@@ -212,6 +212,7 @@ pub fn scalar_vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
         Q4_0 => kernel(Q8_0, legacy::q4_0_q8_0),
         Q5_0 => kernel(Q8_0, legacy::q5_0_q8_0),
         Q8_0 => kernel(Q8_0, legacy::q8_0_q8_0),
+        Mxfp4 => kernel(Q8_0, legacy::mxfp4_q8_0),
         Q4_1 => kernel(Q8_1, legacy::q4_1_q8_1),
         Q5_1 => kernel(Q8_1, legacy::q5_1_q8_1),
         Q2K => kernel(Q8K, k_quants::q2_k_q8_k),

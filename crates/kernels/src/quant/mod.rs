@@ -14,6 +14,7 @@ use std::fmt;
 
 pub(crate) mod float;
 mod ksearch;
+pub mod mxfp4;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -28,6 +29,7 @@ pub mod q8_1;
 pub mod q8_k;
 
 pub use float::{bf16_bits_from_f32, f16_bits_from_f32};
+pub use mxfp4::BlockMxfp4;
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;
@@ -167,6 +169,7 @@ impl GgmlType {
                 | Q5K
                 | Q6K
                 | Q8K
+                | Mxfp4
         )
     }
 
@@ -375,6 +378,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantE
         Q5K => blocks_to_f32(src, dst, BlockQ5K::to_f32),
         Q6K => blocks_to_f32(src, dst, BlockQ6K::to_f32),
         Q8K => blocks_to_f32(src, dst, BlockQ8K::to_f32),
+        Mxfp4 => blocks_to_f32(src, dst, BlockMxfp4::to_f32),
         _ => {
             return Err(QuantError::Unsupported {
                 ty: t,
@@ -415,6 +419,7 @@ pub fn quantize(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantErr
         Q5K => blocks_from_f32(src, dst, BlockQ5K::from_f32),
         Q6K => blocks_from_f32(src, dst, BlockQ6K::from_f32),
         Q8K => blocks_from_f32(src, dst, BlockQ8K::from_f32),
+        Mxfp4 => blocks_from_f32(src, dst, BlockMxfp4::from_f32),
         _ => {
             return Err(QuantError::Unsupported {
                 ty: t,

@@ -26,6 +26,7 @@ mod gemm_i8;
 mod k_quants;
 mod legacy;
 pub(crate) mod math;
+pub(crate) mod mxfp4;
 pub(crate) mod quantize;
 pub(crate) mod rows8;
 mod table;
@@ -82,6 +83,7 @@ fn kernel_fn(w: GgmlType) -> Option<DotFn> {
         Q5_0 => legacy::q5_0_q8_0,
         Q5_1 => legacy::q5_1_q8_1,
         Q8_0 => legacy::q8_0_q8_0,
+        Mxfp4 => mxfp4::mxfp4_q8_0,
         Q4K => k_quants::q4_k_q8_k,
         Q5K => k_quants::q5_k_q8_k,
         Q6K => k_quants::q6_k_q8_k,

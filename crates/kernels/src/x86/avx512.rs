@@ -3,7 +3,8 @@
 //! the kernels it does better overridden, so that anything it does not
 //! override runs the AVX2 code, never the scalar fallback.
 //!
-//! Overridden so far: the many-row eight-row kernels (`dot8n`, prefill) of
+//! Overridden so far: the one-row MXFP4 dot product (`vpdpbusd` for its
+//! integer sums); the many-row eight-row kernels (`dot8n`, prefill) of
 //! Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, and the eight-row kernels
 //! (`dot8`) of Q8_0, Q4_K and Q6_K, whose integer sums take one `vpdpbusd`
 //! per 32 bytes instead of `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`), or for
@@ -283,6 +284,9 @@ pub(crate) unsafe fn vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
     if let Some(f) = super::avx2::rows8::kernel8_vnni_fn(w) {
         k.dot8 = Some(f);
     }
+    if w == GgmlType::Mxfp4 {
+        k.dot = super::avx2::mxfp4::mxfp4_q8_0_vnni;
+    }
     Some(k)
 }
 
@@ -291,6 +295,7 @@ pub(crate) fn overrides(w: GgmlType) -> bool {
     super::avx2::rows8::kernel8n_vnni_fn(w).is_some()
         || super::avx2::rows8::kernel8_vnni_fn(w).is_some()
         || super::avx2::rows8::kernel16n_vnni_fn(w).is_some()
+        || w == GgmlType::Mxfp4
 }
 
 /// `crate::gemm_bf16::gemm_bf16_panels`' product.

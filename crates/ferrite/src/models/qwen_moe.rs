@@ -1,0 +1,176 @@
+//! Qwen3-MoE and Qwen2-MoE as llama.cpp's GGUF files lay them out
+//! (`general.architecture = "qwen3moe"` / `"qwen2moe"`): the Qwen3 / Qwen2
+//! block (per-head Q/K norms / Q, K, V biases) with a mixture-of-experts
+//! feed-forward network in every layer (`crate::layers::moe`): a router
+//! `ffn_gate_inp` (`expert_count` x dim), softmax over the experts, the
+//! `expert_used_count` most probable, their SwiGLU experts stacked in
+//! `ffn_{gate,up,down}_exps` (one 3-D tensor each); Qwen2-MoE adds a shared
+//! expert (`ffn_{gate,up,down}_shexp`) scaled by `sigmoid(ffn_gate_inp_shexp
+//! . x)`.
+//!
+//! The picked weights are divided by their sum (`norm_topk_prob`) for
+//! Qwen3-MoE and not for Qwen2-MoE, as llama.cpp hard-codes it per
+//! architecture; ferrite's own key `{arch}.expert_weights_norm` (written by
+//! the HF directory reader from `norm_topk_prob`, and by llama.cpp's
+//! converter for other MoE families) overrides that.
+//!
+//! Reference: llama.cpp `src/models/qwen3moe.cpp`, `qwen2moe.cpp`; HF
+//! `modeling_qwen3_moe.py`, `modeling_qwen2_moe.py`.
+
+use std::sync::Arc;
+
+use crate::formats::gguf::GgufFile;
+use crate::layers::moe::{Expert, ExpertAct, Gating, Moe, SharedExpert};
+use crate::layers::rope::RopeStyle;
+use crate::models::build;
+use crate::models::hparams::HParams;
+use crate::models::llama::{load_family_with, Family};
+use crate::models::transformer::{Decoder, Mlp, Shape};
+use crate::tensor::Loader;
+use crate::Error;
+
+const QWEN3_MOE: Family = Family {
+    rope_style: RopeStyle::Halves,
+    default_eps: 1e-6,
+    default_ctx: 40_960,
+    qk_norm: true,
+};
+
+const QWEN2_MOE: Family = Family {
+    rope_style: RopeStyle::Halves,
+    default_eps: 1e-6,
+    default_ctx: 32_768,
+    qk_norm: false,
+};
+
+/// Loads a Qwen3-MoE file.
+pub fn load_qwen3moe(file: Arc<GgufFile>) -> Result<Decoder, Error> {
+    load(file, &QWEN3_MOE, true)
+}
+
+/// Loads a Qwen2-MoE file.
+pub fn load_qwen2moe(file: Arc<GgufFile>) -> Result<Decoder, Error> {
+    load(file, &QWEN2_MOE, false)
+}
+
+/// The experts' sizes and routing, from the metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeParams {
+    pub n_experts: usize,
+    pub top_k: usize,
+    pub expert_ffn: usize,
+    /// The shared expert's width, if the file states one.
+    pub shared_ffn: Option<usize>,
+    pub norm: bool,
+}
+
+/// `expert_count`, `expert_used_count` (at most `expert_count`),
+/// `expert_feed_forward_length`, `expert_shared_feed_forward_length` and
+/// `expert_weights_norm` (default `default_norm`); errors name the key.
+pub fn moe_params(hp: &HParams, default_norm: bool) -> Result<MoeParams, Error> {
+    let n_experts = hp.size("expert_count")?;
+    let top_k = hp.size("expert_used_count")?;
+    if top_k > n_experts {
+        return Err(hp.error(
+            "expert_used_count",
+            &format!("{top_k} experts per token, but expert_count is {n_experts}"),
+        ));
+    }
+    let norm = match hp.opt_value("expert_weights_norm") {
+        None => default_norm,
+        Some(v) => match (v.as_bool(), v.as_u64()) {
+            (Some(b), _) => b,
+            (None, Some(n)) if n <= 1 => n == 1,
+            _ => return Err(hp.error("expert_weights_norm", &format!("{v} is not a boolean"))),
+        },
+    };
+    Ok(MoeParams {
+        n_experts,
+        top_k,
+        expert_ffn: hp.size("expert_feed_forward_length")?,
+        shared_ffn: hp.opt_size("expert_shared_feed_forward_length")?,
+        norm,
+    })
+}
+
+/// Layer `l`'s experts stacked in `gate`, `up`, `down` (3-D tensors), each
+/// `ffn` wide.
+pub fn stacked_experts(
+    w: &Loader,
+    [gate, up, down]: [&str; 3],
+    n: usize,
+    ffn: usize,
+    dim: usize,
+) -> Result<Vec<Expert>, Error> {
+    let gates = w.stacked_linears(gate, n, ffn, dim)?;
+    let ups = w.stacked_linears(up, n, ffn, dim)?;
+    let downs = w.stacked_linears(down, n, dim, ffn)?;
+    Ok(gates
+        .into_iter()
+        .zip(ups)
+        .zip(downs)
+        .map(|((gate, up), down)| Expert { gate, up, down })
+        .collect())
+}
+
+fn blk(l: usize, what: &str) -> String {
+    format!("blk.{l}.{what}.weight")
+}
+
+/// Layer `l`'s mixture of experts.
+fn moe_layer(w: &Loader, l: usize, s: &Shape, p: &MoeParams) -> Result<Mlp, Error> {
+    let dim = s.dim;
+    let router = build::linear(w, &blk(l, "ffn_gate_inp"), p.n_experts, dim)?;
+    let names = ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"].map(|n| blk(l, n));
+    let experts = stacked_experts(
+        w,
+        names.each_ref().map(String::as_str),
+        p.n_experts,
+        p.expert_ffn,
+        dim,
+    )?;
+    let shared = if w.has(&blk(l, "ffn_gate_shexp")) {
+        let ffn = p.shared_ffn.unwrap_or(s.ffn_dim);
+        let mlp = Expert {
+            gate: build::linear(w, &blk(l, "ffn_gate_shexp"), ffn, dim)?,
+            up: build::linear(w, &blk(l, "ffn_up_shexp"), ffn, dim)?,
+            down: build::linear(w, &blk(l, "ffn_down_shexp"), dim, ffn)?,
+        };
+        let gate_name = blk(l, "ffn_gate_inp_shexp");
+        let gate = if w.has(&gate_name) {
+            Some(build::linear(w, &gate_name, 1, dim)?)
+        } else {
+            None
+        };
+        Some(SharedExpert { mlp, gate })
+    } else {
+        None
+    };
+    Ok(Mlp::Moe(Box::new(Moe {
+        router,
+        gating: Gating::SoftmaxTopK { norm: p.norm },
+        top_k: p.top_k,
+        experts,
+        act: ExpertAct::Silu,
+        shared,
+    })))
+}
+
+fn load(file: Arc<GgufFile>, f: &Family, default_norm: bool) -> Result<Decoder, Error> {
+    let source = file.path().display().to_string();
+    let hp = HParams::of(&file, &source);
+    let p = moe_params(&hp, default_norm)?;
+    let mut d = load_family_with(file.clone(), f, &|w, l, s| moe_layer(w, l, s, &p))?;
+    widen_ffn(&mut d);
+    Ok(d)
+}
+
+/// Makes the decoder's `ffn_dim` (its scratch rows) at least as wide as
+/// any mixture's widest expert.
+pub fn widen_ffn(d: &mut Decoder) {
+    for b in &d.blocks {
+        if let Mlp::Moe(m) = &b.mlp {
+            d.shape.ffn_dim = d.shape.ffn_dim.max(m.ffn_dim());
+        }
+    }
+}

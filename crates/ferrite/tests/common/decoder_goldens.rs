@@ -1,0 +1,83 @@
+//! Comparing a decoder with the HF goldens of the fixture scripts
+//! (`logits` entries: a file of f32 rows, sequences with ids and offsets;
+//! greedy runs). (hf_decoders.rs has its own copies of these, older.)
+
+use std::path::Path;
+
+use ferrite::models::decoder::Logits;
+use ferrite::models::CausalLm;
+use ferrite::parallel::Threads;
+use serde_json::Value as Json;
+
+use super::{all_logits, argmax, ids};
+
+pub fn f32_file(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// Largest |ours - HF| over the sequences of a goldens `logits` entry
+/// (its file in `base`);
+/// every row's top-1 must be HF's where HF's top-1/top-2 gap exceeds
+/// `tie` (with logits within `tie / 2`, no other row can change its pick).
+pub fn max_logit_error_in(model: &dyn CausalLm, entry: &Json, base: &Path, tie: f32) -> f32 {
+    let hf = f32_file(&base.join(entry["file"].as_str().unwrap()));
+    let n_vocab = entry["n_vocab"].as_u64().unwrap() as usize;
+    assert_eq!(model.n_vocab(), n_vocab);
+    let mut worst = 0f32;
+    for seq in entry["sequences"].as_array().unwrap() {
+        let tokens = ids(&seq["ids"]);
+        let ours = all_logits(model, &tokens);
+        let off = seq["offset"].as_u64().unwrap() as usize;
+        let theirs = &hf[off..off + tokens.len() * n_vocab];
+        for (row, (a, b)) in ours
+            .chunks_exact(n_vocab)
+            .zip(theirs.chunks_exact(n_vocab))
+            .enumerate()
+        {
+            if top_gap(b) > tie {
+                assert_eq!(argmax(a), argmax(b), "{}: top-1 at row {row}", seq["name"]);
+            }
+        }
+        let err = ours
+            .iter()
+            .zip(theirs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        worst = worst.max(err);
+    }
+    worst
+}
+
+/// The gap between the largest and the second-largest value of `row`.
+pub fn top_gap(row: &[f32]) -> f32 {
+    let top = argmax(row) as usize;
+    let second = row
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != top)
+        .map(|(_, v)| *v)
+        .fold(f32::NEG_INFINITY, f32::max);
+    row[top] - second
+}
+
+/// Greedy decoding, one token per forward call after the prompt.
+pub fn greedy(model: &dyn CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut st = model.new_state(128, Threads::new(2)).unwrap();
+    let mut out = Vec::new();
+    model
+        .forward(prompt, &mut st, Logits::Last, &mut out)
+        .unwrap();
+    let mut generated = Vec::new();
+    for _ in 0..n {
+        let next = argmax(&out);
+        generated.push(next);
+        model
+            .forward(&[next], &mut st, Logits::Last, &mut out)
+            .unwrap();
+    }
+    generated
+}
