@@ -4,14 +4,18 @@
 pub mod build;
 pub mod decoder;
 pub mod encoder;
+pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
 pub mod hparams;
 pub mod llama;
 pub mod marian;
+pub mod olmo2;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod seq2seq;
+pub mod smollm3;
 pub mod t5;
 pub mod transformer;
 
@@ -52,12 +56,16 @@ type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
 
 /// The decoder architectures ferrite runs, by `general.architecture`: the
 /// one place an architecture name is matched.
-const DECODERS: [(&str, LoadDecoder); 5] = [
+const DECODERS: [(&str, LoadDecoder); 9] = [
     ("llama", llama::load),
     ("qwen2", qwen2::load),
     ("qwen3", qwen3::load),
     ("gemma3", gemma3::load),
     ("gpt2", gpt2::load),
+    ("gemma2", gemma2::load),
+    ("phi3", phi3::load),
+    ("olmo2", olmo2::load),
+    ("smollm3", smollm3::load),
 ];
 
 /// Names of the decoder architectures [`load_causal_lm`] runs.

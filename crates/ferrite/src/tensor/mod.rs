@@ -116,6 +116,40 @@ impl Loader {
     /// A `rows x cols` matrix stored as `name` (ggml dims `[cols, rows]`).
     pub fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, Error> {
         let (ty, bytes) = self.get(name, &[cols as u64, rows as u64])?;
+        self.linear_of(name, ty, bytes, rows, cols)
+    }
+
+    /// Rows `part` of the `total x cols` matrix stored as `name`, as a
+    /// matrix of their own (Phi-3's gate and up halves of `ffn_up`).
+    pub fn linear_rows(
+        &self,
+        name: &str,
+        total: usize,
+        cols: usize,
+        part: Range<usize>,
+    ) -> Result<Linear, Error> {
+        let (ty, mut bytes) = self.get(name, &[cols as u64, total as u64])?;
+        if part.is_empty() || part.end > total {
+            return Err(Error::model(
+                self.source(),
+                format!("tensor '{name}': rows {part:?} of {total}"),
+            ));
+        }
+        let row_bytes = bytes.bytes().len() / total;
+        let start = bytes.range.start;
+        bytes.range = start + part.start * row_bytes..start + part.end * row_bytes;
+        self.linear_of(name, ty, bytes, part.len(), cols)
+    }
+
+    /// A `rows x cols` matrix of type `ty` in `bytes`.
+    fn linear_of(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        bytes: TensorBytes,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear, Error> {
         let kernel = vec_dot_kernel(ty).ok_or_else(|| {
             Error::model(
                 self.source(),
