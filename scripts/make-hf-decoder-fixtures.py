@@ -225,6 +225,11 @@ MODELS = [
     ("tiny-qwen3", "qwen3", "qwen2", "float32", True, None, 6606, 24),
     ("tiny-mistral", "mistral", "llama", "float32", False, None, 7707, 0),
     ("tiny-qwen2-swa", "qwen2", "qwen2", "float32", True, None, 8808, 24),
+    ("tiny-gemma2", "gemma2", "llama", "float32", True, None, 9909, 0),
+    ("tiny-gemma3", "gemma3", "llama", "float32", True, None, 1011, 0),
+    ("tiny-phi3", "phi3", "llama", "float32", False, None, 1212, 0),
+    ("tiny-olmo2", "olmo2", "qwen2", "float32", False, None, 1313, 0),
+    ("tiny-smollm3", "smollm3", "llama", "float32", True, None, 1414, 0),
 ]
 # Config beyond the common one, per model. Llama 3 scaling with a short
 # original context so that, over 8 frequency pairs (head_dim 16, theta 1e4),
@@ -245,9 +250,47 @@ EXTRA_CONFIG = {
     # layers from max_window_layers = 1 on.
     "tiny-mistral": dict(sliding_window=8),
     "tiny-qwen2-swa": dict(use_sliding_window=True, sliding_window=8, max_window_layers=1),
+    # Gemma 2: layer 0 slides over 8 positions, layer 1 is global; attention
+    # scores soft-capped at 4 and logits at 6 (small enough to matter with
+    # these weights: Gemma 2's real 50 and 30 would barely touch them).
+    "tiny-gemma2": dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+                        attn_logit_softcapping=4.0, final_logit_softcapping=6.0),
+    # Gemma 3: six layers as the real pattern (five local, one global),
+    # narrower so the fixture stays small; global layers with linear RoPE
+    # scaling (factor 2) and base 1e6, local ones base 1e4; logits
+    # soft-capped at 8.
+    "tiny-gemma3": dict(hidden_size=32, num_hidden_layers=6, num_attention_heads=2, num_key_value_heads=1,
+                        head_dim=16, intermediate_size=64, query_pre_attn_scalar=16, sliding_window=8,
+                        final_logit_softcapping=8.0,
+                        rope_parameters={
+                            "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 2.0},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # Phi-3: fused qkv_proj and gate_up_proj, RoPE on half of each head,
+    # LongRoPE over an original 64 positions (factor 128 / 64 = 2, cos/sin
+    # times sqrt(1 + ln 2 / ln 64)): short factors up to 64 positions, long
+    # ones past (the extra 72-token sequence; see EXTRA_SEQS).
+    "tiny-phi3": dict(original_max_position_embeddings=64, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+        "original_max_position_embeddings": 64,
+        "short_factor": [1.0, 1.25, 1.5, 2.0], "long_factor": [1.0, 3.0, 6.0, 12.0]}),
+    # OLMo 2: norms after attention and MLP, Q/K RMSNorm over the whole
+    # projection.
+    "tiny-olmo2": dict(rms_norm_eps=1e-6),
+    # SmolLM3: four layers, the fourth without RoPE (interval 4, as the real
+    # model and llama.cpp's fixed step).
+    "tiny-smollm3": dict(num_hidden_layers=4, intermediate_size=64, no_rope_layer_interval=4),
 }
 # The models whose converted GGUF files are kept (f32 and q8_0).
-KEEP_GGUF = {"tiny-llama3", "tiny-llama-yarn", "tiny-qwen3"}
+KEEP_GGUF = {"tiny-llama3", "tiny-llama-yarn", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3",
+             "tiny-olmo2", "tiny-smollm3"}
+# Sequences beyond SEQ_LENGTHS, per model (LongRoPE's long factors), and
+# the context each sequence is run with where it matters: HF picks Phi-3's
+# factors by the sequence's length, ferrite (as llama.cpp) by the context
+# size, so the tests give each sequence a context of its own length, and
+# greedy runs (at most 35 positions) a context of 64: short factors.
+EXTRA_SEQS = {"tiny-phi3": [("len72", 72)]}
+CONTEXT_IS_LENGTH = {"tiny-phi3"}
+GREEDY_CTX = {"tiny-phi3": 64}
 
 # transformers' ROPE_INIT_FUNCTIONS on their own: (name, head_dim,
 # max_position_embeddings, rope_parameters, seq_len).
@@ -390,8 +433,10 @@ def randomize(model, seed):
 
 def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
     import torch
-    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+    from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
+                              LlamaForCausalLM, MistralConfig, MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
+                              Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 
     torch.manual_seed(seed)
     n_vocab = len(tok) + pad
@@ -409,6 +454,21 @@ def make_model(name, arch, tok, dtype, tied, shard, seed, pad):
     elif arch == "qwen3":
         config = Qwen3Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False, **extra)
         model = Qwen3ForCausalLM(config)
+    elif arch == "gemma2":
+        config = Gemma2Config(**dict(common, rms_norm_eps=1e-6, **extra))
+        model = Gemma2ForCausalLM(config)
+    elif arch == "gemma3":
+        config = Gemma3TextConfig(**dict(common, rms_norm_eps=1e-6, **extra))
+        model = Gemma3ForCausalLM(config)
+    elif arch == "phi3":
+        config = Phi3Config(**dict(common, rms_norm_eps=1e-5, pad_token_id=0, **extra))
+        model = Phi3ForCausalLM(config)
+    elif arch == "olmo2":
+        config = Olmo2Config(**dict(common, rope_theta=10000.0, pad_token_id=0, **extra))
+        model = Olmo2ForCausalLM(config)
+    elif arch == "smollm3":
+        config = SmolLM3Config(**dict(common, rms_norm_eps=1e-6, rope_theta=10000.0, pad_token_id=0, **extra))
+        model = SmolLM3ForCausalLM(config)
     elif arch == "mistral":
         config = MistralConfig(**common, rms_norm_eps=1e-5, rope_theta=10000.0, **extra)
         model = MistralForCausalLM(config)
@@ -473,6 +533,12 @@ def get_vocab_base_pre(self, tokenizer):
         return "gpt-2"  # a freshly trained vocabulary has no known hash
 
 base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+# Gemma 2's converter wants a SentencePiece tokenizer.model; the fixtures
+# have a byte-level BPE tokenizer.json (not what the GGUF tests look at).
+from conversion import gemma
+gemma.Gemma2Model.set_vocab = base.TextModel._set_vocab_gpt2
+from conversion import phi  # Phi-3's too, unless tokenizer_class says GPT2Tokenizer
+phi.Phi3MiniModel.set_vocab = base.TextModel._set_vocab_gpt2
 sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
 convert_hf_to_gguf.main()
 """
@@ -533,6 +599,14 @@ GGUF_LAYER = {
     "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up", "mlp.down_proj.weight": "ffn_down",
     "self_attn.q_norm.weight": "attn_q_norm", "self_attn.k_norm.weight": "attn_k_norm",
 }
+# Gemma's own names (its post_attention_layernorm is a post-norm).
+GGUF_LAYER.update({
+    "self_attn.qkv_proj.weight": "attn_qkv", "mlp.gate_up_proj.weight": "ffn_up",  # Phi-3
+    "post_feedforward_layernorm.weight": "post_ffw_norm"})  # OLMo 2
+GGUF_LAYER_OLMO2 = dict(GGUF_LAYER, **{"post_attention_layernorm.weight": "post_attention_norm"})
+GGUF_LAYER_GEMMA = dict(GGUF_LAYER, **{
+    "post_attention_layernorm.weight": "post_attention_norm", "pre_feedforward_layernorm.weight": "ffn_norm",
+    "post_feedforward_layernorm.weight": "post_ffw_norm"})
 
 
 def dequantized_reference(directory, gguf_path):
@@ -562,6 +636,8 @@ def dequantized_reference(directory, gguf_path):
         hd = w.shape[0] // n_head
         return w.reshape(n_head, hd // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
 
+    gemma = cfg.model_type.startswith("gemma")
+    layer_names = GGUF_LAYER_GEMMA if gemma else GGUF_LAYER_OLMO2 if cfg.model_type == "olmo2" else GGUF_LAYER
     state = {}
     for key in model.state_dict():
         if key == "model.embed_tokens.weight":
@@ -572,9 +648,11 @@ def dequantized_reference(directory, gguf_path):
             src = "output_norm.weight"
         else:
             parts = key.split(".")
-            src = f"blk.{parts[2]}.{GGUF_LAYER['.'.join(parts[3:])]}.weight"
+            src = f"blk.{parts[2]}.{layer_names['.'.join(parts[3:])]}.weight"
         w = weights[src]
-        if cfg.model_type != "llama":
+        if gemma and key.endswith("norm.weight"):  # the converter added Gemma's 1
+            w = w - np.float32(1)
+        if cfg.model_type not in ("llama", "smollm3"):
             pass
         elif "q_proj" in key:
             w = unpermute(w, cfg.num_attention_heads)
@@ -596,6 +674,12 @@ def dequantized_reference(directory, gguf_path):
             module.register_forward_pre_hook(round_q8_0)
         if name.endswith("v_proj"):  # the f16 KV cache: values ...
             module.register_forward_hook(lambda m, a, out: out.half().float())
+        if name.endswith("qkv_proj"):  # (Phi-3's fused projection: its value part)
+            kv = cfg.num_key_value_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
+            module.register_forward_hook(
+                lambda m, a, out, kv=kv: torch.cat([out[..., :-kv], out[..., -kv:].half().float()], dim=-1))
+        if name.endswith("k_proj") and cfg.model_type == "smollm3" and not cfg.no_rope_layers[int(name.split(".")[2])]:
+            module.register_forward_hook(lambda m, a, out: out.half().float())  # keys of NoPE layers
     # ... and keys after RoPE (the modeling module's apply_rotary_pos_emb).
     modeling = sys.modules[type(model).__module__]
     if not hasattr(modeling, "_ferrite_rope"):
@@ -669,13 +753,15 @@ def main():
         rng = np.random.default_rng(seed)
         logit_file = f"logits-{name}.f32"
         chunks, sequences, offset = [], [], 0
-        for seq_name, length in SEQ_LENGTHS:
+        for seq_name, length in SEQ_LENGTHS + EXTRA_SEQS.get(name, []):
             ids = [int(x) for x in rng.integers(0, len(hf), size=length)]
             l = logits_of(model, ids)
             assert l.shape == (length, n_vocab)
             assert float(l.std()) > 0.5, "logits too flat"
             chunks.append(l.astype("<f4").tobytes())
             sequences.append({"name": seq_name, "ids": ids, "offset": offset, "shape": [length, n_vocab]})
+            if name in CONTEXT_IS_LENGTH:
+                sequences[-1]["n_ctx"] = length
             offset += length * n_vocab
         (OUT / logit_file).write_bytes(b"".join(chunks))
 
@@ -699,6 +785,7 @@ def main():
             "logits": {"file": logit_file, "dtype": "f32", "byte_order": "little",
                        "n_vocab": n_vocab, "sequences": sequences},
             "greedy": cases,
+            "greedy_ctx": GREEDY_CTX.get(name, POSITIONS),
             "chat": {"messages": CHAT, "ids": list(chat_ids)},
             "converter": converter_summary(directory, "bf16" if dtype == "bfloat16" else "f32",
                                            "llama" if arch == "mistral" else arch),

@@ -195,4 +195,46 @@ fn inspect_shows_rope_scaling_and_windows() {
     let text = show("tiny-llama-yarn.f32.gguf");
     assert!(text.contains("rope.scaling.type"), "{text}");
     assert!(text.contains("yarn"), "{text}");
+    // The families' particulars: soft-caps and sliding layers (Gemma 2),
+    // per-layer-type RoPE (Gemma 3), LongRoPE and partial rotary (Phi-3),
+    // NoPE layers (SmolLM3), from directories and converted files.
+    for (path, wanted) in [
+        (
+            "tiny-gemma2",
+            &[
+                "attn_logit_softcapping",
+                "final_logit_softcapping",
+                "layer_types",
+            ][..],
+        ),
+        (
+            "tiny-gemma2.f32.gguf",
+            &["attn_logit_softcapping", "attention.sliding_window"][..],
+        ),
+        (
+            "tiny-gemma3",
+            &[
+                "rope_parameters.full_attention.rope_theta",
+                "sliding_window",
+            ][..],
+        ),
+        (
+            "tiny-phi3",
+            &[
+                "longrope",
+                "rope_parameters.long_factor",
+                "rope_parameters.partial_rotary_factor",
+            ][..],
+        ),
+        (
+            "tiny-phi3.f32.gguf",
+            &["rope.scaling.attn_factor", "rope_factors_long.weight"][..],
+        ),
+        ("tiny-smollm3", &["no_rope_layers"][..]),
+    ] {
+        let text = show(path);
+        for w in wanted {
+            assert!(text.contains(w), "{path}: no {w} in {text}");
+        }
+    }
 }

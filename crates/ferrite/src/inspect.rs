@@ -172,10 +172,17 @@ fn inspect_safetensors(path: &Path) -> Result<Report, FormatError> {
         .and_then(Json::as_str)
         .or_else(|| config.get("model_type").and_then(Json::as_str))
         .map(str::to_string);
-    let scalar = |v: &Json| v.is_number() || v.is_string() || v.is_boolean();
+    // Scalars, and short lists of them (`layer_types`, `no_rope_layers`,
+    // LongRoPE's `long_factor`, ...).
+    let scalar = |v: &Json| {
+        let one = |v: &Json| v.is_number() || v.is_string() || v.is_boolean();
+        one(v)
+            || v.as_array()
+                .is_some_and(|a| a.len() <= 1024 && a.iter().all(one))
+    };
     let mut hyperparameters: BTreeMap<String, Json> = config
         .iter()
-        .filter(|(_, v)| scalar(v))
+        .filter(|(k, v)| scalar(v) && *k != "architectures")
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     // RoPE scaling (`rope_parameters` / `rope_scaling`: type, factor, ...),

@@ -47,11 +47,19 @@ fn tensors(arch: &str) -> Vec<Spec> {
     }
     for l in 0..LAYERS {
         let b = |what: &str| format!("blk.{l}.{what}");
-        add(b("attn_norm.weight"), &[DIM]);
-        add(b("ffn_norm.weight"), &[DIM]);
+        if arch != "olmo2" {
+            add(b("attn_norm.weight"), &[DIM]);
+            add(b("ffn_norm.weight"), &[DIM]);
+        }
         add(b("attn_output.weight"), &[q, DIM]);
-        add(b("ffn_up.weight"), &[DIM, FFN]);
         add(b("ffn_down.weight"), &[FFN, DIM]);
+        if arch == "phi3" {
+            // Fused Q/K/V and gate/up.
+            add(b("attn_qkv.weight"), &[DIM, q + 2 * kv]);
+            add(b("ffn_up.weight"), &[DIM, 2 * FFN]);
+            continue;
+        }
+        add(b("ffn_up.weight"), &[DIM, FFN]);
         if arch == "gpt2" {
             add(b("attn_qkv.weight"), &[DIM, q + 2 * kv]);
             add(b("attn_qkv.bias"), &[q + 2 * kv]);
@@ -74,6 +82,13 @@ fn tensors(arch: &str) -> Vec<Spec> {
         if arch == "gemma3" {
             add(b("attn_q_norm.weight"), &[HEAD_DIM]);
             add(b("attn_k_norm.weight"), &[HEAD_DIM]);
+        }
+        if arch == "olmo2" {
+            // Q/K norms over the whole projections.
+            add(b("attn_q_norm.weight"), &[q]);
+            add(b("attn_k_norm.weight"), &[kv]);
+        }
+        if matches!(arch, "gemma2" | "gemma3" | "olmo2") {
             add(b("post_attention_norm.weight"), &[DIM]);
             add(b("post_ffw_norm.weight"), &[DIM]);
         }
@@ -146,7 +161,9 @@ fn load(md: &Metadata, tensors: &[Spec]) -> Result<Box<dyn ferrite::models::Caus
     load_causal_lm(Arc::new(file)).map_err(|e| e.to_string())
 }
 
-const ARCHS: [&str; 4] = ["llama", "qwen2", "gemma3", "gpt2"];
+const ARCHS: [&str; 8] = [
+    "llama", "qwen2", "gemma3", "gpt2", "gemma2", "phi3", "olmo2", "smollm3",
+];
 
 #[test]
 fn tiny_valid_files_load_and_run() {
@@ -310,6 +327,96 @@ fn tensors_that_do_not_match_the_metadata_are_errors() {
             }
         }
     }
+}
+
+/// The families' own keys and tensors, broken one at a time: soft-caps,
+/// LongRoPE's factors and attention factor, NoPE flags, attention scale.
+#[test]
+fn family_particulars_that_are_wrong_are_errors() {
+    let rope_dims = || ("rope.dimension_count", Value::U32(HEAD_DIM as u32 / 2));
+    for (arch, set, needle) in [
+        (
+            "gemma2",
+            vec![("attn_logit_softcapping", Value::F32(-1.0))],
+            "attn_logit_softcapping",
+        ),
+        (
+            "gemma2",
+            vec![("final_logit_softcapping", Value::F32(f32::NAN))],
+            "final_logit_softcapping",
+        ),
+        (
+            "gemma2",
+            vec![("attention.scale", Value::F32(0.0))],
+            "attention.scale",
+        ),
+        (
+            "gemma2",
+            vec![("attention.sliding_window", Value::U32(0x7fff_ffff))],
+            "attention.sliding_window",
+        ),
+        (
+            "smollm3",
+            vec![("no_rope_layers", Value::Array(Array::Bool(vec![true; 3])))],
+            "no_rope_layers",
+        ),
+        (
+            "phi3",
+            vec![rope_dims(), ("rope.scaling.attn_factor", Value::F32(-1.0))],
+            "rope.scaling.attn_factor",
+        ),
+        (
+            "phi3",
+            vec![("rope.scaling.type", Value::String("longrope".into()))],
+            "rope.scaling.type",
+        ),
+    ] {
+        let mut t = tensors(arch);
+        if arch == "phi3" {
+            let pairs = HEAD_DIM / 4;
+            t.push(Spec {
+                name: "rope_factors_long.weight".into(),
+                dims: vec![pairs],
+            });
+            t.push(Spec {
+                name: "rope_factors_short.weight".into(),
+                dims: vec![pairs],
+            });
+        }
+        refused(arch, &edited(arch, &set, &[]), &t, needle);
+    }
+    // LongRoPE factors: of a wrong length, one list without the other, or
+    // not positive (the test values are about -0.5..0.5: some negative).
+    let md = edited(
+        "phi3",
+        &[("rope.scaling.original_context_length", Value::U32(16))],
+        &[],
+    );
+    let with = |names: &[(&str, u64)]| {
+        let mut t = tensors("phi3");
+        for (name, n) in names {
+            t.push(Spec {
+                name: name.to_string(),
+                dims: vec![*n],
+            });
+        }
+        t
+    };
+    let pairs = HEAD_DIM / 2;
+    let (long, short) = ("rope_factors_long.weight", "rope_factors_short.weight");
+    refused(
+        "phi3",
+        &md,
+        &with(&[(long, pairs + 1), (short, pairs)]),
+        long,
+    );
+    refused("phi3", &md, &with(&[(short, pairs)]), long);
+    refused(
+        "phi3",
+        &md,
+        &with(&[(long, pairs), (short, pairs)]),
+        "not positive",
+    );
 }
 
 #[test]

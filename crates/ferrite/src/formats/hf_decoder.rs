@@ -62,7 +62,7 @@ const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 
 /// How a family of HF checkpoints maps onto a GGUF architecture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Family {
     Llama,
     /// Llama with a sliding window on every layer (`sliding_window`).
@@ -73,11 +73,29 @@ enum Family {
     /// Qwen3 / Qwen2 with mixture-of-experts layers (`hf_decoder/moe.rs`).
     Qwen3Moe,
     Qwen2Moe,
+    /// A family described as data by its `models::` file.
+    Table(&'static HfFamily),
+}
+
+/// An HF decoder family whose tensors are renamed one to one (and
+/// possibly permuted or shifted): its `models::` file says how.
+pub struct HfFamily {
+    /// `general.architecture` of the GGUF file.
+    pub arch: &'static str,
+    /// Writes the `{arch}.*` keys from `config.json`.
+    pub config: fn(&Config, &mut Keys) -> Result<Hp, Error>,
+    /// Per-layer modules: HF module (`self_attn.q_proj`), GGUF name.
+    pub layer: &'static [(&'static str, LayerName)],
+    /// Norm weights get 1 added (Gemma's `(1 + w)` RMSNorm, as the
+    /// converter stores them).
+    pub norm_plus_one: bool,
+    /// Q/K rows permuted for adjacent-pair RoPE (Llama-style files).
+    pub permute_qk: bool,
 }
 
 /// The decoder classes read, by their name in `config.json`
 /// `architectures`: the one place they are matched.
-const HF_DECODERS: [(&str, Family); 7] = [
+const HF_DECODERS: [(&str, Family); 12] = [
     ("LlamaForCausalLM", Family::Llama),
     ("MistralForCausalLM", Family::Mistral),
     ("Qwen2ForCausalLM", Family::Qwen2),
@@ -85,6 +103,20 @@ const HF_DECODERS: [(&str, Family); 7] = [
     ("GPT2LMHeadModel", Family::Gpt2),
     ("Qwen3MoeForCausalLM", Family::Qwen3Moe),
     ("Qwen2MoeForCausalLM", Family::Qwen2Moe),
+    (
+        "Gemma2ForCausalLM",
+        Family::Table(&crate::models::gemma2::HF),
+    ),
+    (
+        "Gemma3ForCausalLM",
+        Family::Table(&crate::models::gemma2::HF_GEMMA3),
+    ),
+    ("Phi3ForCausalLM", Family::Table(&crate::models::phi3::HF)),
+    ("Olmo2ForCausalLM", Family::Table(&crate::models::olmo2::HF)),
+    (
+        "SmolLM3ForCausalLM",
+        Family::Table(&crate::models::smollm3::HF),
+    ),
 ];
 
 impl Family {
@@ -97,6 +129,7 @@ impl Family {
             Family::Gpt2 => "gpt2",
             Family::Qwen3Moe => "qwen3moe",
             Family::Qwen2Moe => "qwen2moe",
+            Family::Table(t) => t.arch,
         }
     }
 
@@ -124,21 +157,21 @@ fn architectures(config: &Json) -> Vec<&str> {
 }
 
 /// `config.json`, read with errors that name the field.
-struct Config<'a> {
-    json: &'a Json,
-    source: String,
+pub struct Config<'a> {
+    pub json: &'a Json,
+    pub source: String,
 }
 
 impl Config<'_> {
-    fn bad(&self, key: &str, problem: impl std::fmt::Display) -> Error {
+    pub fn bad(&self, key: &str, problem: impl std::fmt::Display) -> Error {
         Error::model(&self.source, format!("'{key}': {problem}"))
     }
 
-    fn get(&self, key: &str) -> Option<&Json> {
+    pub fn get(&self, key: &str) -> Option<&Json> {
         self.json.get(key).filter(|v| !v.is_null())
     }
 
-    fn opt_size(&self, key: &str) -> Result<Option<usize>, Error> {
+    pub fn opt_size(&self, key: &str) -> Result<Option<usize>, Error> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => match v.as_u64() {
@@ -148,12 +181,12 @@ impl Config<'_> {
         }
     }
 
-    fn size(&self, key: &str) -> Result<usize, Error> {
+    pub fn size(&self, key: &str) -> Result<usize, Error> {
         self.opt_size(key)?.ok_or_else(|| self.bad(key, "missing"))
     }
 
     /// The first of `keys` present (GPT-2 configs have two spellings).
-    fn size_of(&self, keys: &[&str]) -> Result<usize, Error> {
+    pub fn size_of(&self, keys: &[&str]) -> Result<usize, Error> {
         for key in keys {
             if let Some(n) = self.opt_size(key)? {
                 return Ok(n);
@@ -162,7 +195,7 @@ impl Config<'_> {
         Err(self.bad(keys[0], "missing"))
     }
 
-    fn opt_f32(&self, key: &str) -> Result<Option<f32>, Error> {
+    pub fn opt_f32(&self, key: &str) -> Result<Option<f32>, Error> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => match v.as_f64() {
@@ -172,7 +205,7 @@ impl Config<'_> {
         }
     }
 
-    fn opt_bool(&self, key: &str) -> Result<Option<bool>, Error> {
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>, Error> {
         match self.get(key) {
             None => Ok(None),
             Some(Json::Bool(b)) => Ok(Some(*b)),
@@ -180,7 +213,7 @@ impl Config<'_> {
         }
     }
 
-    fn opt_str(&self, key: &str) -> Result<Option<&str>, Error> {
+    pub fn opt_str(&self, key: &str) -> Result<Option<&str>, Error> {
         match self.get(key) {
             None => Ok(None),
             Some(Json::String(s)) => Ok(Some(s)),
@@ -191,36 +224,36 @@ impl Config<'_> {
 
 /// The checked hyper-parameters the tensor mapping needs.
 #[derive(Clone, Debug)]
-struct Hp {
-    n_layers: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-    tied: bool,
-    vocab_size: Option<usize>,
+pub struct Hp {
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub tied: bool,
+    pub vocab_size: Option<usize>,
     /// Tensors the converter makes up: `rope_freqs.weight` (Llama 3).
-    extra: Vec<(&'static str, Vec<f32>)>,
+    pub extra: Vec<(&'static str, Vec<f32>)>,
 }
 
 /// Metadata being written, under `{arch}.` keys.
-struct Keys<'a> {
+pub struct Keys<'a> {
     md: &'a mut Metadata,
     arch: &'static str,
 }
 
 impl Keys<'_> {
-    fn set(&mut self, what: &str, v: Value) {
+    pub fn set(&mut self, what: &str, v: Value) {
         self.md.insert(format!("{}.{what}", self.arch), v);
     }
 
-    fn size(&mut self, what: &str, n: usize) {
+    pub fn size(&mut self, what: &str, n: usize) {
         // Sizes are checked to be at most MAX_SIZE < 2^32.
         self.set(what, Value::U32(n as u32));
     }
 }
 
 /// Heads of a Llama-style config, checked against each other and the width.
-fn heads(c: &Config, dim: usize) -> Result<(usize, usize, usize), Error> {
+pub fn heads(c: &Config, dim: usize) -> Result<(usize, usize, usize), Error> {
     let n_heads = c.size("num_attention_heads")?;
     let n_kv_heads = c.opt_size("num_key_value_heads")?.unwrap_or(n_heads);
     if !n_heads.is_multiple_of(n_kv_heads) {
@@ -246,7 +279,7 @@ fn heads(c: &Config, dim: usize) -> Result<(usize, usize, usize), Error> {
 }
 
 /// The layer count, at most [`MAX_LAYERS`].
-fn layers(c: &Config, key: &str) -> Result<usize, Error> {
+pub fn layers(c: &Config, key: &str) -> Result<usize, Error> {
     let n = c.size(key)?;
     if n > MAX_LAYERS {
         return Err(c.bad(
@@ -262,7 +295,7 @@ fn layers(c: &Config, key: &str) -> Result<usize, Error> {
 /// `dynamic` become `rope.scaling.*` keys (`dynamic` is ferrite's own: the
 /// converter writes nothing for it); `llama3` becomes the per-pair factors
 /// the converter stores as `rope_freqs.weight`, returned here.
-fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, Error> {
+pub fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, Error> {
     let params = c.get("rope_parameters");
     let scaling = c.get("rope_scaling").or(params);
     let theta = match params.and_then(|p| p.get("rope_theta")) {
@@ -433,34 +466,15 @@ fn sliding_window(c: &Config, f: Family, n_layers: usize, k: &mut Keys) -> Resul
             Some(_) => vec![true; n_layers],
             None => return Ok(()),
         },
-        Family::Qwen2 | Family::Qwen3 if c.opt_bool("use_sliding_window")? == Some(true) => match c
-            .get("layer_types")
-        {
-            Some(v) => {
-                let bad = || {
-                    c.bad(
-                        "layer_types",
-                        format!("expected {n_layers} of 'sliding_attention' / 'full_attention'"),
-                    )
-                };
-                let types = v
-                    .as_array()
-                    .filter(|a| a.len() == n_layers)
-                    .ok_or_else(bad)?;
-                types
-                    .iter()
-                    .map(|t| match t.as_str() {
-                        Some("sliding_attention") => Ok(true),
-                        Some("full_attention") => Ok(false),
-                        _ => Err(bad()),
-                    })
-                    .collect::<Result<Vec<bool>, Error>>()?
+        Family::Qwen2 | Family::Qwen3 if c.opt_bool("use_sliding_window")? == Some(true) => {
+            match c.get("layer_types") {
+                Some(v) => layer_types(c, v, n_layers)?,
+                None => {
+                    let from = c.opt_size("max_window_layers")?.unwrap_or(0);
+                    (0..n_layers).map(|l| l >= from).collect()
+                }
             }
-            None => {
-                let from = c.opt_size("max_window_layers")?.unwrap_or(0);
-                (0..n_layers).map(|l| l >= from).collect()
-            }
-        },
+        }
         _ => return Ok(()),
     };
     let window = c.size("sliding_window")?;
@@ -474,21 +488,54 @@ fn sliding_window(c: &Config, f: Family, n_layers: usize, k: &mut Keys) -> Resul
     Ok(())
 }
 
+/// `layer_types` (`v`): whether each of the `n` layers slides
+/// (`sliding_attention`) or not (`full_attention`).
+pub fn layer_types(c: &Config, v: &Json, n: usize) -> Result<Vec<bool>, Error> {
+    let bad = || {
+        c.bad(
+            "layer_types",
+            format!("expected {n} of 'sliding_attention' / 'full_attention'"),
+        )
+    };
+    let types = v.as_array().filter(|a| a.len() == n).ok_or_else(bad)?;
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("sliding_attention") => Ok(true),
+            Some("full_attention") => Ok(false),
+            _ => Err(bad()),
+        })
+        .collect()
+}
+
 /// Llama and Qwen2 hyper-parameters into `md`.
 fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
     let mut k = Keys {
         md,
         arch: f.gguf_name(),
     };
+    let n_layers = layers(c, "num_hidden_layers")?;
+    sliding_window(c, f.dense(), n_layers, &mut k)?;
+    moe::moe_config(c, f, n_layers, &mut k)?;
+    let mut hp = llama_keys(c, &mut k, "hidden_act", &["silu"])?;
+    hp.tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
+    Ok(hp)
+}
+
+/// The keys of a Llama-style config (sizes, heads, RoPE, RMSNorm epsilon),
+/// its MLP activation `act_key` checked to be one of `acts` (the first is
+/// the default); untied unless the caller says otherwise.
+pub fn llama_keys(c: &Config, k: &mut Keys, act_key: &str, acts: &[&str]) -> Result<Hp, Error> {
     let dim = c.size("hidden_size")?;
     let n_layers = layers(c, "num_hidden_layers")?;
     let (n_heads, n_kv_heads, head_dim) = heads(c, dim)?;
-    let act = c.opt_str("hidden_act")?.unwrap_or("silu");
-    if act != "silu" {
-        return Err(c.bad("hidden_act", format!("'{act}' is not supported (silu)")));
+    let act = c.opt_str(act_key)?.unwrap_or(acts[0]);
+    if !acts.contains(&act) {
+        return Err(c.bad(
+            act_key,
+            format!("'{act}' is not supported ({})", acts.join(", ")),
+        ));
     }
-    sliding_window(c, f.dense(), n_layers, &mut k)?;
-    moe::moe_config(c, f, n_layers, &mut k)?;
     if let Some(n_ctx) = c.opt_size("max_position_embeddings")? {
         k.size("context_length", n_ctx);
     }
@@ -503,7 +550,7 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
         k.size("attention.value_length", head_dim);
     }
     k.size("rope.dimension_count", head_dim);
-    let rope_freqs = rope(c, &mut k, head_dim)?;
+    let rope_freqs = rope(c, k, head_dim)?;
     let eps = c.opt_f32("rms_norm_eps")?.unwrap_or(1e-6);
     k.set("attention.layer_norm_rms_epsilon", Value::F32(eps));
     Ok(Hp {
@@ -511,7 +558,7 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
         n_heads,
         n_kv_heads,
         head_dim,
-        tied: c.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+        tied: false,
         vocab_size: c.opt_size("vocab_size")?,
         extra: rope_freqs
             .map(|f| vec![(names::ROPE_FREQS, f)])
@@ -575,17 +622,19 @@ enum Reshape {
     RopePairs(usize),
     /// GPT-2 `Conv1D`: `(in, out)` to `(out, in)`.
     Transpose,
+    /// Gemma's norms: every value plus 1, stored as f32.
+    PlusOne,
 }
 
 /// An HF tensor's GGUF name and reshaping; `None` for tensors to leave out.
 type Mapped = Option<(String, Reshape)>;
 
 /// A per-layer GGUF tensor name (`names::attn_q`, ...).
-type LayerName = fn(usize) -> String;
+pub type LayerName = fn(usize) -> String;
 
 /// Per-layer modules of Llama, Qwen2 and Qwen3 (the last two: Qwen3's
 /// per-head Q/K norms): HF module, GGUF name.
-const LLAMA_LAYER: [(&str, LayerName); 11] = [
+pub const LLAMA_LAYER: [(&str, LayerName); 11] = [
     ("input_layernorm", names::attn_norm),
     ("self_attn.q_proj", names::attn_q),
     ("self_attn.k_proj", names::attn_k),
@@ -677,7 +726,7 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
             let (module, bias) = module_of(rest).ok_or_else(unknown)?;
             if module.ends_with("_norm")
                 && module.starts_with("self_attn.")
-                && f.dense() != Family::Qwen3
+                && !matches!(f.dense(), Family::Qwen3)
             {
                 return Err(unknown());
             }
@@ -698,6 +747,44 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
                 _ => Reshape::None,
             };
             Ok(Some((weight_or_bias(gguf(l), bias), reshape)))
+        }
+        Family::Table(t) => {
+            let plus_one = |gguf: String| {
+                let reshape = if t.norm_plus_one && name.ends_with("norm.weight") {
+                    Reshape::PlusOne
+                } else {
+                    Reshape::None
+                };
+                Ok(Some((gguf, reshape)))
+            };
+            match name {
+                "model.embed_tokens.weight" => return plus_one(names::TOKEN_EMBD.into()),
+                "model.norm.weight" => return plus_one(names::OUTPUT_NORM.into()),
+                "lm_head.weight" if hp.tied => return Ok(None),
+                "lm_head.weight" => return plus_one(names::OUTPUT.into()),
+                _ => {}
+            }
+            let (l, rest) = layer_of(name, "model.layers.").ok_or_else(unknown)?;
+            let l = layer(l)?;
+            if rest == "self_attn.rotary_emb.inv_freq" {
+                return Ok(None);
+            }
+            let (module, bias) = module_of(rest).ok_or_else(unknown)?;
+            let (_, gguf) = t
+                .layer
+                .iter()
+                .find(|(m, _)| *m == module)
+                .ok_or_else(unknown)?;
+            let gguf = weight_or_bias(gguf(l), bias);
+            match module {
+                "self_attn.q_proj" if t.permute_qk => {
+                    Ok(Some((gguf, Reshape::RopePairs(hp.n_heads))))
+                }
+                "self_attn.k_proj" if t.permute_qk => {
+                    Ok(Some((gguf, Reshape::RopePairs(hp.n_kv_heads))))
+                }
+                _ => plus_one(gguf),
+            }
         }
         Family::Gpt2 => {
             let name = name.strip_prefix("transformer.").unwrap_or(name);
@@ -820,6 +907,22 @@ fn convert<'a>(
             [r, c] => (vec![c, r], Cow::Owned(transpose(data, r, c, elem))),
             _ => return Err(bad(format!("shape {:?} is not a matrix", t.shape))),
         },
+        Reshape::PlusOne => {
+            let mut values = vec![0f32; t.shape.iter().product()];
+            ferrite_kernels::quant::dequantize(ty, data, &mut values)
+                .map_err(|e| bad(e.to_string()))?;
+            let bytes = values
+                .iter()
+                .flat_map(|v| (v + 1.0).to_le_bytes())
+                .collect();
+            let dims = t.shape.iter().rev().map(|&d| d as u64).collect();
+            return Ok(Out {
+                name,
+                dims,
+                ty: GgmlType::F32,
+                data: Cow::Owned(bytes),
+            });
+        }
     };
     // ggml order: the contiguous dimension first.
     let dims = shape.iter().rev().map(|&d| d as u64).collect();
@@ -1000,6 +1103,13 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         | Family::Qwen3Moe
         | Family::Qwen2Moe => llama_config(&c, family, &mut md)?,
         Family::Gpt2 => gpt2_config(&c, &mut md)?,
+        Family::Table(t) => (t.config)(
+            &c,
+            &mut Keys {
+                md: &mut md,
+                arch: t.arch,
+            },
+        )?,
     };
     tokenizer_metadata(dir, &st.config, &mut md)?;
 

@@ -24,6 +24,9 @@ pub struct AttnShape {
     pub scale: f32,
     /// Attend only to the last `window` positions (including the current).
     pub window: Option<usize>,
+    /// `cap * tanh(score / cap)` on the scaled scores before the softmax
+    /// (Gemma 2's attention logit soft-capping).
+    pub softcap: Option<f32>,
 }
 
 /// The tokens of one forward pass: `n` tokens at positions `start..start+n`.
@@ -100,13 +103,16 @@ pub fn attention(
             if cache.is_f32() {
                 for (h, s) in heads.zip(scores.chunks_exact_mut(n)) {
                     let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                    exact_head(qh, cache, first..pos + 1, kv_off, shape.scale, s, acc);
+                    exact_head(qh, cache, first..pos + 1, kv_off, shape, s, acc);
                     write_head(&out, t * q_dim + h * hd, acc);
                 }
                 continue;
             }
             let keys = cache.key_runs(first..pos + 1, kv_off);
             scores_f16(qs, per_item, &keys, hd, shape.scale, scores);
+            if let Some(cap) = shape.softcap {
+                softcap(scores, cap);
+            }
             for s in scores.chunks_exact_mut(n) {
                 // The kernels' vectorized softmax (one fixed summation order).
                 softmax(s);
@@ -137,7 +143,7 @@ fn exact_head(
     cache: &LayerKv,
     positions: std::ops::Range<usize>,
     kv_off: usize,
-    scale: f32,
+    shape: &AttnShape,
     scores: &mut [f32],
     acc: &mut [f32],
 ) {
@@ -146,7 +152,10 @@ fn exact_head(
     let qb = f32_bytes(q);
     for (s, p) in scores.iter_mut().zip(positions.clone()) {
         let k = &cache.key_f32(p)[kv_off..kv_off + hd];
-        *s = dot.map_or(f32::NAN, |d| d.dot(f32_bytes(k), qb)) * scale;
+        *s = dot.map_or(f32::NAN, |d| d.dot(f32_bytes(k), qb)) * shape.scale;
+    }
+    if let Some(cap) = shape.softcap {
+        softcap(scores, cap);
     }
     softmax(scores);
     acc.fill(0.0);
@@ -155,6 +164,14 @@ fn exact_head(
         for (a, &x) in acc.iter_mut().zip(v) {
             *a += w * x;
         }
+    }
+}
+
+/// `cap * tanh(s / cap)` on every score (transformers divides, takes the
+/// tanh, multiplies, in f32).
+fn softcap(scores: &mut [f32], cap: f32) {
+    for s in scores.iter_mut() {
+        *s = (*s / cap).tanh() * cap;
     }
 }
 

@@ -22,6 +22,9 @@ pub enum Norm {
         bias: Vec<f32>,
         eps: f32,
     },
+    /// No normalization: rows of `dim` values pass unchanged (a block
+    /// without pre-norms, OLMo 2).
+    Identity { dim: usize },
 }
 
 impl Norm {
@@ -31,6 +34,7 @@ impl Norm {
             Norm::Rms { weight, .. } | Norm::RmsF32 { weight, .. } | Norm::Layer { weight, .. } => {
                 weight.len()
             }
+            Norm::Identity { dim } => *dim,
         }
     }
 
@@ -50,6 +54,7 @@ impl Norm {
                 out.copy_from_slice(x);
                 self.apply_in_place(out);
             }
+            Norm::Identity { .. } => out.copy_from_slice(x),
         }
     }
 
@@ -78,6 +83,7 @@ impl Norm {
                     layer_norm(row, weight, bias, *eps);
                 }
             }
+            Norm::Identity { .. } => {}
         }
     }
 

@@ -37,6 +37,10 @@ pub struct Rope {
     /// The most positions this rotation is exact for (dynamic NTK scaling,
     /// which ferrite computes only up to the length it starts at).
     pub max_positions: Option<usize>,
+    /// LongRoPE (Phi-3): the rotation used instead of this one when the
+    /// context is longer than the given original context (see
+    /// [`Rope::for_context`]).
+    pub long: Option<Box<(Rope, usize)>>,
 }
 
 /// A RoPE scaling, with transformers' `rope_parameters` names.
@@ -201,6 +205,27 @@ impl Scaling {
     }
 }
 
+/// LongRoPE's inverse frequencies for one factor list (one factor per
+/// pair): `1 / (factor[i] * base^(2i / dims))` in f32, in transformers'
+/// order (`_compute_longrope_parameters`).
+pub fn longrope_inv_freq(dims: usize, base: f32, factors: &[f32]) -> Vec<f32> {
+    factors
+        .iter()
+        .enumerate()
+        .map(|(i, f)| 1.0 / (f * base.powf((2 * i) as f32 / dims as f32)))
+        .collect()
+}
+
+/// LongRoPE's cos/sin factor when the config gives none:
+/// `sqrt(1 + ln(factor) / ln(original_ctx))` for a factor above 1, else 1.
+pub fn longrope_attention_factor(factor: f64, original_ctx: usize) -> f32 {
+    if factor <= 1.0 {
+        1.0
+    } else {
+        (1.0 + factor.ln() / (original_ctx as f64).ln()).sqrt() as f32
+    }
+}
+
 /// transformers' unscaled inverse frequencies of `dims` rotated values:
 /// `1 / base^(2i / dims)`, in f32.
 pub fn default_inv_freq(dims: usize, base: f32) -> Vec<f32> {
@@ -318,6 +343,7 @@ impl Rope {
             freq_scale,
             scaled: None,
             max_positions: None,
+            long: None,
         }
     }
 
@@ -331,6 +357,18 @@ impl Rope {
             freq_scale: 1.0,
             scaled: Some((inv_freq, attention_factor)),
             max_positions: None,
+            long: None,
+        }
+    }
+
+    /// The rotation for a context of `n_ctx` positions: the long one of a
+    /// LongRoPE pair when `n_ctx` exceeds its original context (as
+    /// llama.cpp chooses Phi-3's `rope_factors_long` by the context size),
+    /// else this one.
+    pub fn for_context(&self, n_ctx: usize) -> &Rope {
+        match &self.long {
+            Some(pair) if n_ctx > pair.1 => &pair.0,
+            _ => self,
         }
     }
 

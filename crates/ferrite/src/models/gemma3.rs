@@ -35,16 +35,40 @@ use crate::formats::names;
 use crate::layers::rope::{Rope, RopeStyle};
 use crate::models::build;
 use crate::models::hparams::HParams;
-use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Shape};
+use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm, Shape};
 use crate::tensor::Loader;
 use crate::Error;
 
-/// Period of local/global layers when the file does not say
-/// (llama.cpp's default for Gemma 3: five local layers, then a global one).
-const DEFAULT_SWA_PERIOD: usize = 6;
+/// What differs between Gemma 2 and Gemma 3 (`models::gemma2` holds
+/// Gemma 2's).
+pub struct Variant {
+    pub arch: &'static str,
+    /// Per-head RMSNorm of queries and keys (Gemma 3).
+    pub qk_norm: bool,
+    /// Period of local/global layers when the file does not say
+    /// (llama.cpp's defaults: Gemma 3 five local layers then a global one,
+    /// 6; Gemma 2 alternating, 2).
+    pub swa_period: usize,
+    /// RoPE base of local layers when the file does not say; `None`: the
+    /// global base (Gemma 2).
+    pub local_rope_base: Option<f32>,
+    /// The layer count of the model whose queries llama.cpp scales by
+    /// `dim / heads` instead of the head size (Gemma 2 27B: 46; Gemma 3
+    /// 27B: 62), when the file has no `attention.scale`.
+    pub big_model_layers: usize,
+    /// Reads `attn_logit_softcapping` (Gemma 2).
+    pub attn_softcap: bool,
+}
 
-/// RoPE base of local layers when the file does not say.
-const DEFAULT_LOCAL_ROPE_BASE: f32 = 10_000.0;
+/// Gemma 3.
+pub const GEMMA3: Variant = Variant {
+    arch: "gemma3",
+    qk_norm: true,
+    swa_period: 6,
+    local_rope_base: Some(10_000.0),
+    big_model_layers: 62,
+    attn_softcap: false,
+};
 
 /// Hyper-parameters of a Gemma 3 model, from GGUF metadata.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,16 +98,23 @@ pub struct Gemma3Config {
     pub attention_scale: f32,
     /// `cap * tanh(logit / cap)` on the output logits, if set.
     pub final_logit_softcap: Option<f32>,
+    /// `cap * tanh(score / cap)` on the attention scores, if set (Gemma 2).
+    pub attn_logit_softcap: Option<f32>,
     /// The context length the model was trained with.
     pub n_ctx_train: usize,
 }
 
 impl Gemma3Config {
     pub fn from_gguf(file: &GgufFile) -> Result<Gemma3Config, Error> {
+        Gemma3Config::of_variant(file, &GEMMA3)
+    }
+
+    /// The config of a file of Gemma variant `v`.
+    pub fn of_variant(file: &GgufFile, v: &Variant) -> Result<Gemma3Config, Error> {
         let source = file.path().display().to_string();
         let hp = HParams {
             meta: file.metadata(),
-            arch: file.header.architecture().unwrap_or("gemma3"),
+            arch: file.header.architecture().unwrap_or(v.arch),
             source: &source,
         };
         let common = hp.common(file, 8192)?;
@@ -93,7 +124,7 @@ impl Gemma3Config {
         if let Some(s) = &rope.scaling {
             return Err(hp.error(
                 "rope.scaling.type",
-                &format!("'{}' is not supported for gemma3", s.name()),
+                &format!("'{}' is not supported for {}", s.name(), v.arch),
             ));
         }
         let rope_dims = rope.dims;
@@ -114,23 +145,37 @@ impl Gemma3Config {
         let sliding_window = hp.opt_size("attention.sliding_window")?;
         let local = match sliding_window {
             None => vec![false; n_layers],
-            Some(_) => swa_layers(&hp, n_layers)?,
+            Some(_) => swa_layers(&hp, n_layers, v.swa_period)?,
         };
 
         // llama.cpp scales queries by 1/sqrt(head_dim), except for the 27B
-        // model (62 layers), whose `query_pre_attn_scalar` is dim / heads
-        // (Gemma's reference config, gemma_pytorch `config.py`). The file
-        // does not carry that scalar, so the rule is llama.cpp's.
-        const GEMMA3_27B_LAYERS: usize = 62;
-        let scale_dim = if n_layers == GEMMA3_27B_LAYERS {
+        // models, whose `query_pre_attn_scalar` is dim / heads (Gemma's
+        // reference config, gemma_pytorch `config.py`). The converter does
+        // not write that scalar, so the rule is llama.cpp's unless the file
+        // has `attention.scale` (ferrite writes it for HF directories, from
+        // `query_pre_attn_scalar`).
+        let scale_dim = if n_layers == v.big_model_layers {
             dim / heads.n_heads
         } else {
             head_dim
         };
-        let final_logit_softcap = match hp.opt_f32("final_logit_softcapping")? {
-            Some(c) if c > 0.0 => Some(c),
-            Some(0.0) | None => None,
-            Some(c) => return Err(hp.error("final_logit_softcapping", &format!("{c} is negative"))),
+        let attention_scale = match hp.opt_f32("attention.scale")? {
+            None => 1.0 / (scale_dim as f32).sqrt(),
+            Some(s) if s > 0.0 => s,
+            Some(s) => return Err(hp.error("attention.scale", &format!("{s} is not positive"))),
+        };
+        let cap = |key: &str| -> Result<Option<f32>, Error> {
+            match hp.opt_f32(key)? {
+                Some(c) if c > 0.0 => Ok(Some(c)),
+                Some(0.0) | None => Ok(None),
+                Some(c) => Err(hp.error(key, &format!("{c} is negative"))),
+            }
+        };
+        let final_logit_softcap = cap("final_logit_softcapping")?;
+        let attn_logit_softcap = if v.attn_softcap {
+            cap("attn_logit_softcapping")?
+        } else {
+            None
         };
         let norm_eps = hp
             .opt_f32("attention.layer_norm_rms_epsilon")?
@@ -149,11 +194,12 @@ impl Gemma3Config {
             rope_freq_scale: rope.freq_scale,
             rope_base_local: hp
                 .opt_f32("rope.freq_base_swa")?
-                .unwrap_or(DEFAULT_LOCAL_ROPE_BASE),
+                .unwrap_or(v.local_rope_base.unwrap_or(rope.base)),
             sliding_window,
             local,
-            attention_scale: 1.0 / (scale_dim as f32).sqrt(),
+            attention_scale,
             final_logit_softcap,
+            attn_logit_softcap,
             n_ctx_train: common.n_ctx_train,
         })
     }
@@ -161,11 +207,11 @@ impl Gemma3Config {
 
 /// Which layers are local: `attention.sliding_window_pattern` as per-layer
 /// flags, or as a period `n` (layer `l` is local unless `l % n == n - 1`;
-/// `n = 0`: all local), by default [`DEFAULT_SWA_PERIOD`].
-fn swa_layers(hp: &HParams, n_layers: usize) -> Result<Vec<bool>, Error> {
+/// `n = 0`: all local), by default `default_period`.
+fn swa_layers(hp: &HParams, n_layers: usize, default_period: usize) -> Result<Vec<bool>, Error> {
     const KEY: &str = "attention.sliding_window_pattern";
     let period = match hp.opt_value(KEY) {
-        None => DEFAULT_SWA_PERIOD,
+        None => default_period,
         Some(v) if v.as_array().is_some() => {
             return hp
                 .opt_flags(KEY, n_layers)?
@@ -183,7 +229,12 @@ fn swa_layers(hp: &HParams, n_layers: usize) -> Result<Vec<bool>, Error> {
 
 /// Loads a Gemma 3 file.
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
-    let c = Gemma3Config::from_gguf(&file)?;
+    load_variant(file, &GEMMA3)
+}
+
+/// Loads a file of Gemma variant `v`.
+pub fn load_variant(file: Arc<GgufFile>, v: &Variant) -> Result<Decoder, Error> {
+    let c = Gemma3Config::of_variant(&file, v)?;
     let w = Loader::new(file);
     let s = Shape {
         n_vocab: c.n_vocab,
@@ -205,6 +256,13 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
         ),
         Rope::new(c.rope_dims, c.rope_base_local, 1.0, RopeStyle::Halves),
     ];
+    let qk_norm = |name: &str| -> Result<Option<Norm>, Error> {
+        if v.qk_norm {
+            build::rms(&w, name, hd, eps).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
     let blocks = (0..c.n_layers)
         .map(|l| {
             let local = c.local[l];
@@ -212,12 +270,13 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
                 attn_norm: build::rms(&w, &names::attn_norm(l), dim, eps)?,
                 attn: Attention {
                     qkv: build::qkv(&w, l, &s)?,
-                    q_norm: Some(build::rms(&w, &names::attn_q_norm(l), hd, eps)?),
-                    k_norm: Some(build::rms(&w, &names::attn_k_norm(l), hd, eps)?),
+                    q_norm: qk_norm(&names::attn_q_norm(l))?,
+                    k_norm: qk_norm(&names::attn_k_norm(l))?,
                     out: build::attn_output(&w, l, &s)?,
                     rope: Some(usize::from(local)),
                     window: if local { c.sliding_window } else { None },
                     scale: c.attention_scale,
+                    softcap: c.attn_logit_softcap,
                 },
                 post_attn_norm: Some(build::rms(&w, &names::post_attention_norm(l), dim, eps)?),
                 ffn_norm: build::rms(&w, &names::ffn_norm(l), dim, eps)?,
@@ -231,7 +290,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     let mut head = build::head(build::rms(&w, names::OUTPUT_NORM, dim, eps)?, output);
     head.softcap = c.final_logit_softcap;
     Ok(Decoder {
-        arch: "gemma3".into(),
+        arch: v.arch.into(),
         shape: s,
         input,
         ropes,

@@ -45,6 +45,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
                     rope: None,
                     window: None,
                     scale,
+                    softcap: None,
                 },
                 post_attn_norm: None,
                 ffn_norm: build::layer_norm(&w, &names::ffn_norm(l), s.dim, eps)?,

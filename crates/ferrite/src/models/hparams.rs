@@ -105,6 +105,29 @@ impl HParams<'_> {
             .ok_or_else(bad)
     }
 
+    /// Sliding-window layers: the window `attention.sliding_window` (0 or
+    /// absent: none, as the converter writes for some models) and, per
+    /// layer, whether it slides: `attention.sliding_window_pattern`'s
+    /// flags, else `default(layer)`.
+    pub fn sliding_window(
+        &self,
+        n_layers: usize,
+        default: impl Fn(usize) -> bool,
+    ) -> Result<(Option<usize>, Vec<bool>), Error> {
+        let window = match self.opt_value("attention.sliding_window") {
+            None => None,
+            Some(v) if v.as_u64() == Some(0) => None,
+            Some(_) => Some(self.size("attention.sliding_window")?),
+        };
+        let slides = match window {
+            None => vec![false; n_layers],
+            Some(_) => self
+                .opt_flags("attention.sliding_window_pattern", n_layers)?
+                .unwrap_or_else(|| (0..n_layers).map(default).collect()),
+        };
+        Ok((window, slides))
+    }
+
     /// Attention heads and head size, checked against each other and the
     /// embedding width: `attention.head_count`, `attention.head_count_kv`
     /// (default: as many as query heads), `attention.key_length` (default

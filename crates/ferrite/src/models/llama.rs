@@ -72,20 +72,8 @@ pub fn load_family_with(file: Arc<GgufFile>, f: &Family, mlp: MlpOf) -> Result<D
     let w = Loader::new(file.clone());
     let freq_factors = w.opt_vector(names::ROPE_FREQS, rope.dims / 2)?;
     let rope = rope.build(f.rope_style, freq_factors, &hp)?;
-    // Sliding-window layers: `attention.sliding_window` (0: none, as the
-    // converter writes for some models) on the layers flagged in
-    // `attention.sliding_window_pattern` (default: every layer).
-    let window = match hp.opt_value("attention.sliding_window") {
-        None => None,
-        Some(v) if v.as_u64() == Some(0) => None,
-        Some(_) => Some(hp.size("attention.sliding_window")?),
-    };
-    let slides = match window {
-        None => vec![false; c.n_layers],
-        Some(_) => hp
-            .opt_flags("attention.sliding_window_pattern", c.n_layers)?
-            .unwrap_or_else(|| vec![true; c.n_layers]),
-    };
+    // Sliding-window layers (default: every layer when there is a window).
+    let (window, slides) = hp.sliding_window(c.n_layers, |_| true)?;
     let s = build::shape(&c);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let qk_norm = |name: &str| -> Result<Option<Norm>, Error> {
@@ -107,6 +95,7 @@ pub fn load_family_with(file: Arc<GgufFile>, f: &Family, mlp: MlpOf) -> Result<D
                     rope: Some(0),
                     window: window.filter(|_| slides[l]),
                     scale,
+                    softcap: None,
                 },
                 post_attn_norm: None,
                 ffn_norm: build::rms(&w, &names::ffn_norm(l), s.dim, eps)?,

@@ -4,15 +4,19 @@
 pub mod build;
 pub mod decoder;
 pub mod encoder;
+pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
 pub mod hparams;
 pub mod llama;
 pub mod marian;
+pub mod olmo2;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen_moe;
 pub mod seq2seq;
+pub mod smollm3;
 pub mod t5;
 pub mod transformer;
 
@@ -53,7 +57,7 @@ type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
 
 /// The decoder architectures ferrite runs, by `general.architecture`: the
 /// one place an architecture name is matched.
-const DECODERS: [(&str, LoadDecoder); 7] = [
+const DECODERS: [(&str, LoadDecoder); 11] = [
     ("llama", llama::load),
     ("qwen2", qwen2::load),
     ("qwen3", qwen3::load),
@@ -61,6 +65,10 @@ const DECODERS: [(&str, LoadDecoder); 7] = [
     ("gpt2", gpt2::load),
     ("qwen3moe", qwen_moe::load_qwen3moe),
     ("qwen2moe", qwen_moe::load_qwen2moe),
+    ("gemma2", gemma2::load),
+    ("phi3", phi3::load),
+    ("olmo2", olmo2::load),
+    ("smollm3", smollm3::load),
 ];
 
 /// Names of the decoder architectures [`load_causal_lm`] runs.

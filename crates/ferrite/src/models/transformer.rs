@@ -95,6 +95,8 @@ pub struct Attention {
     pub window: Option<usize>,
     /// Multiplies `q . k` before the softmax.
     pub scale: f32,
+    /// `cap * tanh(score / cap)` on the scaled scores (Gemma 2).
+    pub softcap: Option<f32>,
 }
 
 /// One transformer block.
@@ -350,6 +352,20 @@ impl Decoder {
         // One table of RoPE angles, refilled when a block uses another
         // rotation than the previous one.
         let mut table_of = None;
+        // The context size picks a LongRoPE model's rotation: one for the
+        // whole batch.
+        let n_ctx = seqs.first().map_or(0, |q| q.cache.n_ctx);
+        let long = |n: usize| {
+            self.ropes
+                .iter()
+                .any(|r| !std::ptr::eq(r.for_context(n), r))
+        };
+        if seqs.iter().any(|q| long(q.cache.n_ctx) != long(n_ctx)) {
+            return Err(Error::Input(
+                "a batch mixes contexts on both sides of the model's LongRoPE original context"
+                    .into(),
+            ));
+        }
 
         for (l, block) in self.blocks.iter().enumerate() {
             let a = &block.attn;
@@ -388,7 +404,7 @@ impl Decoder {
             if let Some(norm) = &a.k_norm {
                 norm.apply_in_place(k);
             }
-            let rope = a.rope.map(|i| &self.ropes[i]);
+            let rope = a.rope.map(|i| self.ropes[i].for_context(n_ctx));
             if let (Some(i), Some(rope)) = (a.rope, rope) {
                 if table_of != Some(i) {
                     ws.rope.fill_positions(rope, &ws.pos[..n]);
@@ -403,6 +419,7 @@ impl Decoder {
                 head_dim: hd,
                 scale: a.scale,
                 window: a.window,
+                softcap: a.softcap,
             };
             let mut r0 = 0;
             for seq in seqs.iter_mut() {

@@ -164,6 +164,28 @@ impl Loader {
             .collect()
     }
 
+    /// Rows `part` of the `total x cols` matrix stored as `name`, as a
+    /// matrix of their own (Phi-3's gate and up halves of `ffn_up`).
+    pub fn linear_rows(
+        &self,
+        name: &str,
+        total: usize,
+        cols: usize,
+        part: Range<usize>,
+    ) -> Result<Linear, Error> {
+        let (ty, mut bytes) = self.get(name, &[cols as u64, total as u64])?;
+        if part.is_empty() || part.end > total {
+            return Err(Error::model(
+                self.source(),
+                format!("tensor '{name}': rows {part:?} of {total}"),
+            ));
+        }
+        let row_bytes = bytes.bytes().len() / total;
+        let start = bytes.range.start;
+        bytes.range = start + part.start * row_bytes..start + part.end * row_bytes;
+        self.linear_of(name, ty, bytes, part.len(), cols)
+    }
+
     /// A `rows x cols` matrix of type `ty` over `bytes` (of tensor `name`).
     fn linear_of(
         &self,
