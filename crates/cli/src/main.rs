@@ -43,6 +43,10 @@ enum Command {
     /// Quantize a GGUF file to another type or llama.cpp mix (Q4_K_M,
     /// Q8_0, ...), byte for byte as llama-quantize does.
     Quantize(commands::quantize::Args),
+    /// Convert a Hugging Face directory to the GGUF file llama.cpp's
+    /// convert_hf_to_gguf.py writes (--outtype f32|f16|bf16|q8_0, or a
+    /// quantize type such as Q4_K_M).
+    Convert(commands::convert::Args),
 }
 
 /// `FERRITE_KERNELS`: a name that is no kernel set is an error; a set
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
+        Command::Convert(args) => commands::convert::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -61,7 +61,7 @@ const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 
 /// How a family of HF checkpoints maps onto a GGUF architecture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Family {
+pub(crate) enum Family {
     Llama,
     /// Llama with a sliding window on every layer (`sliding_window`).
     Mistral,
@@ -82,7 +82,7 @@ const HF_DECODERS: [(&str, Family); 5] = [
 
 impl Family {
     /// `general.architecture` of the GGUF file.
-    fn gguf_name(self) -> &'static str {
+    pub(crate) fn gguf_name(self) -> &'static str {
         match self {
             Family::Llama | Family::Mistral => "llama",
             Family::Qwen2 => "qwen2",
@@ -173,7 +173,7 @@ impl Config<'_> {
 
 /// The checked hyper-parameters the tensor mapping needs.
 #[derive(Clone, Debug)]
-struct Hp {
+pub(crate) struct Hp {
     n_layers: usize,
     n_heads: usize,
     n_kv_heads: usize,
@@ -181,7 +181,7 @@ struct Hp {
     tied: bool,
     vocab_size: Option<usize>,
     /// Tensors the converter makes up: `rope_freqs.weight` (Llama 3).
-    extra: Vec<(&'static str, Vec<f32>)>,
+    pub(crate) extra: Vec<(&'static str, Vec<f32>)>,
 }
 
 /// Metadata being written, under `{arch}.` keys.
@@ -549,7 +549,7 @@ fn gpt2_config(c: &Config, md: &mut Metadata) -> Result<Hp, Error> {
 
 /// What happens to a tensor's rows on the way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reshape {
+pub(crate) enum Reshape {
     None,
     /// Llama Q/K: rows permuted per head for adjacent-pair RoPE, over this
     /// many heads.
@@ -614,7 +614,7 @@ fn weight_or_bias(weight_name: String, bias: bool) -> String {
     }
 }
 
-fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Error> {
+pub(crate) fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Error> {
     let unknown = || {
         Error::model(
             source,
@@ -705,11 +705,11 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
 }
 
 /// A tensor ready to write: GGUF name, ggml dims, type, bytes.
-struct Out<'a> {
-    name: String,
-    dims: Vec<u64>,
-    ty: GgmlType,
-    data: Cow<'a, [u8]>,
+pub(crate) struct Out<'a> {
+    pub(crate) name: String,
+    pub(crate) dims: Vec<u64>,
+    pub(crate) ty: GgmlType,
+    pub(crate) data: Cow<'a, [u8]>,
 }
 
 /// Llama's Q/K row permutation over `n_head` heads of `rows / n_head` rows
@@ -745,7 +745,7 @@ fn transpose(data: &[u8], rows: usize, cols: usize, elem: usize) -> Vec<u8> {
 }
 
 /// One HF tensor as a GGUF tensor.
-fn convert<'a>(
+pub(crate) fn convert<'a>(
     st: &'a SafetensorsDir,
     t: &StTensorInfo,
     name: String,
@@ -920,6 +920,39 @@ fn tokenizer_metadata(dir: &Path, config: &Json, md: &mut Metadata) -> Result<()
     }
     set(KEY_HF_JSON, Value::String(json));
     Ok(())
+}
+
+/// The checked family and hyper-parameters of a decoder directory's
+/// `config.json` (`None`: not one of the decoder classes), for
+/// `crate::convert`: the same checks [`open`] makes.
+pub(crate) fn decoder_plan(
+    config: &Json,
+    source: &str,
+) -> Result<Option<(&'static str, Family, Hp)>, Error> {
+    let c = Config {
+        json: config,
+        source: source.to_string(),
+    };
+    let archs = architectures(config);
+    let Some((class, family)) = archs
+        .iter()
+        .find_map(|a| HF_DECODERS.iter().find(|(name, _)| name == a))
+        .copied()
+    else {
+        return Ok(None);
+    };
+    if c.get("quantization_config").is_some() {
+        return Err(c.bad(
+            "quantization_config",
+            "quantized checkpoints are not supported (use F32, F16 or BF16 weights)",
+        ));
+    }
+    let mut scratch = Metadata::default();
+    let hp = match family {
+        Family::Gpt2 => gpt2_config(&c, &mut scratch)?,
+        _ => llama_config(&c, family, &mut scratch)?,
+    };
+    Ok(Some((class, family, hp)))
 }
 
 /// Reads the HF decoder directory `dir` into an in-memory GGUF file of its
