@@ -33,7 +33,7 @@ use ferrite_kernels::GgmlType;
 use serde_json::Value as Json;
 
 use crate::formats::gguf::{write_gguf_header, write_tensor_data, Metadata, TensorHeader, Value};
-use crate::formats::hf_decoder::{self, Family, Reshape};
+use crate::formats::hf_decoder::{self, Reshape};
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
 use crate::quantize::{quantize_file, FileType, QuantizeOptions, QUANTIZATION_VERSION};
 use crate::Error;
@@ -121,7 +121,7 @@ pub struct ConvertSummary {
 
 /// A family's keys after the generic hyper-parameters, in the
 /// converter's order.
-type ExtraKeys = fn(&Json, &str, &mut Metadata) -> Result<(), Error>;
+type ExtraKeys = fn(&Path, &Json, &str, &mut Metadata) -> Result<(), Error>;
 
 /// One GGUF architecture the converter writes: its keys beyond the
 /// generic ones, whether the generic ones are written, the vocabulary kind.
@@ -137,7 +137,14 @@ struct Spec {
 
 /// The architectures `ferrite convert` writes (decoders: the HF classes
 /// of `formats::hf_decoder`): adding one is one entry here.
-const FAMILIES: [Spec; 4] = [
+const FAMILIES: [Spec; 5] = [
+    Spec {
+        arch: "bert",
+        generic: true,
+        extra: bert_keys,
+        vocab: VocabKind::Bert,
+        space_prefix: false,
+    },
     Spec {
         arch: "llama",
         generic: true,
@@ -168,7 +175,7 @@ const FAMILIES: [Spec; 4] = [
     },
 ];
 
-fn no_keys(_: &Json, _: &str, _: &mut Metadata) -> Result<(), Error> {
+fn no_keys(_: &Path, _: &Json, _: &str, _: &mut Metadata) -> Result<(), Error> {
     Ok(())
 }
 
@@ -184,7 +191,7 @@ fn u32_of(c: &Json, key: &str, source: &str) -> Result<u32, Error> {
 }
 
 /// `LlamaModel.set_gguf_parameters`'s own keys.
-fn llama_keys(c: &Json, arch: &str, md: &mut Metadata) -> Result<(), Error> {
+fn llama_keys(_: &Path, c: &Json, arch: &str, md: &mut Metadata) -> Result<(), Error> {
     let source = "config.json";
     md.insert(
         format!("{arch}.vocab_size"),
@@ -201,7 +208,7 @@ fn llama_keys(c: &Json, arch: &str, md: &mut Metadata) -> Result<(), Error> {
 }
 
 /// `GPT2Model.set_gguf_parameters` (instead of the generic keys).
-fn gpt2_keys(c: &Json, arch: &str, md: &mut Metadata) -> Result<(), Error> {
+fn gpt2_keys(_: &Path, c: &Json, arch: &str, md: &mut Metadata) -> Result<(), Error> {
     let source = "config.json";
     let mut put = |k: &str, v: Value| {
         md.insert(format!("{arch}.{k}"), v);
@@ -386,6 +393,130 @@ fn generic_keys(c: &Json, arch: &str, md: &mut Metadata) -> Result<(), Error> {
     Ok(())
 }
 
+/// The encoder classes converted (`BertModel` in the converter), and
+/// each's GGUF architecture.
+const ENCODERS: [(&str, &str); 3] = [
+    ("BertModel", "bert"),
+    ("BertForMaskedLM", "bert"),
+    ("CamembertModel", "bert"),
+];
+
+/// BERT tensor names: HF module suffix, GGUF name (`{}`: the layer).
+const BERT_LAYER: [(&str, &str); 10] = [
+    ("attention.self.query", "attn_q"),
+    ("attention.self.key", "attn_k"),
+    ("attention.self.value", "attn_v"),
+    ("attention.output.dense", "attn_output"),
+    ("attention.output.LayerNorm", "attn_output_norm"),
+    ("intermediate.dense", "ffn_up"),
+    ("output.dense", "ffn_down"),
+    ("output.LayerNorm", "layer_output_norm"),
+    // Older checkpoints' LayerNorm parameter names (gamma/beta are renamed
+    // before matching).
+    ("attention.output.layer_norm", "attn_output_norm"),
+    ("output.layer_norm", "layer_output_norm"),
+];
+
+/// A BERT tensor's GGUF name (`None`: left out, as the converter leaves
+/// out the pooler, the masked-LM head and `position_ids`).
+fn bert_name(name: &str, n_layers: usize, source: &str) -> Result<Option<String>, Error> {
+    let mut n = name.strip_prefix("bert.").unwrap_or(name).to_string();
+    if let Some(b) = n.strip_suffix(".gamma") {
+        n = format!("{b}.weight");
+    } else if let Some(b) = n.strip_suffix(".beta") {
+        n = format!("{b}.bias");
+    }
+    if matches!(
+        n.as_str(),
+        "embeddings.position_ids" | "pooler.dense.weight" | "pooler.dense.bias"
+    ) || n.starts_with("cls.predictions")
+        || n.starts_with("cls.seq_relationship")
+    {
+        return Ok(None);
+    }
+    let unknown = || {
+        Error::model(
+            source,
+            format!("tensor '{name}' is not part of a BERT model"),
+        )
+    };
+    let (module, suffix) = match n.rsplit_once('.') {
+        Some((m, s @ ("weight" | "bias"))) => (m, s),
+        _ => return Err(unknown()),
+    };
+    let fixed = match module {
+        "embeddings.word_embeddings" => Some("token_embd"),
+        "embeddings.position_embeddings" => Some("position_embd"),
+        "embeddings.token_type_embeddings" => Some("token_types"),
+        "embeddings.LayerNorm" => Some("token_embd_norm"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Ok(Some(format!("{f}.{suffix}")));
+    }
+    let rest = module.strip_prefix("encoder.layer.").ok_or_else(unknown)?;
+    let (l, m) = rest.split_once('.').ok_or_else(unknown)?;
+    let l: usize = l.parse().map_err(|_| unknown())?;
+    if l >= n_layers {
+        return Err(Error::model(
+            source,
+            format!("tensor '{name}': layer {l} is not one of the {n_layers} in config.json"),
+        ));
+    }
+    let (_, g) = BERT_LAYER
+        .iter()
+        .find(|(h, _)| *h == m)
+        .ok_or_else(unknown)?;
+    Ok(Some(format!("blk.{l}.{g}.{suffix}")))
+}
+
+/// `BertModel.set_gguf_parameters`'s own keys: not causal, the pooling of
+/// the sentence-transformers `modules.json`.
+fn bert_keys(dir: &Path, _: &Json, arch: &str, md: &mut Metadata) -> Result<(), Error> {
+    md.insert(format!("{arch}.attention.causal"), Value::Bool(false));
+    let modules = dir.join("modules.json");
+    let Ok(text) = std::fs::read_to_string(&modules) else {
+        return Ok(());
+    };
+    let shown = |p: &Path| p.display().to_string();
+    let j: Json = serde_json::from_str(&text)
+        .map_err(|e| Error::model(shown(&modules), format!("invalid JSON: {e}")))?;
+    let Some(path) = j.as_array().into_iter().flatten().find_map(|m| {
+        let ty = m.get("type").and_then(Json::as_str)?;
+        ty.ends_with("Pooling")
+            .then(|| m.get("path").and_then(Json::as_str).map(str::to_string))
+            .flatten()
+    }) else {
+        return Ok(());
+    };
+    let cfg = dir.join(&path).join("config.json");
+    let text = std::fs::read_to_string(&cfg).map_err(|e| Error::io(shown(&cfg), e))?;
+    let p: Json = serde_json::from_str(&text)
+        .map_err(|e| Error::model(shown(&cfg), format!("invalid JSON: {e}")))?;
+    let on = |k: &str| p.get(k).and_then(Json::as_bool) == Some(true);
+    let ty = if on("pooling_mode_mean_tokens") {
+        1
+    } else if on("pooling_mode_cls_token") {
+        2
+    } else if on("pooling_mode_lasttoken") {
+        3
+    } else {
+        match p.get("pooling_mode").and_then(Json::as_str) {
+            Some("mean") => 1,
+            Some("cls") => 2,
+            Some("lasttoken") => 3,
+            _ => {
+                return Err(Error::model(
+                    shown(&cfg),
+                    "only mean, CLS and last-token pooling are converted",
+                ))
+            }
+        }
+    };
+    md.insert(format!("{arch}.pooling_type"), Value::U32(ty));
+    Ok(())
+}
+
 /// One tensor of the output: where it comes from and what it becomes.
 struct Planned<'a> {
     name: String,
@@ -523,21 +654,38 @@ fn write_converted(
     }
     let st = SafetensorsDir::open(dir)?;
     let source = config_path.display().to_string();
-    let Some((_class, family, hp)) = hf_decoder::decoder_plan(&st.config, &source)? else {
-        let archs = st
-            .config
-            .get("architectures")
-            .cloned()
-            .unwrap_or(Json::Null);
-        return Err(Error::model(
-            &source,
-            format!(
-                "'architectures': {archs} is not a class ferrite convert knows ({})",
-                hf_decoder::supported_classes().join(", ")
-            ),
-        ));
+    let decoder = hf_decoder::decoder_plan(&st.config, &source)?;
+    let archs: Vec<&str> = st
+        .config
+        .get("architectures")
+        .and_then(Json::as_array)
+        .map(|a| a.iter().filter_map(Json::as_str).collect())
+        .unwrap_or_default();
+    let arch = match &decoder {
+        Some((_, family, _)) => family.gguf_name(),
+        None => match archs
+            .iter()
+            .find_map(|a| ENCODERS.iter().find(|(c, _)| c == a))
+        {
+            Some((_, arch)) => arch,
+            None => {
+                let mut known = hf_decoder::supported_classes();
+                known.extend(ENCODERS.iter().map(|(c, _)| *c));
+                let why = if archs.iter().any(|a| a.starts_with("MPNet")) {
+                    " (llama.cpp's converter has no MPNet architecture, so there is no file to match)"
+                } else {
+                    ""
+                };
+                return Err(Error::model(
+                    &source,
+                    format!(
+                        "'architectures': {archs:?} is not a class ferrite convert knows ({}){why}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        },
     };
-    let arch = family.gguf_name();
     let spec = FAMILIES
         .iter()
         .find(|s| s.arch == arch)
@@ -550,8 +698,14 @@ fn write_converted(
             .cmp(st.shard_path(b))
             .then_with(|| a.name.cmp(&b.name))
     });
-    let mut planned: Vec<Planned> = Vec::with_capacity(order.len() + hp.extra.len());
-    for (name, values) in &hp.extra {
+    let extra = decoder.as_ref().map_or(&[][..], |(_, _, hp)| &hp.extra[..]);
+    let n_layers = st
+        .config
+        .get("num_hidden_layers")
+        .and_then(Json::as_u64)
+        .unwrap_or(0) as usize;
+    let mut planned: Vec<Planned> = Vec::with_capacity(order.len() + extra.len());
+    for (name, values) in extra {
         let dims = vec![values.len() as u64];
         planned.push(Planned {
             name: name.to_string(),
@@ -562,7 +716,11 @@ fn write_converted(
     }
     for info in order {
         let src = st.shard_path(info).display().to_string();
-        let Some((name, reshape)) = hf_decoder::map_name(family, &hp, &info.name, &src)? else {
+        let mapped = match &decoder {
+            Some((_, family, hp)) => hf_decoder::map_name(*family, hp, &info.name, &src)?,
+            None => bert_name(&info.name, n_layers, &src)?.map(|n| (n, Reshape::None)),
+        };
+        let Some((name, reshape)) = mapped else {
             continue;
         };
         let mut dims: Vec<u64> = info.shape.iter().rev().map(|&d| d as u64).collect();
@@ -576,7 +734,7 @@ fn write_converted(
             from: Source::St(info, reshape),
         });
     }
-    if family == Family::Gpt2 && st.config.get("n_ctx").is_none() {
+    if arch == "gpt2" && st.config.get("n_ctx").is_none() {
         return Err(bad(
             &source,
             "n_ctx",
@@ -593,9 +751,9 @@ fn write_converted(
     if spec.generic {
         generic_keys(&st.config, arch, &mut md)?;
         md.insert("general.file_type".into(), Value::U32(t.file_type()));
-        (spec.extra)(&st.config, arch, &mut md)?;
+        (spec.extra)(dir, &st.config, arch, &mut md)?;
     } else {
-        (spec.extra)(&st.config, arch, &mut md)?;
+        (spec.extra)(dir, &st.config, arch, &mut md)?;
         md.insert("general.file_type".into(), Value::U32(t.file_type()));
     }
     md.insert(
@@ -640,8 +798,17 @@ fn write_converted(
             Source::Values(v) => encode(v, p)?,
             Source::St(info, reshape) => {
                 let src = st.shard_path(info).display().to_string();
-                let o = hf_decoder::convert(&st, info, p.name.clone(), *reshape, &hp, &src)?;
-                convert_rows(&o.data, o.ty, p)?
+                match &decoder {
+                    Some((_, _, hp)) => {
+                        let o = hf_decoder::convert(&st, info, p.name.clone(), *reshape, hp, &src)?;
+                        convert_rows(&o.data, o.ty, p)?
+                    }
+                    None => convert_rows(
+                        encoder_data(&st, info, &src)?,
+                        info.ty.unwrap_or(GgmlType::F32),
+                        p,
+                    )?,
+                }
             }
         };
         write_tensor_data(&mut w, &bytes, alignment).map_err(io)?;
@@ -656,6 +823,28 @@ fn write_converted(
         parameters,
         bytes_out,
     })
+}
+
+/// An encoder tensor's bytes, checked as the decoders' are.
+fn encoder_data<'a>(
+    st: &'a SafetensorsDir,
+    t: &StTensorInfo,
+    source: &str,
+) -> Result<&'a [u8], Error> {
+    let bad = |problem: String| Error::model(source, format!("tensor '{}': {problem}", t.name));
+    if !matches!(t.ty, Some(GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)) {
+        return Err(bad(format!(
+            "dtype {} is not supported (F32, F16, BF16)",
+            t.dtype
+        )));
+    }
+    if t.shape.is_empty() || t.shape.len() > 2 || t.shape.contains(&0) {
+        return Err(bad(format!(
+            "shape {:?} is not a vector or a matrix",
+            t.shape
+        )));
+    }
+    Ok(st.tensor_data(t))
 }
 
 fn encode(values: &[f32], p: &Planned) -> Result<Vec<u8>, Error> {

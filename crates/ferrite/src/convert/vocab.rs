@@ -63,8 +63,12 @@ fn pre_tokenizer(path: &Path) -> Result<(Option<String>, String), Error> {
         .and_then(|l| l.strip_prefix("check\t"))
         .and_then(|j| serde_json::from_str(j).ok())
         .ok_or_else(|| Error::Internal("pre_tokenizers.tsv: no check text".into()))?;
-    let tok = tokenizers::Tokenizer::from_file(path)
+    let mut tok = tokenizers::Tokenizer::from_file(path)
         .map_err(|e| Error::model(path.display().to_string(), e.to_string()))?;
+    // transformers' encode() ignores the file's truncation and padding.
+    tok.with_truncation(None)
+        .map_err(|e| Error::model(path.display().to_string(), e.to_string()))?;
+    tok.with_padding(None);
     let enc = tok
         .encode(check.as_str(), true)
         .map_err(|e| Error::model(path.display().to_string(), e.to_string()))?;
@@ -72,10 +76,13 @@ fn pre_tokenizer(path: &Path) -> Result<(Option<String>, String), Error> {
     let ids: Vec<String> = enc.get_ids().iter().map(u32::to_string).collect();
     let text = format!("[{}]", ids.join(", "));
     let hash = hex(&Sha256::digest(text.as_bytes()));
-    let name = lines.find_map(|l| {
-        let (h, n) = l.split_once('\t')?;
-        (h == hash).then(|| n.to_string())
-    });
+    // The converter tests every entry in turn: the last match wins.
+    let name = lines
+        .filter_map(|l| {
+            let (h, n) = l.split_once('\t')?;
+            (h == hash).then(|| n.to_string())
+        })
+        .last();
     Ok((name, hash))
 }
 
@@ -480,8 +487,11 @@ impl Special {
                 Value::Array(Array::String(self.merges.clone())),
             );
         }
+        // gguf-py's writer has no key for `cls` (it is skipped).
         for (typ, id) in &self.ids {
-            put(id_key(typ), Value::U32(*id));
+            if typ != "cls" {
+                put(id_key(typ), Value::U32(*id));
+            }
         }
         for (typ, b) in &self.add {
             if matches!(typ.as_str(), "bos" | "eos" | "sep") {
