@@ -20,8 +20,9 @@ pub struct Args {
     /// Where to write the GGUF file.
     #[arg(short = 'o', long = "outfile")]
     output: PathBuf,
-    /// f32, f16, bf16, q8_0 (as convert_hf_to_gguf.py), or a quantize type
-    /// (Q4_K_M, Q6_K, ...: the f32 conversion, then quantized).
+    /// f32, f16, bf16, q8_0 (lower case: convert_hf_to_gguf.py's file), or
+    /// a llama-quantize type in upper case (Q4_K_M, Q6_K, Q8_0, ...: the f32
+    /// conversion, then quantized as llama-quantize would).
     #[arg(long, default_value = "f16")]
     outtype: String,
     /// The pre-tokenizer to record when the tokenizer is not one the

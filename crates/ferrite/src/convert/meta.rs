@@ -732,6 +732,8 @@ mod tests {
         assert_eq!(ver, None);
         assert_eq!(size.as_deref(), Some("0.5B"));
         assert_eq!(size_label(103_360), "103K");
-        assert_eq!(size_label(22_565_376), "22.6M");
+        assert_eq!(size_label(22_565_376), "23M");
+        assert_eq!(size_label(1_500_000), "1.5M");
+        assert_eq!(size_label(494_032_768), "494M");
     }
 }

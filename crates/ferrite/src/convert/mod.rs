@@ -32,7 +32,7 @@ use ferrite_kernels::quant::{dequantize, quantize};
 use ferrite_kernels::GgmlType;
 use serde_json::Value as Json;
 
-use crate::formats::gguf::{write_gguf_header, write_tensor_data, Metadata, TensorHeader, Value};
+use crate::formats::gguf::{write_gguf_header, Metadata, TensorHeader, Value};
 use crate::formats::hf_decoder::{self, Reshape};
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
 use crate::quantize::{quantize_file, FileType, QuantizeOptions, QUANTIZATION_VERSION};
@@ -50,8 +50,9 @@ pub enum OutType {
 }
 
 impl OutType {
+    /// The converter's spelling (lower case): `f32`, `f16`, `bf16`, `q8_0`.
     pub fn from_name(s: &str) -> Option<OutType> {
-        Some(match s.to_ascii_lowercase().as_str() {
+        Some(match s {
             "f32" => OutType::F32,
             "f16" => OutType::F16,
             "bf16" => OutType::Bf16,
@@ -90,7 +91,11 @@ pub enum Target {
 }
 
 impl Target {
-    /// `f32|f16|bf16|q8_0` or any `ferrite quantize` type name.
+    /// `f32|f16|bf16|q8_0` (lower case, as `convert_hf_to_gguf.py --outtype`
+    /// spells them: the converter's own file), or a `ferrite quantize` /
+    /// `llama-quantize` type name such as `Q4_K_M` or `Q8_0` (upper case:
+    /// the f32 conversion quantized, whose metadata order and tensor order
+    /// are llama-quantize's).
     pub fn from_name(s: &str) -> Option<Target> {
         OutType::from_name(s)
             .map(Target::Converter)
@@ -794,24 +799,29 @@ fn write_converted(
         .collect();
     let alignment = write_gguf_header(&mut w, 3, &md, &headers).map_err(io)?;
     for p in &planned {
-        let bytes = match &p.from {
-            Source::Values(v) => encode(v, p)?,
+        let written = match &p.from {
+            Source::Values(v) => {
+                let bytes = encode(v, p)?;
+                w.write_all(&bytes).map_err(io)?;
+                bytes.len()
+            }
             Source::St(info, reshape) => {
                 let src = st.shard_path(info).display().to_string();
                 match &decoder {
                     Some((_, _, hp)) => {
                         let o = hf_decoder::convert(&st, info, p.name.clone(), *reshape, hp, &src)?;
-                        convert_rows(&o.data, o.ty, p)?
+                        stream_rows(&o.data, o.ty, p, &mut w).map_err(|e| e.at(&shown))?
                     }
-                    None => convert_rows(
-                        encoder_data(&st, info, &src)?,
-                        info.ty.unwrap_or(GgmlType::F32),
-                        p,
-                    )?,
+                    None => {
+                        let data = encoder_data(&st, info, &src)?;
+                        let ty = info.ty.unwrap_or(GgmlType::F32);
+                        stream_rows(data, ty, p, &mut w).map_err(|e| e.at(&shown))?
+                    }
                 }
             }
         };
-        write_tensor_data(&mut w, &bytes, alignment).map_err(io)?;
+        let pad = (written as u64).next_multiple_of(alignment) - written as u64;
+        w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
     }
     w.flush().map_err(io)?;
     let file = w.into_inner().map_err(|e| io(e.into_error()))?;
@@ -855,25 +865,53 @@ fn encode(values: &[f32], p: &Planned) -> Result<Vec<u8>, Error> {
     Ok(out)
 }
 
-/// A tensor's bytes of type `from` as `p.to`, row by row through f32.
-fn convert_rows(data: &[u8], from: GgmlType, p: &Planned) -> Result<Vec<u8>, Error> {
+/// Why streaming a tensor failed: the writer, or the conversion.
+enum StreamError {
+    Io(std::io::Error),
+    Convert(Error),
+}
+
+impl StreamError {
+    fn at(self, shown: &str) -> Error {
+        match self {
+            StreamError::Io(e) => Error::io(shown, e),
+            StreamError::Convert(e) => e,
+        }
+    }
+}
+
+/// Writes a tensor's bytes of type `from` as `p.to`, row by row through
+/// f32 (one row buffer); returns the bytes written.
+fn stream_rows<W: Write>(
+    data: &[u8],
+    from: GgmlType,
+    p: &Planned,
+    w: &mut W,
+) -> Result<usize, StreamError> {
     if from == p.to {
-        return Ok(data.to_vec());
+        w.write_all(data).map_err(StreamError::Io)?;
+        return Ok(data.len());
     }
     let row = p.dims[0] as usize;
-    let n: u64 = p.dims.iter().product();
-    let rows = (n / p.dims[0].max(1)) as usize;
     let (Some(row_in), Some(row_out)) = (from.bytes_for(row as u64), p.to.bytes_for(row as u64))
     else {
-        return Err(Error::Internal(format!("tensor {}: bad row", p.name)));
+        return Err(StreamError::Convert(Error::Internal(format!(
+            "tensor {}: bad row",
+            p.name
+        ))));
     };
     let (row_in, row_out) = (row_in as usize, row_out as usize);
-    let mut out = vec![0u8; row_out * rows];
     let mut f = vec![0f32; row];
-    for (src, dst) in data.chunks(row_in).zip(out.chunks_mut(row_out)) {
+    let mut out = vec![0u8; row_out];
+    let mut written = 0;
+    for src in data.chunks(row_in) {
         dequantize(from, src, &mut f)
-            .and_then(|()| quantize(p.to, &f, dst))
-            .map_err(|e| Error::Internal(format!("tensor {}: {e}", p.name)))?;
+            .and_then(|()| quantize(p.to, &f, &mut out))
+            .map_err(|e| {
+                StreamError::Convert(Error::Internal(format!("tensor {}: {e}", p.name)))
+            })?;
+        w.write_all(&out).map_err(StreamError::Io)?;
+        written += row_out;
     }
-    Ok(out)
+    Ok(written)
 }

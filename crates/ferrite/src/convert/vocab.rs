@@ -82,7 +82,7 @@ fn pre_tokenizer(path: &Path) -> Result<(Option<String>, String), Error> {
             let (h, n) = l.split_once('\t')?;
             (h == hash).then(|| n.to_string())
         })
-        .last();
+        .next_back();
     Ok((name, hash))
 }
 
@@ -427,7 +427,7 @@ impl Special {
             }
         }
         let Some(tc) = tc.filter(|t| truthy(Some(t))) else {
-            s.from_config(config)?;
+            s.ids_from_config(config)?;
             return Ok(s);
         };
         let jinja = dir.join("chat_template.jinja");
@@ -461,11 +461,11 @@ impl Special {
                 .and_then(|a| a.get("id"));
             s.set_id(&typ, id)?;
         }
-        s.from_config(config)?;
+        s.ids_from_config(config)?;
         Ok(s)
     }
 
-    fn from_config(&mut self, config: &Json) -> Result<(), Error> {
+    fn ids_from_config(&mut self, config: &Json) -> Result<(), Error> {
         for typ in self.types.clone() {
             let key = format!("{typ}_token_id");
             let id = config
