@@ -6,10 +6,16 @@
 //! `scripts/make-convert-goldens.py`. Also: hostile inputs give an error
 //! and leave no file behind.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ferrite::convert::{convert_dir, ConvertOptions, Target};
 use ferrite::formats::gguf::GgufFile;
+use ferrite::open::{open_generator, OpenOptions};
+use ferrite::quantize::FileType;
+use ferrite::Generator;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 
@@ -265,4 +271,55 @@ fn hostile_inputs_fail_cleanly() {
     assert_only(&out_dir, &[]);
 
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `--weights TYPE` on a directory runs the tensors `ferrite convert
+/// --outtype TYPE` writes: the logits of every position are the same bits
+/// as the converted file's, and the same tokens come out of the same text
+/// (the directory keeps its tokenizer.json; the file has the converter's
+/// vocabulary). Also checked: the tensors themselves are the file's.
+#[test]
+fn quantize_on_load_runs_the_converted_file() {
+    let dir = scratch("on-load");
+    let cases = [
+        ("testdata/hf-decoders/tiny-llama3", "Q4_K_M"),
+        ("testdata/hf-decoders/tiny-qwen2-bf16", "Q8_0"),
+        ("testdata/hf-decoders/tiny-qwen3", "Q4_0"),
+        ("testdata/gpt2/tiny-hf", "Q5_1"),
+    ];
+    for (src, ty) in cases {
+        let ft = FileType::from_name(ty).unwrap();
+        let hf = open_generator(
+            &resolve(src),
+            &OpenOptions {
+                decoder_weights: Some(ft),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{src} --weights {ty}: {e}"));
+        let out = dir.join(format!("{ty}.gguf"));
+        convert_dir(&resolve(src), &out, &options(ty, Some("gpt-2"))).unwrap();
+        let file = Arc::new(GgufFile::open(&out).unwrap());
+        for t in &file.header.tensors {
+            let a = file.tensor(&t.name).unwrap();
+            let b = hf
+                .file
+                .tensor(&t.name)
+                .unwrap_or_else(|| panic!("{src}: no {} at load", t.name));
+            assert_eq!(a.info.ty, b.info.ty, "{src} {ty}: {}", t.name);
+            assert!(a.data == b.data, "{src} {ty}: {} bytes differ", t.name);
+        }
+        let gguf = Generator::from_gguf(file, &out).unwrap();
+        let text = "Once upon a time, in a village by the sea,";
+        let ids_hf = hf.tokenizer.encode(text, true, true);
+        let ids_file = gguf.tokenizer.encode(text, true, true);
+        assert_eq!(ids_hf, ids_file, "{src}: tokens");
+        let a = common::all_logits(hf.model.as_ref(), &ids_hf);
+        let b = common::all_logits(gguf.model.as_ref(), &ids_file);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(!a.is_empty());
+        assert_eq!(bits(&a), bits(&b), "{src} --weights {ty}: logits differ");
+        std::fs::remove_file(&out).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

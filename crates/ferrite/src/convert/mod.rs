@@ -650,6 +650,62 @@ fn write_converted(
     t: OutType,
     opts: &ConvertOptions,
 ) -> Result<ConvertSummary, Error> {
+    let file = std::fs::File::create(out).map_err(|e| Error::io(out.display().to_string(), e))?;
+    let shown = out.display().to_string();
+    let mut w = BufWriter::with_capacity(1 << 22, file);
+    let mut summary = convert_to(dir, t, opts, false, &mut w, &shown)?;
+    let io = |e: std::io::Error| Error::io(&shown, e);
+    let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    summary.bytes_out = file.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok(summary)
+}
+
+/// The HF decoder directory `dir` with its matrices quantized at load as
+/// `ferrite convert --outtype TYPE` quantizes them (the f32 conversion,
+/// then `llama-quantize`'s choices and bytes), as an in-memory GGUF file:
+/// the same tensors, so the same outputs, as that file. The tokenizer is
+/// the directory's `tokenizer.json` (as when the directory runs
+/// unquantized), not the converter's vocabulary.
+pub fn quantize_on_load(
+    dir: &Path,
+    ftype: FileType,
+    threads: usize,
+) -> Result<crate::formats::gguf::GgufFile, Error> {
+    use crate::formats::gguf::GgufFile;
+    let opts = ConvertOptions {
+        target: Target::Converter(OutType::F32),
+        pre_tokenizer: None,
+        force: false,
+        threads,
+    };
+    let shown = dir.display().to_string();
+    let mut f32_bytes = Vec::new();
+    convert_to(dir, OutType::F32, &opts, true, &mut f32_bytes, &shown)?;
+    let f32_file = GgufFile::from_vec(dir, f32_bytes)?;
+    let q = QuantizeOptions {
+        ftype,
+        pure: false,
+        allow_requantize: false,
+        threads: threads.max(1),
+    };
+    let mut out = Vec::with_capacity(f32_file.bytes().len() / 3);
+    crate::quantize::quantize_to(&f32_file, &mut out, &q, &shown, &mut |_, _, _| {})?;
+    drop(f32_file);
+    Ok(GgufFile::from_vec(dir, out)?)
+}
+
+/// Writes the converted file to `w`; with `hf_tokenizer`, the tokenizer
+/// keys are those ferrite runs a directory with (`tokenizer.json` whole)
+/// instead of the converter's vocabulary.
+fn convert_to<W: Write>(
+    dir: &Path,
+    t: OutType,
+    opts: &ConvertOptions,
+    hf_tokenizer: bool,
+    w: &mut W,
+    shown: &str,
+) -> Result<ConvertSummary, Error> {
     let config_path = dir.join("config.json");
     if !config_path.is_file() {
         return Err(Error::model(
@@ -765,6 +821,28 @@ fn write_converted(
         "general.quantization_version".into(),
         Value::U32(QUANTIZATION_VERSION),
     );
+    if hf_tokenizer {
+        hf_decoder::tokenizer_metadata(dir, &st.config, &mut md)?;
+    } else {
+        write_vocab_keys(dir, &st.config, spec, opts, &mut md)?;
+    }
+    write_tensors(&st, &decoder, &planned, &md, w, shown)?;
+    Ok(ConvertSummary {
+        architecture: arch.to_string(),
+        tensors: planned.len(),
+        parameters,
+        bytes_out: 0,
+    })
+}
+
+/// The converter's tokenizer keys.
+fn write_vocab_keys(
+    dir: &Path,
+    config: &Json,
+    spec: &Spec,
+    opts: &ConvertOptions,
+    md: &mut Metadata,
+) -> Result<(), Error> {
     if spec.space_prefix {
         let tc = dir.join("tokenizer_config.json");
         if let Ok(text) = std::fs::read_to_string(&tc) {
@@ -776,19 +854,21 @@ fn write_converted(
             }
         }
     }
-    vocab::write_vocab(
-        dir,
-        &st.config,
-        spec.vocab,
-        opts.pre_tokenizer.as_deref(),
-        &mut md,
-    )?;
+    vocab::write_vocab(dir, config, spec.vocab, opts.pre_tokenizer.as_deref(), md)
+}
 
-    // Header, then each tensor streamed.
-    let file = std::fs::File::create(out).map_err(|e| Error::io(out.display().to_string(), e))?;
-    let shown = out.display().to_string();
-    let io = |e: std::io::Error| Error::io(&shown, e);
-    let mut w = BufWriter::with_capacity(1 << 22, file);
+type Decoder = Option<(&'static str, hf_decoder::Family, hf_decoder::Hp)>;
+
+/// The header, then each tensor streamed from the input.
+fn write_tensors<W: Write>(
+    st: &SafetensorsDir,
+    decoder: &Decoder,
+    planned: &[Planned],
+    md: &Metadata,
+    w: &mut W,
+    shown: &str,
+) -> Result<(), Error> {
+    let io = |e: std::io::Error| Error::io(shown, e);
     let headers: Vec<TensorHeader> = planned
         .iter()
         .map(|p| TensorHeader {
@@ -797,8 +877,8 @@ fn write_converted(
             ty: p.to,
         })
         .collect();
-    let alignment = write_gguf_header(&mut w, 3, &md, &headers).map_err(io)?;
-    for p in &planned {
+    let alignment = write_gguf_header(w, 3, md, &headers).map_err(io)?;
+    for p in planned {
         let written = match &p.from {
             Source::Values(v) => {
                 let bytes = encode(v, p)?;
@@ -809,13 +889,13 @@ fn write_converted(
                 let src = st.shard_path(info).display().to_string();
                 match &decoder {
                     Some((_, _, hp)) => {
-                        let o = hf_decoder::convert(&st, info, p.name.clone(), *reshape, hp, &src)?;
-                        stream_rows(&o.data, o.ty, p, &mut w).map_err(|e| e.at(&shown))?
+                        let o = hf_decoder::convert(st, info, p.name.clone(), *reshape, hp, &src)?;
+                        stream_rows(&o.data, o.ty, p, w).map_err(|e| e.at(shown))?
                     }
                     None => {
-                        let data = encoder_data(&st, info, &src)?;
+                        let data = encoder_data(st, info, &src)?;
                         let ty = info.ty.unwrap_or(GgmlType::F32);
-                        stream_rows(data, ty, p, &mut w).map_err(|e| e.at(&shown))?
+                        stream_rows(data, ty, p, w).map_err(|e| e.at(shown))?
                     }
                 }
             }
@@ -824,15 +904,7 @@ fn write_converted(
         w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
     }
     w.flush().map_err(io)?;
-    let file = w.into_inner().map_err(|e| io(e.into_error()))?;
-    file.sync_all().map_err(io)?;
-    let bytes_out = file.metadata().map(|m| m.len()).unwrap_or(0);
-    Ok(ConvertSummary {
-        architecture: arch.to_string(),
-        tensors: planned.len(),
-        parameters,
-        bytes_out,
-    })
+    Ok(())
 }
 
 /// An encoder tensor's bytes, checked as the decoders' are.

@@ -522,7 +522,8 @@ fn looks_special(t: &str) -> bool {
 }
 
 /// The tokenizer keys for `dir`, appended to `md`. `pre_override` names
-/// the pre-tokenizer when the check-text hash is unknown.
+/// the pre-tokenizer when the check-text hash is unknown (a known hash
+/// always gives the converter's name).
 pub(crate) fn write_vocab(
     dir: &Path,
     config: &Json,
@@ -589,8 +590,8 @@ pub(crate) fn write_vocab(
     }
     let (pre, hash) = pre_tokenizer(&path)?;
     let pre = match (pre, pre_override) {
-        (_, Some(p)) => p.to_string(),
-        (Some(p), None) => p,
+        (Some(p), _) => p,
+        (None, Some(p)) => p.to_string(),
         (None, None) => {
             return Err(Error::Input(format!(
                 "{shown}: the pre-tokenizer is not one llama.cpp's converter knows \

@@ -852,7 +852,11 @@ fn read_small(path: &Path, max: u64) -> Result<Option<String>, Error> {
 }
 
 /// The tokenizer files of `dir` as GGUF metadata.
-fn tokenizer_metadata(dir: &Path, config: &Json, md: &mut Metadata) -> Result<(), Error> {
+pub(crate) fn tokenizer_metadata(
+    dir: &Path,
+    config: &Json,
+    md: &mut Metadata,
+) -> Result<(), Error> {
     let path = dir.join("tokenizer.json");
     let json = read_small(&path, MAX_TOKENIZER_BYTES)?.ok_or_else(|| {
         Error::model(
