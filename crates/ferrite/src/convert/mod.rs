@@ -624,13 +624,13 @@ pub fn convert_dir(dir: &Path, out: &Path, opts: &ConvertOptions) -> Result<Conv
     match opts.target {
         Target::Converter(t) => {
             let tmp = Temp::beside(out, "convert")?;
-            let summary = write_converted(dir, &tmp.path, t, opts)?;
+            let summary = write_converted(dir, &tmp.path, out, t, opts)?;
             tmp.commit(out)?;
             Ok(summary)
         }
         Target::Quantized(ftype) => {
             let f32_tmp = Temp::beside(out, "f32")?;
-            let mut summary = write_converted(dir, &f32_tmp.path, OutType::F32, opts)?;
+            let mut summary = write_converted(dir, &f32_tmp.path, out, OutType::F32, opts)?;
             let q = QuantizeOptions {
                 ftype,
                 pure: false,
@@ -644,14 +644,17 @@ pub fn convert_dir(dir: &Path, out: &Path, opts: &ConvertOptions) -> Result<Conv
     }
 }
 
+/// Writes the converted file at `out` (a temporary file; errors name
+/// `shown`, the final output).
 fn write_converted(
     dir: &Path,
     out: &Path,
+    shown: &Path,
     t: OutType,
     opts: &ConvertOptions,
 ) -> Result<ConvertSummary, Error> {
-    let file = std::fs::File::create(out).map_err(|e| Error::io(out.display().to_string(), e))?;
-    let shown = out.display().to_string();
+    let shown = shown.display().to_string();
+    let file = std::fs::File::create(out).map_err(|e| Error::io(&shown, e))?;
     let mut w = BufWriter::with_capacity(1 << 22, file);
     let mut summary = convert_to(dir, t, opts, false, &mut w, &shown)?;
     let io = |e: std::io::Error| Error::io(&shown, e);
