@@ -43,6 +43,10 @@ enum Command {
     /// Quantize a GGUF file to another type or llama.cpp mix (Q4_K_M,
     /// Q8_0, ...), byte for byte as llama-quantize does.
     Quantize(commands::quantize::Args),
+    /// Convert a Hugging Face directory to the GGUF file llama.cpp's
+    /// convert_hf_to_gguf.py writes (--outtype f32|f16|bf16|q8_0, or a
+    /// quantize type such as Q4_K_M).
+    Convert(commands::convert::Args),
 }
 
 /// `FERRITE_KERNELS`: a name that is no kernel set is an error; a set
@@ -72,7 +76,28 @@ fn check_kernel_request() -> CliResult {
     }
 }
 
+/// A write past the file-size limit (`ulimit -f`) then fails with an
+/// error (EFBIG) instead of killing the process with SIGXFSZ, so that
+/// `convert` and `quantize` remove their temporary output as on any other
+/// write error.
+#[cfg(unix)]
+fn ignore_file_size_signal() {
+    unsafe extern "C" {
+        fn signal(signum: i32, handler: usize) -> usize;
+    }
+    // SIGXFSZ is 25 on Linux (x86-64, arm64) and macOS; SIG_IGN is 1.
+    const SIGXFSZ: i32 = 25;
+    const SIG_IGN: usize = 1;
+    // SAFETY: signal(2) with SIG_IGN installs no handler code; it only
+    // changes this process's disposition of SIGXFSZ, before any thread starts.
+    unsafe {
+        signal(SIGXFSZ, SIG_IGN);
+    }
+}
+
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    ignore_file_size_signal();
     let cli = Cli::parse();
     if let Err(e) = check_kernel_request() {
         eprintln!("ferrite: {e}");
@@ -88,6 +113,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
+        Command::Convert(args) => commands::convert::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -61,6 +61,10 @@ fn placeholder(name: &str, scratch: &std::path::Path) -> String {
             .to_str()
             .unwrap()
             .to_string(),
+        // A Qwen directory: the tiny Qwen3 fixture (for `convert`, its
+        // freshly trained tokenizer needs --pre-tokenizer: see run_case).
+        "path/to/Qwen2.5-0.5B-Instruct" => td("hf-decoders/tiny-qwen3"),
+        "qwen-q4_k_m.gguf" => scratch.join("qwen-q4_k_m.gguf").to_str().unwrap().to_string(),
         other => panic!("no stand-in for placeholder {other}"),
     }
 }
@@ -105,6 +109,22 @@ const CASES: &[Case] = &[
     Case {
         line: "ferrite chat qwen2.5-0.5b-q4_k_m.gguf",
         subs: &["qwen2.5-0.5b-q4_k_m.gguf"],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite convert path/to/Qwen2.5-0.5B-Instruct -o qwen-q4_k_m.gguf --outtype Q4_K_M",
+        subs: &["path/to/Qwen2.5-0.5B-Instruct", "qwen-q4_k_m.gguf"],
+        // The summary goes to stderr; the file is read by the next case.
+        check: |_| {},
+    },
+    Case {
+        line: "ferrite chat qwen-q4_k_m.gguf",
+        subs: &["qwen-q4_k_m.gguf"],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite chat path/to/Qwen2.5-0.5B-Instruct --weights q4_k_m",
+        subs: &["path/to/Qwen2.5-0.5B-Instruct"],
         check: nonempty,
     },
     Case {
@@ -331,6 +351,11 @@ fn run_case(case: &Case, scratch: &std::path::Path) {
             .position(|a| a == sub)
             .unwrap_or_else(|| panic!("{sub} is not in {}", case.line));
         args[at] = with;
+    }
+    if args.first().map(String::as_str) == Some("convert") {
+        // The fixture's tokenizer is unknown to llama.cpp's converter
+        // (a real Qwen's is known, and the flag is then ignored).
+        args.extend(["--pre-tokenizer".to_string(), "gpt-2".to_string()]);
     }
     if args.first().map(String::as_str) == Some("serve") {
         // Any free port and 2 threads instead of the README's; then the

@@ -49,6 +49,7 @@
 //! are the library's interface.
 // Generation with a context size, and chat replies (used by python/).
 mod chat_api;
+pub mod convert;
 pub mod embed;
 pub mod error;
 pub mod formats;

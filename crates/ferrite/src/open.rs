@@ -63,6 +63,10 @@ pub struct OpenOptions {
     pub translation_weights: WeightFormat,
     /// Threads a translator runs on (default: one per core).
     pub threads: Option<Threads>,
+    /// A Hugging Face decoder directory's matrices quantized at load to
+    /// this file type, as `ferrite convert --outtype TYPE` would write them
+    /// (`crate::convert::quantize_on_load`).
+    pub decoder_weights: Option<crate::quantize::FileType>,
 }
 
 /// A loaded decoder model with its tokenizer.
@@ -290,7 +294,23 @@ pub fn find(path: &Path, opts: &OpenOptions) -> Result<Found, Error> {
         if model_type.is_some_and(|t| is_encoder(t, true)) {
             return Ok(Found::Embedder);
         }
-        return Ok(Found::Generator(Arc::new(hf_decoder::open(path)?)));
+        let file = match opts.decoder_weights {
+            Some(ft) => {
+                let threads = crate::parallel::available_cores();
+                crate::convert::quantize_on_load(path, ft, threads)?
+            }
+            None => hf_decoder::open(path)?,
+        };
+        return Ok(Found::Generator(Arc::new(file)));
+    }
+    if let Some(ft) = opts.decoder_weights {
+        return Err(Error::Input(format!(
+            "{}: --weights {} quantizes a Hugging Face directory at load; quantize a \
+             file with `ferrite quantize IN OUT {}`",
+            shown(),
+            ft.name,
+            ft.name
+        )));
     }
     if !starts_with_gguf_magic(path) {
         let tokenizer = match &opts.tokenizer {

@@ -50,6 +50,10 @@ pub struct Limits {
     /// see `Embedder::use_products`): bf16 fails to load on a CPU without
     /// AVX512-BF16.
     pub embed_products: Products,
+    /// Hugging Face decoder directories' matrices quantized at load
+    /// (`ferrite serve --weights TYPE`), as `ferrite convert --outtype
+    /// TYPE` would write them; GGUF models are refused with it.
+    pub decoder_weights: Option<ferrite::quantize::FileType>,
     /// A connection must deliver a complete request head within this of
     /// starting to wait for one (so an idle keep-alive connection is
     /// closed after it too).
@@ -83,6 +87,7 @@ impl Default for Limits {
             max_embed_inputs: 2048,
             max_n: 16,
             embed_products: Products::F32,
+            decoder_weights: None,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),

@@ -102,7 +102,11 @@ impl Registry {
                 }
             }
             let mm = metrics.for_model(&name);
-            let found = ferrite::open::find(&path, &Default::default())?;
+            let opts = ferrite::OpenOptions {
+                decoder_weights: limits.decoder_weights,
+                ..Default::default()
+            };
+            let found = ferrite::open::find(&path, &opts)?;
             let kind = match found {
                 Found::Generator(file) => {
                     let m = Arc::new(GenModel::load(&name, &path, file, limits, mm)?);

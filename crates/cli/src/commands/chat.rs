@@ -89,7 +89,11 @@ pub fn run(args: Args) -> CliResult {
     };
     refuse_text_file(args.model.as_deref(), "chat")?;
     let name = args.model.as_deref().unwrap_or(DEFAULT_CHAT_MODEL);
-    let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
+    let loaded = load_with(
+        args.model.as_deref(),
+        args.model_args.tokenizer.as_deref(),
+        args.model_args.weights.as_deref(),
+    )?;
     let has_template = loaded.file.metadata().get_str(TEMPLATE_KEY).is_some();
     let template = match builtin {
         Some(t) => t,

@@ -152,6 +152,11 @@ pub struct ModelArgs {
     /// beside the checkpoint).
     #[arg(short = 'z', long = "tokenizer", value_name = "FILE")]
     pub tokenizer: Option<std::path::PathBuf>,
+    /// Quantize a Hugging Face directory's matrices at load (Q8_0, Q4_K_M,
+    /// Q4_0, ...: any `ferrite quantize` type), as `ferrite convert
+    /// --outtype TYPE` would.
+    #[arg(long, value_name = "TYPE")]
+    pub weights: Option<String>,
 }
 
 impl ModelArgs {
@@ -162,17 +167,30 @@ impl ModelArgs {
 
 /// Loads a model by path or short name (`None`: the default chat model).
 pub fn load(model: Option<&str>) -> CliResult<Generator> {
-    load_with(model, None)
+    load_with(model, None, None)
 }
 
 /// As [`load`]; a llama2.c checkpoint (any file that is not GGUF) takes
 /// its vocabulary from `tokenizer`, else from `tokenizer.bin` beside it. A
 /// directory is read as a Hugging Face decoder (`config.json`,
 /// safetensors, `tokenizer.json`). The rules are `ferrite::open`'s.
-pub fn load_with(model: Option<&str>, tokenizer: Option<&Path>) -> CliResult<Generator> {
+pub fn load_with(
+    model: Option<&str>,
+    tokenizer: Option<&Path>,
+    weights: Option<&str>,
+) -> CliResult<Generator> {
     let path = ferrite::open::resolve(model.unwrap_or(DEFAULT_CHAT_MODEL))?;
+    let decoder_weights = match weights {
+        None => None,
+        Some(w) => Some(ferrite::quantize::FileType::from_name(w).ok_or_else(|| {
+            CliError::usage(format!(
+                "--weights '{w}': not a quantize type (Q8_0, Q4_K_M, Q4_0, Q6_K, ...)"
+            ))
+        })?),
+    };
     let opts = OpenOptions {
         tokenizer: tokenizer.map(Path::to_path_buf),
+        decoder_weights,
         ..Default::default()
     };
     Ok(ferrite::open::open_generator(&path, &opts)?)

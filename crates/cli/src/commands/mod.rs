@@ -3,6 +3,7 @@ pub mod bench;
 pub mod bench_embed;
 pub mod chat;
 pub mod common;
+pub mod convert;
 pub mod embed;
 pub mod input;
 pub mod inspect;

@@ -101,7 +101,11 @@ pub fn run(args: Args) -> CliResult {
         (None, None) => return Err(CliError::usage("give a prompt: -p TEXT, -p - or -f FILE")),
     };
     refuse_text_file(args.model.as_deref(), "run")?;
-    let loaded = load_with(args.model.as_deref(), args.model_args.tokenizer.as_deref())?;
+    let loaded = load_with(
+        args.model.as_deref(),
+        args.model_args.tokenizer.as_deref(),
+        args.model_args.weights.as_deref(),
+    )?;
     if args.beams != 1 {
         return beam_search(&args, &loaded, &prompt, max_tokens);
     }

@@ -98,6 +98,11 @@ pub struct Args {
     /// --int8`: faster, not the f32 results); other models are unchanged.
     #[arg(long, env = "FERRITE_INT8")]
     int8: bool,
+    /// Quantize Hugging Face decoder directories at load (Q8_0, Q4_K_M,
+    /// ...: any `ferrite quantize` type), as `ferrite convert --outtype
+    /// TYPE` would; GGUF models are refused with it.
+    #[arg(long, env = "FERRITE_WEIGHTS", value_name = "TYPE")]
+    weights: Option<String>,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -140,6 +145,14 @@ pub fn run(args: Args) -> CliResult {
             batch_tokens: args.batch_tokens,
             embed_batch_tokens: args.embed_batch_tokens.max(1),
             embed_products: super::embed::products(args.bf16, args.int8),
+            decoder_weights: match &args.weights {
+                None => None,
+                Some(w) => Some(ferrite::quantize::FileType::from_name(w).ok_or_else(|| {
+                    CliError::usage(format!(
+                        "--weights '{w}': not a quantize type (Q8_0, Q4_K_M, Q4_0, Q6_K, ...)"
+                    ))
+                })?),
+            },
             header_timeout: seconds("--header-timeout", args.header_timeout)?,
             body_timeout: seconds("--body-timeout", args.body_timeout)?,
             idle_timeout: seconds("--idle-timeout", args.idle_timeout)?,

@@ -63,7 +63,7 @@ const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 
 /// How a family of HF checkpoints maps onto a GGUF architecture.
 #[derive(Clone, Copy)]
-enum Family {
+pub(crate) enum Family {
     Llama,
     /// Llama with a sliding window on every layer (`sliding_window`).
     Mistral,
@@ -79,7 +79,7 @@ enum Family {
 
 /// An HF decoder family whose tensors are renamed one to one (and
 /// possibly permuted or shifted): its `models::` file says how.
-pub struct HfFamily {
+pub(crate) struct HfFamily {
     /// `general.architecture` of the GGUF file.
     pub arch: &'static str,
     /// Writes the `{arch}.*` keys from `config.json`.
@@ -121,7 +121,7 @@ const HF_DECODERS: [(&str, Family); 12] = [
 
 impl Family {
     /// `general.architecture` of the GGUF file.
-    fn gguf_name(self) -> &'static str {
+    pub(crate) fn gguf_name(self) -> &'static str {
         match self {
             Family::Llama | Family::Mistral => "llama",
             Family::Qwen2 => "qwen2",
@@ -224,15 +224,15 @@ impl Config<'_> {
 
 /// The checked hyper-parameters the tensor mapping needs.
 #[derive(Clone, Debug)]
-pub struct Hp {
-    pub n_layers: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub tied: bool,
-    pub vocab_size: Option<usize>,
+pub(crate) struct Hp {
+    pub(crate) n_layers: usize,
+    pub(crate) n_heads: usize,
+    pub(crate) n_kv_heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) tied: bool,
+    pub(crate) vocab_size: Option<usize>,
     /// Tensors the converter makes up: `rope_freqs.weight` (Llama 3).
-    pub extra: Vec<(&'static str, Vec<f32>)>,
+    pub(crate) extra: Vec<(&'static str, Vec<f32>)>,
 }
 
 /// Metadata being written, under `{arch}.` keys.
@@ -525,7 +525,7 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
 /// The keys of a Llama-style config (sizes, heads, RoPE, RMSNorm epsilon),
 /// its MLP activation `act_key` checked to be one of `acts` (the first is
 /// the default); untied unless the caller says otherwise.
-pub fn llama_keys(c: &Config, k: &mut Keys, act_key: &str, acts: &[&str]) -> Result<Hp, Error> {
+pub(crate) fn llama_keys(c: &Config, k: &mut Keys, act_key: &str, acts: &[&str]) -> Result<Hp, Error> {
     let dim = c.size("hidden_size")?;
     let n_layers = layers(c, "num_hidden_layers")?;
     let (n_heads, n_kv_heads, head_dim) = heads(c, dim)?;
@@ -615,7 +615,7 @@ fn gpt2_config(c: &Config, md: &mut Metadata) -> Result<Hp, Error> {
 
 /// What happens to a tensor's rows on the way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reshape {
+pub(crate) enum Reshape {
     None,
     /// Llama Q/K: rows permuted per head for adjacent-pair RoPE, over this
     /// many heads.
@@ -682,7 +682,7 @@ fn weight_or_bias(weight_name: String, bias: bool) -> String {
     }
 }
 
-fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Error> {
+pub(crate) fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Error> {
     let unknown = || {
         Error::model(
             source,
@@ -822,11 +822,11 @@ fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<Mapped, Erro
 }
 
 /// A tensor ready to write: GGUF name, ggml dims, type, bytes.
-struct Out<'a> {
-    name: String,
-    dims: Vec<u64>,
-    ty: GgmlType,
-    data: Cow<'a, [u8]>,
+pub(crate) struct Out<'a> {
+    pub(crate) name: String,
+    pub(crate) dims: Vec<u64>,
+    pub(crate) ty: GgmlType,
+    pub(crate) data: Cow<'a, [u8]>,
 }
 
 /// Llama's Q/K row permutation over `n_head` heads of `rows / n_head` rows
@@ -862,7 +862,7 @@ fn transpose(data: &[u8], rows: usize, cols: usize, elem: usize) -> Vec<u8> {
 }
 
 /// One HF tensor as a GGUF tensor.
-fn convert<'a>(
+pub(crate) fn convert<'a>(
     st: &'a SafetensorsDir,
     t: &StTensorInfo,
     name: String,
@@ -985,7 +985,11 @@ fn read_small(path: &Path, max: u64) -> Result<Option<String>, Error> {
 }
 
 /// The tokenizer files of `dir` as GGUF metadata.
-fn tokenizer_metadata(dir: &Path, config: &Json, md: &mut Metadata) -> Result<(), Error> {
+pub(crate) fn tokenizer_metadata(
+    dir: &Path,
+    config: &Json,
+    md: &mut Metadata,
+) -> Result<(), Error> {
     let path = dir.join("tokenizer.json");
     let json = read_small(&path, MAX_TOKENIZER_BYTES)?.ok_or_else(|| {
         Error::model(
@@ -1053,6 +1057,39 @@ fn tokenizer_metadata(dir: &Path, config: &Json, md: &mut Metadata) -> Result<()
     }
     set(KEY_HF_JSON, Value::String(json));
     Ok(())
+}
+
+/// The checked family and hyper-parameters of a decoder directory's
+/// `config.json` (`None`: not one of the decoder classes), for
+/// `crate::convert`: the same checks [`open`] makes.
+pub(crate) fn decoder_plan(
+    config: &Json,
+    source: &str,
+) -> Result<Option<(&'static str, Family, Hp)>, Error> {
+    let c = Config {
+        json: config,
+        source: source.to_string(),
+    };
+    let archs = architectures(config);
+    let Some((class, family)) = archs
+        .iter()
+        .find_map(|a| HF_DECODERS.iter().find(|(name, _)| name == a))
+        .copied()
+    else {
+        return Ok(None);
+    };
+    if c.get("quantization_config").is_some() {
+        return Err(c.bad(
+            "quantization_config",
+            "quantized checkpoints are not supported (use F32, F16 or BF16 weights)",
+        ));
+    }
+    let mut scratch = Metadata::default();
+    let hp = match family {
+        Family::Gpt2 => gpt2_config(&c, &mut scratch)?,
+        _ => llama_config(&c, family, &mut scratch)?,
+    };
+    Ok(Some((class, family, hp)))
 }
 
 /// Reads the HF decoder directory `dir` into an in-memory GGUF file of its

@@ -59,7 +59,7 @@ const HF_LAYER: [(&str, LayerName); 13] = [
 ];
 
 /// `Gemma2ForCausalLM` directories.
-pub const HF: HfFamily = HfFamily {
+pub(crate) const HF: HfFamily = HfFamily {
     arch: "gemma2",
     config: |c, k| gemma_config(c, k, &GEMMA2),
     layer: &HF_LAYER,
@@ -68,7 +68,7 @@ pub const HF: HfFamily = HfFamily {
 };
 
 /// `Gemma3ForCausalLM` directories (the text model).
-pub const HF_GEMMA3: HfFamily = HfFamily {
+pub(crate) const HF_GEMMA3: HfFamily = HfFamily {
     arch: "gemma3",
     config: |c, k| gemma_config(c, k, &GEMMA3),
     layer: &HF_LAYER,

@@ -92,7 +92,7 @@ const HF_LAYER: [(&str, LayerName); 11] = [
 ];
 
 /// `Olmo2ForCausalLM` directories.
-pub const HF: HfFamily = HfFamily {
+pub(crate) const HF: HfFamily = HfFamily {
     arch: "olmo2",
     config: hf_config,
     layer: &HF_LAYER,

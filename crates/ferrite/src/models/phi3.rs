@@ -148,7 +148,7 @@ const HF_LAYER: [(&str, LayerName); 6] = [
 ];
 
 /// `Phi3ForCausalLM` directories.
-pub const HF: HfFamily = HfFamily {
+pub(crate) const HF: HfFamily = HfFamily {
     arch: "phi3",
     config: hf_config,
     layer: &HF_LAYER,

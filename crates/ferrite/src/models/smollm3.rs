@@ -43,7 +43,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 }
 
 /// `SmolLM3ForCausalLM` directories.
-pub const HF: HfFamily = HfFamily {
+pub(crate) const HF: HfFamily = HfFamily {
     arch: "smollm3",
     config: hf_config,
     // Llama's modules (without Qwen3's Q/K norms).

@@ -14,7 +14,7 @@
 pub mod mix;
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -211,13 +211,30 @@ pub fn quantize_file(
         )));
     }
     let file = GgufFile::open(input)?;
-    let planned = plan(&file, opts)?;
-    let md = output_metadata(file.metadata(), opts.ftype);
-
     let (tmp, out_file) = TempOutput::create(output)?;
     let shown = output.display().to_string();
-    let io_err = |e: std::io::Error| Error::io(&shown, e);
     let mut w = BufWriter::with_capacity(1 << 22, out_file);
+    let summary = quantize_to(&file, &mut w, opts, &shown, progress)?;
+    let io_err = |e: std::io::Error| Error::io(&shown, e);
+    let out_file = w.into_inner().map_err(|e| io_err(e.into_error()))?;
+    out_file.sync_all().map_err(io_err)?;
+    drop(out_file);
+    tmp.commit()?;
+    Ok(summary)
+}
+
+/// Quantizes the GGUF `file` into `w` (see the module doc); `shown` names
+/// the output in errors.
+pub fn quantize_to<W: Write>(
+    file: &GgufFile,
+    w: &mut W,
+    opts: &QuantizeOptions,
+    shown: &str,
+    progress: Progress,
+) -> Result<Summary, Error> {
+    let planned = plan(file, opts)?;
+    let md = output_metadata(file.metadata(), opts.ftype);
+    let io_err = |e: std::io::Error| Error::io(shown, e);
     let headers: Vec<TensorHeader> = planned
         .iter()
         .map(|p| TensorHeader {
@@ -226,7 +243,7 @@ pub fn quantize_file(
             ty: p.to,
         })
         .collect();
-    let alignment = write_gguf_header(&mut w, 3, &md, &headers).map_err(io_err)?;
+    let alignment = write_gguf_header(w, 3, &md, &headers).map_err(io_err)?;
 
     let mut summary = Summary {
         tensors: planned.len(),
@@ -239,11 +256,11 @@ pub fn quantize_file(
             .ok_or_else(|| Error::Internal(format!("tensor {} vanished", p.name)))?;
         summary.bytes_in += view.data.len() as u64;
         if p.to == p.from {
-            write_tensor_data(&mut w, view.data, alignment).map_err(io_err)?;
+            write_tensor_data(w, view.data, alignment).map_err(io_err)?;
             summary.bytes_out += view.data.len() as u64;
         } else {
             let converted = convert_rows(view.data, p, threads)?;
-            write_tensor_data(&mut w, &converted, alignment).map_err(io_err)?;
+            write_tensor_data(w, &converted, alignment).map_err(io_err)?;
             summary.bytes_out += converted.len() as u64;
             summary.converted += 1;
             if mix::is_quantized(p.from) {
@@ -254,10 +271,7 @@ pub fn quantize_file(
         file.release(start..start + view.data.len());
         progress(done + 1, planned.len(), &p.name);
     }
-    let out_file = w.into_inner().map_err(|e| io_err(e.into_error()))?;
-    out_file.sync_all().map_err(io_err)?;
-    drop(out_file);
-    tmp.commit()?;
+    w.flush().map_err(io_err)?;
     Ok(summary)
 }
 

@@ -1,0 +1,325 @@
+//! `ferrite::convert` against llama.cpp's `convert_hf_to_gguf.py` (and
+//! `llama-quantize` for the quantized targets): for each directory and out
+//! type, the file must be byte-identical to the converter's (whole-file
+//! sha256); on a mismatch the first metadata key or tensor that differs is
+//! named. Goldens: `testdata/convert/goldens.json`, made by
+//! `scripts/make-convert-goldens.py`. Also: hostile inputs give an error
+//! and leave no file behind.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ferrite::convert::{convert_dir, ConvertOptions, Target};
+use ferrite::formats::gguf::GgufFile;
+use ferrite::open::{open_generator, OpenOptions};
+use ferrite::quantize::FileType;
+use ferrite::Generator;
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("FERRITE_MODELS").map_or_else(|| root().join("models"), PathBuf::from)
+}
+
+fn resolve(d: &str) -> PathBuf {
+    match d.strip_prefix("$MODELS/") {
+        Some(rest) => models_dir().join(rest),
+        None => root().join(d),
+    }
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn goldens() -> Json {
+    let p = root().join("testdata/convert/goldens.json");
+    let text = std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/make-convert-goldens.py)", p.display()));
+    serde_json::from_str(&text).expect("golden JSON")
+}
+
+/// A scratch directory of its own for each test.
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ferrite-convert-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn options(outtype: &str, pre: Option<&str>) -> ConvertOptions {
+    ConvertOptions {
+        target: Target::from_name(outtype).expect("out type"),
+        pre_tokenizer: pre.map(str::to_string),
+        force: false,
+        threads: 2,
+    }
+}
+
+/// The first difference between ferrite's file and the converter's summary.
+fn first_difference(path: &Path, case: &Json) -> String {
+    let f = match GgufFile::open(path) {
+        Ok(f) => f,
+        Err(e) => return format!("ferrite's file does not open: {e}"),
+    };
+    let want_keys: Vec<&str> = case["metadata"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m[0].as_str().unwrap())
+        .collect();
+    let got_keys: Vec<&str> = f.metadata().iter().map(|(k, _)| k).collect();
+    for (i, w) in want_keys.iter().enumerate() {
+        if got_keys.get(i) != Some(w) {
+            return format!(
+                "metadata key {i}: converter {w}, ferrite {:?}",
+                got_keys.get(i)
+            );
+        }
+    }
+    if got_keys.len() != want_keys.len() {
+        return format!(
+            "ferrite has {} metadata keys, the converter {}",
+            got_keys.len(),
+            want_keys.len()
+        );
+    }
+    for (i, t) in case["tensors"].as_array().unwrap().iter().enumerate() {
+        let Some(g) = f.header.tensors.get(i) else {
+            return format!("tensor {i} ({}) missing", t[0]);
+        };
+        let data = f.tensor(&g.name).map(|v| hex(&Sha256::digest(v.data)));
+        if g.name != t[0].as_str().unwrap()
+            || g.ty.name() != t[1].as_str().unwrap()
+            || data.as_deref() != t[3].as_str()
+        {
+            return format!(
+                "tensor {i}: converter {} {} {}, ferrite {} {} {:?}",
+                t[0], t[1], t[2], g.name, g.ty, g.dims
+            );
+        }
+    }
+    "same metadata keys and tensors: a metadata value differs".into()
+}
+
+fn check_cases(tag: &str, filter: impl Fn(&Json) -> bool) {
+    let g = goldens();
+    let dir = scratch(tag);
+    let mut n = 0;
+    for case in g["cases"].as_array().unwrap().iter().filter(|c| filter(c)) {
+        let src = case["dir"].as_str().unwrap();
+        let outtype = case["outtype"].as_str().unwrap();
+        let out = dir.join(format!("{n}.gguf"));
+        convert_dir(
+            &resolve(src),
+            &out,
+            &options(outtype, case["pre_tokenizer"].as_str()),
+        )
+        .unwrap_or_else(|e| panic!("{src} {outtype}: {e}"));
+        let sha = hex(&Sha256::digest(std::fs::read(&out).unwrap()));
+        assert_eq!(
+            sha,
+            case["sha256"].as_str().unwrap(),
+            "{src} --outtype {outtype}: not the converter's file: {}",
+            first_difference(&out, case)
+        );
+        std::fs::remove_file(&out).unwrap();
+        n += 1;
+    }
+    assert!(n > 0, "no cases");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fixtures_byte_identical_to_the_converter() {
+    check_cases("fixtures", |c| {
+        !c["dir"].as_str().unwrap().starts_with("$MODELS")
+    });
+}
+
+#[test]
+fn minilm_byte_identical_to_the_converter() {
+    check_cases("minilm", |c| {
+        c["dir"].as_str().unwrap().starts_with("$MODELS")
+    });
+}
+
+/// Nothing but `keep` in `dir` (no output, no temporary file).
+fn assert_only(dir: &Path, keep: &[&str]) {
+    let mut left: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect();
+    left.sort();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn hostile_inputs_fail_cleanly() {
+    let base = scratch("hostile");
+    let out_dir = base.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join("m.gguf");
+    let tiny = root().join("testdata/hf-decoders/tiny-qwen3");
+    let opts = options("f16", Some("gpt-2"));
+    let err = |dir: &Path, out: &Path| -> String {
+        match convert_dir(dir, out, &opts) {
+            Ok(_) => panic!("{} converted", dir.display()),
+            Err(e) => e.to_string(),
+        }
+    };
+
+    // No config.json.
+    let d = base.join("no-config");
+    copy_dir(&tiny, &d);
+    std::fs::remove_file(d.join("config.json")).unwrap();
+    assert!(err(&d, &out).contains("config.json"));
+    assert_only(&out_dir, &[]);
+
+    // An architecture the converter does not know.
+    let d = base.join("unknown-arch");
+    copy_dir(&tiny, &d);
+    let cfg = std::fs::read_to_string(d.join("config.json")).unwrap();
+    std::fs::write(
+        d.join("config.json"),
+        cfg.replace("Qwen3ForCausalLM", "FrobnicatorForCausalLM"),
+    )
+    .unwrap();
+    let e = err(&d, &out);
+    assert!(e.contains("FrobnicatorForCausalLM"), "{e}");
+    assert_only(&out_dir, &[]);
+
+    // A truncated safetensors file.
+    let d = base.join("truncated");
+    copy_dir(&tiny, &d);
+    let st = d.join("model.safetensors");
+    let len = std::fs::metadata(&st).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&st)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let e = err(&d, &out);
+    assert!(e.contains("safetensors"), "{e}");
+    assert_only(&out_dir, &[]);
+
+    // The output inside the input directory, or the input file itself.
+    let e = err(&tiny, &tiny.join("model.safetensors"));
+    assert!(e.contains("inside the input"), "{e}");
+    let e = err(&tiny, &tiny.join("new.gguf"));
+    assert!(e.contains("inside the input"), "{e}");
+    assert!(!tiny.join("new.gguf").exists());
+
+    // An existing output: refused, then replaced with force.
+    std::fs::write(&out, b"precious").unwrap();
+    let e = err(&tiny, &out);
+    assert!(e.contains("exists"), "{e}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"precious");
+    let forced = ConvertOptions {
+        force: true,
+        ..options("f16", Some("gpt-2"))
+    };
+    convert_dir(&tiny, &out, &forced).expect("with force");
+    assert_ne!(std::fs::read(&out).unwrap(), b"precious");
+    std::fs::remove_file(&out).unwrap();
+
+    // An unknown pre-tokenizer hash without --pre-tokenizer.
+    let e = match convert_dir(&tiny, &out, &options("f16", None)) {
+        Ok(_) => panic!("converted without a pre-tokenizer"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("--pre-tokenizer"), "{e}");
+    assert_only(&out_dir, &[]);
+
+    // An output directory that does not exist.
+    let e = err(&tiny, &base.join("missing/m.gguf"));
+    assert!(e.contains("missing"), "{e}");
+
+    // MPNet: the converter has no such architecture.
+    let mpnet = base.join("mpnet");
+    std::fs::create_dir_all(&mpnet).unwrap();
+    std::fs::copy(
+        tiny.join("model.safetensors"),
+        mpnet.join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::write(
+        mpnet.join("config.json"),
+        r#"{"architectures": ["MPNetForMaskedLM"], "model_type": "mpnet"}"#,
+    )
+    .unwrap();
+    let e = err(&mpnet, &out);
+    assert!(e.contains("no MPNet"), "{e}");
+    assert_only(&out_dir, &[]);
+
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `--weights TYPE` on a directory runs the tensors `ferrite convert
+/// --outtype TYPE` writes: the logits of every position are the same bits
+/// as the converted file's, and the same tokens come out of the same text
+/// (the directory keeps its tokenizer.json; the file has the converter's
+/// vocabulary). Also checked: the tensors themselves are the file's.
+#[test]
+fn quantize_on_load_runs_the_converted_file() {
+    let dir = scratch("on-load");
+    let cases = [
+        ("testdata/hf-decoders/tiny-llama3", "Q4_K_M"),
+        ("testdata/hf-decoders/tiny-qwen2-bf16", "Q8_0"),
+        ("testdata/hf-decoders/tiny-qwen3", "Q4_0"),
+        ("testdata/gpt2/tiny-hf", "Q5_1"),
+    ];
+    for (src, ty) in cases {
+        let ft = FileType::from_name(ty).unwrap();
+        let hf = open_generator(
+            &resolve(src),
+            &OpenOptions {
+                decoder_weights: Some(ft),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{src} --weights {ty}: {e}"));
+        let out = dir.join(format!("{ty}.gguf"));
+        convert_dir(&resolve(src), &out, &options(ty, Some("gpt-2"))).unwrap();
+        let file = Arc::new(GgufFile::open(&out).unwrap());
+        for t in &file.header.tensors {
+            let a = file.tensor(&t.name).unwrap();
+            let b = hf
+                .file
+                .tensor(&t.name)
+                .unwrap_or_else(|| panic!("{src}: no {} at load", t.name));
+            assert_eq!(a.info.ty, b.info.ty, "{src} {ty}: {}", t.name);
+            assert!(a.data == b.data, "{src} {ty}: {} bytes differ", t.name);
+        }
+        let gguf = Generator::from_gguf(file, &out).unwrap();
+        let text = "Once upon a time, in a village by the sea,";
+        let ids_hf = hf.tokenizer.encode(text, true, true);
+        let ids_file = gguf.tokenizer.encode(text, true, true);
+        assert_eq!(ids_hf, ids_file, "{src}: tokens");
+        let a = common::all_logits(hf.model.as_ref(), &ids_hf);
+        let b = common::all_logits(gguf.model.as_ref(), &ids_file);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(!a.is_empty());
+        assert_eq!(bits(&a), bits(&b), "{src} --weights {ty}: logits differ");
+        std::fs::remove_file(&out).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
