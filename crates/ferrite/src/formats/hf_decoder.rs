@@ -525,7 +525,12 @@ fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
 /// The keys of a Llama-style config (sizes, heads, RoPE, RMSNorm epsilon),
 /// its MLP activation `act_key` checked to be one of `acts` (the first is
 /// the default); untied unless the caller says otherwise.
-pub(crate) fn llama_keys(c: &Config, k: &mut Keys, act_key: &str, acts: &[&str]) -> Result<Hp, Error> {
+pub(crate) fn llama_keys(
+    c: &Config,
+    k: &mut Keys,
+    act_key: &str,
+    acts: &[&str],
+) -> Result<Hp, Error> {
     let dim = c.size("hidden_size")?;
     let n_layers = layers(c, "num_hidden_layers")?;
     let (n_heads, n_kv_heads, head_dim) = heads(c, dim)?;
