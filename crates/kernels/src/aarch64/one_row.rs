@@ -22,8 +22,8 @@ use crate::dot::sum_blocks;
 use crate::quant::float::f16_le;
 use crate::quant::q4_k::scale_min_k4;
 use crate::quant::{
-    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
-    BlockQ8K, BlockQ8_0, BlockQ8_1, QK,
+    BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QK,
 };
 use crate::GgmlType;
 
@@ -48,6 +48,7 @@ pub(super) fn kernel(set: KernelSet, w: GgmlType) -> Option<DotFn> {
         (KernelSet::Neon, Q4K) => neon::q4_k,
         (KernelSet::Neon, Q5K) => neon::q5_k,
         (KernelSet::Neon, Q6K) => neon::q6_k,
+        (KernelSet::Neon, Mxfp4) => neon::mxfp4,
         (KernelSet::Dotprod, Q4_0) => dotprod::q4_0,
         (KernelSet::Dotprod, Q4_1) => dotprod::q4_1,
         (KernelSet::Dotprod, Q5_0) => dotprod::q5_0,
@@ -58,6 +59,7 @@ pub(super) fn kernel(set: KernelSet, w: GgmlType) -> Option<DotFn> {
         (KernelSet::Dotprod, Q4K) => dotprod::q4_k,
         (KernelSet::Dotprod, Q5K) => dotprod::q5_k,
         (KernelSet::Dotprod, Q6K) => dotprod::q6_k,
+        (KernelSet::Dotprod, Mxfp4) => dotprod::mxfp4,
         _ => return None,
     })
 }
@@ -86,7 +88,7 @@ macro_rules! entries {
     };
 }
 
-entries!(neon, Neon, "neon", q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k);
+entries!(neon, Neon, "neon", q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, mxfp4);
 entries!(
     dotprod,
     Sdot,
@@ -100,7 +102,8 @@ entries!(
     q3_k,
     q4_k,
     q5_k,
-    q6_k
+    q6_k,
+    mxfp4
 );
 
 /// Float weights: the scalar reference's 32 lanes (`crate::dot::float`)
@@ -256,6 +259,28 @@ unsafe fn q4_0<M: Mul8>(w: &[u8], a: &[u8]) -> f32 {
         let (lo, hi) = nibbles(&wb.qs);
         // SAFETY: the caller's contract.
         let isum = unsafe { block_dot::<M>(lo, hi, 8, &ab.qs) };
+        (wb.d() * ab.d()) * isum as f32
+    })
+}
+
+/// MXFP4 x Q8_0, as `crate::dot::legacy::mxfp4_q8_0`: the codes looked
+/// up in `KVALUES` (one `tbl` per 16), then Q4_0's exact sum and term.
+///
+/// # Safety
+///
+/// As [`Mul8::dot4`].
+#[inline(always)]
+unsafe fn mxfp4<M: Mul8>(w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: NEON is part of every aarch64 target.
+    let table = unsafe { vreinterpretq_u8_s8(super::load_i8(&crate::quant::mxfp4::KVALUES)) };
+    sum_blocks(w, a, |wb: &BlockMxfp4, ab: &BlockQ8_0| {
+        let (lo, hi) = nibbles(&wb.qs);
+        // SAFETY: NEON is part of every aarch64 target; the rest is the
+        // caller's contract.
+        let isum = unsafe {
+            let (lo, hi) = (vqtbl1q_u8(table, lo), vqtbl1q_u8(table, hi));
+            block_dot::<M>(lo, hi, 0, &ab.qs)
+        };
         (wb.d() * ab.d()) * isum as f32
     })
 }
