@@ -590,8 +590,9 @@ fn bad_requests_get_openai_errors() {
         400,
         "input",
     );
+    // (A list of ints is token ids: see embeddings_float_and_base64_agree.)
     expect(
-        s.post("/v1/embeddings", &json!({"input": [1, 2]})),
+        s.post("/v1/embeddings", &json!({"input": [1, 2.5]})),
         400,
         "input",
     );
