@@ -35,7 +35,9 @@ use serde_json::Value as Json;
 use crate::formats::gguf::{write_gguf_header, Metadata, TensorHeader, Value};
 use crate::formats::hf_decoder::{self, Reshape};
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
-use crate::quantize::{quantize_file, FileType, QuantizeOptions, QUANTIZATION_VERSION};
+use crate::quantize::{
+    canonical_target, quantize_file, FileType, QuantizeOptions, QUANTIZATION_VERSION,
+};
 use crate::Error;
 
 use vocab::VocabKind;
@@ -553,17 +555,9 @@ fn tensor_type(name: &str, dims: &[u64], out: OutType) -> GgmlType {
     t
 }
 
-/// Whether `a` and `b` are the same file (or `b` lies in directory `a`).
+/// Whether `out` is the directory `dir` or lies inside it.
 fn same_or_inside(dir: &Path, out: &Path) -> bool {
-    let canon = |p: &Path| -> Option<PathBuf> {
-        if let Ok(c) = p.canonicalize() {
-            return Some(c);
-        }
-        let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
-        let d = parent.map_or_else(|| Path::new(".").canonicalize(), |d| d.canonicalize());
-        Some(d.ok()?.join(p.file_name()?))
-    };
-    match (canon(dir), canon(out)) {
+    match (canonical_target(dir), canonical_target(out)) {
         (Some(d), Some(o)) => o == d || o.starts_with(&d),
         _ => false,
     }

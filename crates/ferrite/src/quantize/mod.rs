@@ -181,17 +181,20 @@ impl Drop for TempOutput {
     }
 }
 
+/// `p` made absolute with its links resolved; for a file that does not
+/// exist yet, its directory's canonical path joined with its name.
+pub(crate) fn canonical_target(p: &Path) -> Option<PathBuf> {
+    if let Ok(c) = p.canonicalize() {
+        return Some(c);
+    }
+    let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir = parent.map_or_else(|| Path::new(".").canonicalize(), |d| d.canonicalize());
+    Some(dir.ok()?.join(p.file_name()?))
+}
+
 /// Whether `a` and `b` name the same file (`b` need not exist).
 fn same_file(a: &Path, b: &Path) -> bool {
-    let canon = |p: &Path| -> Option<PathBuf> {
-        if let Ok(c) = p.canonicalize() {
-            return Some(c);
-        }
-        let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
-        let dir = parent.map_or_else(|| Path::new(".").canonicalize(), |d| d.canonicalize());
-        Some(dir.ok()?.join(p.file_name()?))
-    };
-    match (canon(a), canon(b)) {
+    match (canonical_target(a), canonical_target(b)) {
         (Some(x), Some(y)) => x == y,
         _ => false,
     }
