@@ -14,6 +14,9 @@ scripts/fetch-models.sh
 scripts/fetch-models.sh nomic-embed-v1.5 mpnet
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The library's rustdoc: no broken or private links (the facade's examples
+# run as doctests in `cargo test`).
+RUSTDOCFLAGS='-D warnings' cargo doc -p ferrite --no-deps --quiet
 cargo test --workspace
 scripts/test-serve-openai.sh
 # The Python package (python/): built with maturin into its own venv,

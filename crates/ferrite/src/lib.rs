@@ -2,7 +2,7 @@
 //! files, Hugging Face directories and llama2.c checkpoints, sentence
 //! embeddings, and translation, bit-for-bit deterministic.
 //!
-//! Start with [`open`]: it takes a path or a short name (`smollm2`,
+//! Start with [`open()`]: it takes a path or a short name (`smollm2`,
 //! `minilm`, ... in the models directory, `FERRITE_MODELS`) and returns a
 //! [`Model`] of the right kind.
 //!

@@ -6,14 +6,14 @@
 //!   tensors by name, made-up tensors such as Llama 3's `rope_freqs`
 //!   first), renamed and reshaped by `formats::hf_decoder` (one table of
 //!   HF classes there; the converter's extra keys per GGUF architecture are
-//!   [`FAMILIES`] here), typed as the converter types them: vectors, norms
+//!   `FAMILIES` here), typed as the converter types them: vectors, norms
 //!   and biases F32, the matrices the out type (Q8_0 falling back to F16
 //!   for rows that are not whole blocks); values pass through f32 as in the
 //!   converter (BF16 sources widened first).
-//! - Metadata in the converter's order: `general.*` (see [`meta`]), the
+//! - Metadata in the converter's order: `general.*` (see `meta`), the
 //!   hyper-parameters (the converter's generic `set_gguf_parameters`, then
 //!   the family's own keys), `general.quantization_version`, the tokenizer
-//!   ([`vocab`]).
+//!   (`vocab`).
 //! - Streaming: the header is computed from the safetensors headers; then
 //!   each tensor is converted from the mapped input and written, holding at
 //!   most one reshaped copy of one tensor (Llama's Q/K permutation, GPT-2's

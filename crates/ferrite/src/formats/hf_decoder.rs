@@ -52,7 +52,11 @@ use crate::models::hparams::MAX_LAYERS;
 use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
 
+mod gemma;
 mod moe;
+mod olmo2;
+mod phi3;
+mod smollm3;
 
 /// Largest size hyper-parameter accepted (as `models::hparams`).
 const MAX_SIZE: u64 = 1 << 24;
@@ -73,12 +77,12 @@ pub(crate) enum Family {
     /// Qwen3 / Qwen2 with mixture-of-experts layers (`hf_decoder/moe.rs`).
     Qwen3Moe,
     Qwen2Moe,
-    /// A family described as data by its `models::` file.
+    /// A family described as data (`gemma.rs`, `phi3.rs`, ... here).
     Table(&'static HfFamily),
 }
 
 /// An HF decoder family whose tensors are renamed one to one (and
-/// possibly permuted or shifted): its `models::` file says how.
+/// possibly permuted or shifted): its file here says how.
 pub(crate) struct HfFamily {
     /// `general.architecture` of the GGUF file.
     pub arch: &'static str,
@@ -103,20 +107,11 @@ const HF_DECODERS: [(&str, Family); 12] = [
     ("GPT2LMHeadModel", Family::Gpt2),
     ("Qwen3MoeForCausalLM", Family::Qwen3Moe),
     ("Qwen2MoeForCausalLM", Family::Qwen2Moe),
-    (
-        "Gemma2ForCausalLM",
-        Family::Table(&crate::models::gemma2::HF),
-    ),
-    (
-        "Gemma3ForCausalLM",
-        Family::Table(&crate::models::gemma2::HF_GEMMA3),
-    ),
-    ("Phi3ForCausalLM", Family::Table(&crate::models::phi3::HF)),
-    ("Olmo2ForCausalLM", Family::Table(&crate::models::olmo2::HF)),
-    (
-        "SmolLM3ForCausalLM",
-        Family::Table(&crate::models::smollm3::HF),
-    ),
+    ("Gemma2ForCausalLM", Family::Table(&gemma::HF)),
+    ("Gemma3ForCausalLM", Family::Table(&gemma::HF_GEMMA3)),
+    ("Phi3ForCausalLM", Family::Table(&phi3::HF)),
+    ("Olmo2ForCausalLM", Family::Table(&olmo2::HF)),
+    ("SmolLM3ForCausalLM", Family::Table(&smollm3::HF)),
 ];
 
 impl Family {

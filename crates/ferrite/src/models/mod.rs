@@ -2,6 +2,7 @@
 //! metadata, a loader, and a forward pass built from `crate::layers`.
 
 pub mod build;
+mod causal_lm;
 pub mod decoder;
 pub mod encoder;
 pub mod gemma2;
@@ -24,33 +25,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::formats::gguf::GgufFile;
-use crate::parallel::Threads;
 use crate::Error;
-use decoder::{DecoderState, Logits};
 use encoder::weights::WeightSource;
 use encoder::Encoder;
 use hparams::HParams;
 use transformer::Decoder;
 
-/// A decoder-only language model.
-pub trait CausalLm: Send + Sync {
-    fn n_vocab(&self) -> usize;
-    /// The context length the model was trained with.
-    fn n_ctx_train(&self) -> usize;
-    /// A fresh sequence state with room for `n_ctx` positions.
-    fn new_state(&self, n_ctx: usize, threads: Threads) -> Result<DecoderState, Error>;
-    /// Feeds `tokens` at the next positions of `state` and writes the
-    /// requested logits (`n_vocab` per row) into `logits`.
-    fn forward(
-        &self,
-        tokens: &[u32],
-        state: &mut DecoderState,
-        which: Logits,
-        logits: &mut Vec<f32>,
-    ) -> Result<(), Error>;
-    /// The decoder itself (its parts, caches and batched forward pass).
-    fn decoder(&self) -> &Decoder;
-}
+pub use causal_lm::CausalLm;
 
 /// A loader of one decoder architecture from a GGUF file.
 type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;

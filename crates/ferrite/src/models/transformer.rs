@@ -35,10 +35,7 @@ use crate::layers::attention::{attention, AttnShape, Positions};
 use crate::layers::moe::Moe;
 pub use crate::layers::norm::Norm;
 use crate::layers::rope::Rope;
-use crate::models::decoder::{
-    add_in_place, check_room, DecoderDims, DecoderState, Logits, Workspace, MAX_CHUNK,
-};
-use crate::models::CausalLm;
+use crate::models::decoder::{add_in_place, check_room, DecoderDims, Logits, Workspace, MAX_CHUNK};
 use crate::parallel::Threads;
 use crate::tensor::{matmul_many, Embedding, Linear, MatmulJob};
 use crate::Error;
@@ -592,49 +589,5 @@ fn residual_add(x: &mut [f32], y: &[f32], post_norm: Option<&Norm>, tmp: &mut [f
             add_in_place(x, tmp);
         }
         None => add_in_place(x, y),
-    }
-}
-
-impl CausalLm for Decoder {
-    fn n_vocab(&self) -> usize {
-        self.shape.n_vocab
-    }
-
-    fn n_ctx_train(&self) -> usize {
-        self.shape.n_ctx_train
-    }
-
-    fn new_state(&self, n_ctx: usize, threads: Threads) -> Result<DecoderState, Error> {
-        let cache = self.new_cache(n_ctx)?;
-        let ws = self.new_workspace(n_ctx, threads.count());
-        Ok(DecoderState::from_parts(cache, ws, threads))
-    }
-
-    fn forward(
-        &self,
-        tokens: &[u32],
-        st: &mut DecoderState,
-        which: Logits,
-        logits: &mut Vec<f32>,
-    ) -> Result<(), Error> {
-        st.run_chunks(
-            tokens,
-            which,
-            self.shape.n_vocab,
-            logits,
-            |chunk, st| {
-                let n = chunk.len();
-                let seqs = &mut [SeqRows {
-                    cache: &mut st.cache,
-                    n,
-                }];
-                self.forward_rows(chunk, seqs, &mut st.ws, &st.threads)
-            },
-            |rows, st, out| self.head_rows(rows, &mut st.ws, &st.threads, out),
-        )
-    }
-
-    fn decoder(&self) -> &Decoder {
-        self
     }
 }

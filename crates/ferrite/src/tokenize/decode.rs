@@ -159,7 +159,7 @@ fn clean_spaces(text: &mut Vec<u8>) {
 /// that can never form a character come out as U+FFFD. Gives the same text
 /// as [`Tokenizer::decode`] on the whole sequence, except that it does not
 /// apply `clean_spaces` and does not drop a trailing EOS. (A Hugging Face
-/// `tokenizer.json` streams through [`HfStream`] instead.)
+/// `tokenizer.json` streams through `HfStream` instead.)
 pub struct StreamDecoder<'t> {
     tokenizer: &'t Tokenizer,
     skip_special: bool,

@@ -1,13 +1,13 @@
 //! Tokenizers built from a GGUF file's `tokenizer.ggml.*` metadata, giving
 //! the same token ids as llama.cpp (`llama_tokenize` / `llama-tokenize`).
 //!
-//! - [`vocab`]: reading and checking the vocabulary (llama.cpp `llama_vocab::impl::load`);
-//! - [`roles`]: end-of-generation, end-of-turn and FIM tokens by text;
-//! - [`special`]: cutting special-token texts out of the input (`tokenizer_st_partition`);
-//! - [`bpe`]: `gpt2` byte-level BPE on the HF `tokenizers` crate (`llm_tokenizer_bpe`);
-//! - [`spm`]: `llama` SentencePiece-style merges by score (`llm_tokenizer_spm`);
-//! - [`decode`]: ids back to text (`token_to_piece`, `detokenize`) and streaming;
-//! - [`hf`]: a Hugging Face `tokenizer.json` carried in the metadata
+//! - `vocab`: reading and checking the vocabulary (llama.cpp `llama_vocab::impl::load`);
+//! - `roles`: end-of-generation, end-of-turn and FIM tokens by text;
+//! - `special`: cutting special-token texts out of the input (`tokenizer_st_partition`);
+//! - `bpe`: `gpt2` byte-level BPE on the HF `tokenizers` crate (`llm_tokenizer_bpe`);
+//! - `spm`: `llama` SentencePiece-style merges by score (`llm_tokenizer_spm`);
+//! - `decode`: ids back to text (`token_to_piece`, `detokenize`) and streaming;
+//! - `hf`: a Hugging Face `tokenizer.json` carried in the metadata
 //!   (`tokenizer.huggingface.json`, for models read from a safetensors
 //!   directory), run by the `tokenizers` crate as `transformers` runs it.
 //!

@@ -3,7 +3,7 @@
 //! descriptions, then an aligned data section holding the tensors.
 //!
 //! Spec: ggml-org/ggml `docs/gguf.md`. The reader treats every file as
-//! hostile (see [`read`]); the writer ([`write`]) lays files out the way
+//! hostile (see `read`); the writer ([`write`]) lays files out the way
 //! llama.cpp and the `gguf` Python package do, so that reading a file and
 //! writing it back gives the same bytes.
 

@@ -1,8 +1,8 @@
 //! Greedy and beam search, step for step as `transformers`' `generate`
 //! does them: for encoder-decoder models over many inputs at once
-//! ([`seq2seq`]), and for decoder-only models ([`decoder`]). This module
+//! (`seq2seq`), and for decoder-only models (`decoder`). This module
 //! holds what both share: the options, the logits processors, and how a
-//! step's picks become the next hypotheses ([`choose`]).
+//! step's picks become the next hypotheses (`choose`).
 //!
 //! The rules (HF `GenerationMixin._beam_search`, transformers 5):
 //! - scores are log-softmaxed logits, then the logits processors: n-gram

@@ -183,7 +183,7 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
 
 /// Loads nomic-bert from a GGUF file of architecture `nomic-bert`: inputs
 /// up to the file's `context_length` as llama.cpp runs them, longer ones
-/// (up to [`LONG_POSITIONS`]) with dynamic NTK scaling.
+/// (up to `LONG_POSITIONS`) with dynamic NTK scaling.
 pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
     let mut sizes = Sizes::from_gguf(hp)?;
     let trained = sizes.n_positions;
