@@ -51,7 +51,7 @@
 mod chat_api;
 pub mod convert;
 pub mod embed;
-pub mod error;
+mod error;
 pub mod formats;
 pub mod generate;
 pub mod inspect;
@@ -61,7 +61,7 @@ pub mod models;
 pub mod open;
 pub mod parallel;
 pub mod quantize;
-pub mod tensor;
+mod tensor;
 pub mod tokenize;
 pub mod translate;
 

@@ -12,7 +12,7 @@
 //!
 //! **Determinism.** A row's result does not depend on the other rows of the
 //! batch: the router's logits and every expert's products are one dot
-//! product per output value ([`Linear::matmul`]'s contract, whatever the
+//! product per output value (`Linear::matmul`'s contract, whatever the
 //! row count), the pick and the weights depend only on the row's own
 //! logits, and each row adds its experts' outputs in ascending expert
 //! order (the order experts are run in), starting from zero, as

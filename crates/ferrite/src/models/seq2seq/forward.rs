@@ -95,7 +95,7 @@ pub(super) fn resize(v: &mut Vec<f32>, n: usize) {
 const _: () = assert!(TILE_ROWS <= 16);
 
 /// A receiver of logit tiles: `f(thread, vocab, tile)` gets the logits of
-/// vocabulary entries `vocab` (at most [`TILE_ROWS`], starting at a
+/// vocabulary entries `vocab` (at most `TILE_ROWS`, starting at a
 /// multiple of it) for every row of the step, entry `v`'s for row `r` at
 /// `tile[(v - vocab.start) * rows + r]`; `thread` is the calling thread's
 /// index (`0..threads.count()`). Called from the step's threads, each tile

@@ -7,7 +7,7 @@
 //!
 //! Weights are f32 matrices packed for the f32 GEMM (`Proj::F32`, the
 //! encoder framework's [`Dense`]) or, when asked at load, Q8_0 matrices run
-//! by the kernels' dot products (`Proj::Quant`, the decoder's [`Linear`]).
+//! by the kernels' dot products (`Proj::Quant`, the decoder's `Linear`).
 //! Either way every output value is computed by the same operations in the
 //! same order whatever the number of rows in the product, so a sentence's
 //! translation does not depend on what it is batched with.
@@ -27,7 +27,7 @@ use crate::tensor::Linear;
 /// A weight matrix with optional bias, `(out, in)`.
 pub enum Proj {
     F32(Dense),
-    /// Quantized weights, with the bias (if any) as [`Linear::bias`]: added
+    /// Quantized weights, with the bias (if any) as `Linear::bias`: added
     /// after the products by the products' own threads.
     Quant(Linear),
 }

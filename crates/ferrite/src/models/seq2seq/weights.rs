@@ -1,5 +1,5 @@
 //! Loading an encoder-decoder's matrices as [`Proj`]s: packed f32 for the
-//! GEMM, or quantized to Q8_0 at load into a [`Linear`] (the decoders'
+//! GEMM, or quantized to Q8_0 at load into a `Linear` (the decoders'
 //! matrix type and kernels), and running them over rows of activations.
 
 use ferrite_kernels::math::Activation;
@@ -99,7 +99,7 @@ pub fn each_row(out: &mut [f32], width: usize, threads: &Threads, f: impl Fn(&mu
 
 /// [`apply`] (no activation) of several projections of the same `m` rows
 /// of `x`, each into its `out`: when all are quantized, as one
-/// [`matmul_many`] (the rows quantized once, one parallel step), else one
+/// `matmul_many` (the rows quantized once, one parallel step), else one
 /// by one. The same values either way: each is one dot product per output.
 pub fn apply_same_input(
     jobs: &mut [(&Proj, &mut [f32])],
