@@ -44,25 +44,42 @@
 //! ```
 //!
 //! Errors are [`Error`]s; [`Error::kind`] says whether the input, the
-//! model file or the system is at fault. Everything else public in this
-//! crate serves the `ferrite` CLI and server; the items re-exported here
-//! are the library's interface.
+//! model file or the system is at fault. The items on this page are the
+//! library's interface; the modules they come from are not (ferrite's own
+//! CLI and server use them, and they change without notice).
 // Generation with a context size, and chat replies (used by python/).
 mod chat_api;
+// The parts the library is built from. They are `pub` because ferrite's
+// own CLI, server, Python binding and integration tests are separate
+// crates that reach into them, and hidden from the documentation because
+// they are not the library's interface: the re-exports below are.
+#[doc(hidden)]
 pub mod convert;
+#[doc(hidden)]
 pub mod embed;
 mod error;
+#[doc(hidden)]
 pub mod formats;
+#[doc(hidden)]
 pub mod generate;
+#[doc(hidden)]
 pub mod inspect;
+#[doc(hidden)]
 pub mod layers;
+#[doc(hidden)]
 pub mod model_path;
+#[doc(hidden)]
 pub mod models;
+#[doc(hidden)]
 pub mod open;
+#[doc(hidden)]
 pub mod parallel;
+#[doc(hidden)]
 pub mod quantize;
 mod tensor;
+#[doc(hidden)]
 pub mod tokenize;
+#[doc(hidden)]
 pub mod translate;
 
 pub use embed::{EmbedOptions, Embedder, Embedding, Pooling, Task};
