@@ -18,8 +18,10 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::formats::gguf::{Array, GgufFile, Value};
-use crate::formats::hf_decoder::{layer_types, llama_keys, Config, HfFamily, Hp, Keys, LayerName};
+use crate::formats::gguf::{GgufFile, Value};
+use crate::formats::hf_decoder::{
+    layer_types, llama_keys, window_keys, Config, HfFamily, Hp, Keys, LayerName,
+};
 use crate::formats::names;
 use crate::models::gemma3::{load_variant, Variant, GEMMA3};
 use crate::models::transformer::Decoder;
@@ -65,6 +67,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     layer: &HF_LAYER,
     norm_plus_one: true,
     permute_qk: false,
+    special: None,
 };
 
 /// `Gemma3ForCausalLM` directories (the text model).
@@ -74,6 +77,7 @@ pub(crate) const HF_GEMMA3: HfFamily = HfFamily {
     layer: &HF_LAYER,
     norm_plus_one: true,
     permute_qk: false,
+    special: None,
 };
 
 /// A soft-cap of `config.json` (null or absent: none); 0, negative or not
@@ -172,11 +176,7 @@ fn gemma_config(c: &Config, k: &mut Keys, v: &Variant) -> Result<Hp, Error> {
         }
     };
     if flags.iter().any(|&f| f) {
-        k.size("attention.sliding_window", c.size("sliding_window")?);
-        k.set(
-            "attention.sliding_window_pattern",
-            Value::Array(Array::Bool(flags)),
-        );
+        window_keys(c, k, flags)?;
     }
     Ok(hp)
 }

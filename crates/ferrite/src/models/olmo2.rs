@@ -56,6 +56,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
                     window: window.filter(|_| slides[l]),
                     scale,
                     softcap: None,
+                    sinks: None,
                 },
                 post_attn_norm: Some(build::rms(&w, &names::post_attention_norm(l), s.dim, eps)?),
                 ffn_norm: none(),
@@ -98,6 +99,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     layer: &HF_LAYER,
     norm_plus_one: false,
     permute_qk: false,
+    special: None,
 };
 
 /// OLMo 2's `config.json`: Llama's keys (untied unless it says so).

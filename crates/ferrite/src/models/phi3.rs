@@ -116,6 +116,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
                     window: window.filter(|_| slides[l]),
                     scale,
                     softcap: None,
+                    sinks: None,
                 },
                 post_attn_norm: None,
                 ffn_norm: build::rms(&w, &names::ffn_norm(l), s.dim, eps)?,
@@ -154,6 +155,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     layer: &HF_LAYER,
     norm_plus_one: false,
     permute_qk: false,
+    special: None,
 };
 
 /// A number of the RoPE parameters (`rope_parameters`, else
