@@ -12,7 +12,7 @@ use common::{all_logits, argmax, ids};
 
 use std::path::{Path, PathBuf};
 
-use ferrite::generate::chat::{model_template, prompt_tokens, Message};
+use ferrite::generate::chat::{model_template, prompt_tokens};
 use ferrite::models::decoder::Logits;
 use ferrite::models::{open_causal_lm, CausalLm};
 use ferrite::parallel::Threads;
@@ -182,17 +182,7 @@ fn greedy_and_chat_prompt_match_hf() {
             );
         }
         let template = model_template(&file, &tok).unwrap();
-        let messages: Vec<Message> = m["chat"]["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|msg| {
-                Message::new(
-                    msg["role"].as_str().unwrap(),
-                    msg["content"].as_str().unwrap(),
-                )
-            })
-            .collect();
+        let messages = common::decoder_goldens::chat_messages(&m["chat"]);
         let chat = prompt_tokens(&tok, &template, &messages).unwrap();
         assert_eq!(chat, ids(&m["chat"]["ids"]), "{name}: chat prompt");
     }
@@ -278,22 +268,7 @@ fn gpt2_directory_matches_hf() {
 /// A copy of fixture `name` in a fresh temporary directory, with
 /// `edit` applied to its config.json.
 fn damaged_copy(name: &str, case: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
-    let src = dir().join(name);
-    let dst = std::env::temp_dir().join(format!(
-        "ferrite-hf-hostile-{}-{name}-{case}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dst);
-    std::fs::create_dir_all(&dst).unwrap();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
-    }
-    let path = dst.join("config.json");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut config);
-    std::fs::write(&path, config.to_string()).unwrap();
-    dst
+    common::decoder_goldens::damaged_copy(&dir().join(name), &format!("{name}-{case}"), edit)
 }
 
 #[test]
@@ -456,8 +431,10 @@ fn damaged_configs_are_errors() {
         ),
         (
             "tiny-llama-yarn",
-            "yarn-no-truncate",
-            |c| c["rope_parameters"]["truncate"] = json!(false),
+            // `truncate: false` runs (gpt-oss, tests/gpt_oss.rs); a
+            // non-boolean is refused.
+            "yarn-truncate-not-bool",
+            |c| c["rope_parameters"]["truncate"] = json!("no"),
             "rope_parameters.truncate",
         ),
         (

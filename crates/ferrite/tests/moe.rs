@@ -8,16 +8,15 @@
 
 mod common;
 
-use common::decoder_goldens::{greedy, max_logit_error_in};
+use common::decoder_goldens::{greedy, load_edited_gguf, max_logit_error_in};
 use common::ids;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use ferrite::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite, Value};
+use ferrite::formats::gguf::Value;
 use ferrite::models::decoder::Logits;
 use ferrite::models::transformer::BatchItem;
-use ferrite::models::{load_causal_lm, open_causal_lm, CausalLm};
+use ferrite::models::{open_causal_lm, CausalLm};
 use ferrite::parallel::Threads;
 use serde_json::Value as Json;
 
@@ -224,44 +223,15 @@ fn load_edited(
     set: &[(&str, Value)],
     reshape: Option<(&str, Vec<u64>)>,
 ) -> Result<Box<dyn CausalLm>, String> {
-    let file = GgufFile::open(dir().join(path)).unwrap();
-    // `insert` keeps an existing key's value: rebuild with the edits.
-    let mut md = Metadata::default();
-    for (k, v) in file.metadata().iter() {
-        let edit = set.iter().find(|(key, _)| *key == k).map(|(_, v)| v);
-        md.insert(k.to_string(), edit.unwrap_or(v).clone());
-    }
-    for (k, v) in set {
-        md.insert(k.to_string(), v.clone());
-    }
-    let datas: Vec<(String, Vec<u64>, Vec<u8>)> = file
-        .tensors()
-        .map(|t| {
-            let mut dims = t.info.dims.clone();
-            let mut data = t.data.to_vec();
-            if let Some((name, new)) = &reshape {
-                if t.info.name == *name {
-                    dims = new.clone();
-                    data.resize(4 * new.iter().product::<u64>() as usize, 0);
-                }
+    load_edited_gguf(&dir().join(path), set, |name, dims, data| {
+        if let Some((target, new)) = &reshape {
+            if name == *target {
+                *dims = new.clone();
+                data.resize(4 * new.iter().product::<u64>() as usize, 0);
             }
-            (t.info.name.clone(), dims, data)
-        })
-        .collect();
-    let tensors: Vec<TensorToWrite> = datas
-        .iter()
-        .zip(file.tensors())
-        .map(|((name, dims, data), t)| TensorToWrite {
-            name,
-            dims,
-            ty: t.info.ty,
-            data,
-        })
-        .collect();
-    let mut bytes = Vec::new();
-    write_gguf(&mut bytes, 3, &md, &tensors).unwrap();
-    let file = GgufFile::from_vec("edited.gguf", bytes).map_err(|e| e.to_string())?;
-    load_causal_lm(Arc::new(file)).map_err(|e| e.to_string())
+        }
+        true
+    })
 }
 
 fn refused(path: &str, set: &[(&str, Value)], reshape: Option<(&str, Vec<u64>)>, needle: &str) {

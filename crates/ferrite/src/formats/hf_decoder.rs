@@ -53,6 +53,7 @@ use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
 
 mod gemma;
+mod gpt_oss;
 mod moe;
 mod olmo2;
 mod phi3;
@@ -95,11 +96,20 @@ pub(crate) struct HfFamily {
     pub norm_plus_one: bool,
     /// Q/K rows permuted for adjacent-pair RoPE (Llama-style files).
     pub permute_qk: bool,
+    /// Tensors that are not renamed one to one (split, transposed, or
+    /// without a `.weight` suffix), made by the family itself: `None`
+    /// leaves a tensor to the table.
+    pub special: Option<SpecialTensors>,
 }
+
+/// A family's own conversion of one HF tensor into GGUF tensors (`None`:
+/// not one of its special tensors).
+pub(crate) type SpecialTensors =
+    for<'a> fn(&'a SafetensorsDir, &StTensorInfo, &Hp, &str) -> Result<Option<Vec<Out<'a>>>, Error>;
 
 /// The decoder classes read, by their name in `config.json`
 /// `architectures`: the one place they are matched.
-const HF_DECODERS: [(&str, Family); 12] = [
+const HF_DECODERS: [(&str, Family); 13] = [
     ("LlamaForCausalLM", Family::Llama),
     ("MistralForCausalLM", Family::Mistral),
     ("Qwen2ForCausalLM", Family::Qwen2),
@@ -112,6 +122,7 @@ const HF_DECODERS: [(&str, Family); 12] = [
     ("Phi3ForCausalLM", Family::Table(&phi3::HF)),
     ("Olmo2ForCausalLM", Family::Table(&olmo2::HF)),
     ("SmolLM3ForCausalLM", Family::Table(&smollm3::HF)),
+    ("GptOssForCausalLM", Family::Table(&gpt_oss::HF)),
 ];
 
 impl Family {
@@ -375,6 +386,16 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
     let mut tensors = Vec::with_capacity(st.tensors.len());
     for t in &st.tensors {
         let source = st.shard_path(t).display().to_string();
+        if let Family::Table(HfFamily {
+            special: Some(special),
+            ..
+        }) = family
+        {
+            if let Some(outs) = special(&st, t, &hp, &source)? {
+                tensors.extend(outs);
+                continue;
+            }
+        }
         if let Some((name, reshape)) = map_name(family, &hp, &t.name, &source)? {
             tensors.push(convert(&st, t, name, reshape, &hp, &source)?);
         }

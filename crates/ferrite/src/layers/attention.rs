@@ -1,12 +1,16 @@
 //! Causal multi-head attention with grouped-query heads over a [`LayerKv`]
-//! cache, optionally restricted to a sliding window.
+//! cache, optionally restricted to a sliding window, optionally with a
+//! learned sink logit per head (gpt-oss: one more logit in each softmax's
+//! denominator, with no value: `p_j = e^(s_j) / (e^(sink) + sum_i e^(s_i))`,
+//! as transformers' `eager_attention_forward` for gpt-oss and llama.cpp's
+//! `ggml_soft_max_add_sinks`).
 //!
 //! Work is split across threads by (token, head) pairs; each pair's scores,
 //! softmax and weighted sum are computed in one fixed order, so a token's
 //! output does not depend on the batch it is in or on the thread count.
 
 use ferrite_kernels::attend::{scores_f16, weighted_sum_f16};
-use ferrite_kernels::math::softmax;
+use ferrite_kernels::math::{exp, exp_shifted_sum, max_value, softmax};
 use ferrite_kernels::matmul::RowKernels;
 use ferrite_kernels::GgmlType;
 
@@ -16,7 +20,7 @@ use crate::tensor::f32_bytes;
 
 /// Shape of an attention layer.
 #[derive(Clone, Copy, Debug)]
-pub struct AttnShape {
+pub struct AttnShape<'a> {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -27,6 +31,9 @@ pub struct AttnShape {
     /// `cap * tanh(score / cap)` on the scaled scores before the softmax
     /// (Gemma 2's attention logit soft-capping).
     pub softcap: Option<f32>,
+    /// One sink logit per query head (gpt-oss), added to the softmax's
+    /// denominator (see the module notes).
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// The tokens of one forward pass: `n` tokens at positions `start..start+n`.
@@ -103,7 +110,8 @@ pub fn attention(
             if cache.is_f32() {
                 for (h, s) in heads.zip(scores.chunks_exact_mut(n)) {
                     let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                    exact_head(qh, cache, first..pos + 1, kv_off, shape, s, acc);
+                    let sink = shape.sinks.map(|k| k[h]);
+                    exact_head(qh, cache, first..pos + 1, kv_off, shape, sink, s, acc);
                     write_head(&out, t * q_dim + h * hd, acc);
                 }
                 continue;
@@ -113,9 +121,9 @@ pub fn attention(
             if let Some(cap) = shape.softcap {
                 softcap(scores, cap);
             }
-            for s in scores.chunks_exact_mut(n) {
+            for (h, s) in heads.clone().zip(scores.chunks_exact_mut(n)) {
                 // The kernels' vectorized softmax (one fixed summation order).
-                softmax(s);
+                softmax_sink(s, shape.sinks.map(|k| k[h]));
             }
             let values = cache.value_runs(first..pos + 1, kv_off);
             // SAFETY: the (token, head) pairs are split across threads, so
@@ -136,14 +144,17 @@ fn write_head(out: &DisjointSlice<f32>, base: usize, acc: &[f32]) {
 }
 
 /// One head's attention over an f32 cache: scores with the kernels' f32
-/// dot product (the same bits in every kernel set), softmax, and the
-/// weighted sum of values added in position order.
+/// dot product (the same bits in every kernel set), softmax (with the
+/// head's sink logit, if any), and the weighted sum of values added in
+/// position order.
+#[allow(clippy::too_many_arguments)]
 fn exact_head(
     q: &[f32],
     cache: &LayerKv,
     positions: std::ops::Range<usize>,
     kv_off: usize,
     shape: &AttnShape,
+    sink: Option<f32>,
     scores: &mut [f32],
     acc: &mut [f32],
 ) {
@@ -157,7 +168,7 @@ fn exact_head(
     if let Some(cap) = shape.softcap {
         softcap(scores, cap);
     }
-    softmax(scores);
+    softmax_sink(scores, sink);
     acc.fill(0.0);
     for (&w, p) in scores.iter().zip(positions) {
         let v = &cache.value_f32(p)[kv_off..kv_off + hd];
@@ -165,6 +176,19 @@ fn exact_head(
             *a += w * x;
         }
     }
+}
+
+/// Softmax of `scores` in place; with a sink logit, as if it were one more
+/// score whose probability is dropped: the maximum and the sum include
+/// it (the kernels' shifted exponentials and sum, then the sink's term).
+pub fn softmax_sink(scores: &mut [f32], sink: Option<f32>) {
+    let Some(sink) = sink else {
+        return softmax(scores);
+    };
+    let max = max_value(scores).max(sink);
+    let sum = exp_shifted_sum(scores, max) + exp(sink - max);
+    let inv = 1.0 / sum;
+    scores.iter_mut().for_each(|x| *x *= inv);
 }
 
 /// `cap * tanh(s / cap)` on every score (transformers divides, takes the

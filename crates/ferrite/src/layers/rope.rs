@@ -301,16 +301,21 @@ pub fn scaled_inv_freq(
             if truncate {
                 (low, high) = (low.floor(), high.ceil());
             }
-            let (low, mut high) = (low.max(0.0) as f32, high.min(d - 1.0) as f32);
+            // As transformers: the range in f64, the ramp's offset and
+            // width each rounded to f32 once (`(arange_f32 - low) / (high -
+            // low)` with Python floats), which matters when the range is
+            // not rounded out to whole numbers.
+            let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
             if low == high {
                 high += 0.001;
             }
+            let (span, low) = ((high - low) as f32, low as f32);
             let inv = (0..pairs)
                 .map(|i| {
                     let pos_freq = base.powf((2 * i) as f32 / dims as f32);
                     let extrapolation = 1.0 / pos_freq;
                     let interpolation = 1.0 / (factor * pos_freq);
-                    let ramp = ((i as f32 - low) / (high - low)).clamp(0.0, 1.0);
+                    let ramp = ((i as f32 - low) / span).clamp(0.0, 1.0);
                     let extra = 1.0 - ramp;
                     interpolation * (1.0 - extra) + extrapolation * extra
                 })

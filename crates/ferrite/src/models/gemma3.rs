@@ -277,6 +277,7 @@ pub fn load_variant(file: Arc<GgufFile>, v: &Variant) -> Result<Decoder, Error> 
                     window: if local { c.sliding_window } else { None },
                     scale: c.attention_scale,
                     softcap: c.attn_logit_softcap,
+                    sinks: None,
                 },
                 post_attn_norm: Some(build::rms(&w, &names::post_attention_norm(l), dim, eps)?),
                 ffn_norm: build::rms(&w, &names::ffn_norm(l), dim, eps)?,

@@ -46,6 +46,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
                     window: None,
                     scale,
                     softcap: None,
+                    sinks: None,
                 },
                 post_attn_norm: None,
                 ffn_norm: build::layer_norm(&w, &names::ffn_norm(l), s.dim, eps)?,

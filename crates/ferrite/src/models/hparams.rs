@@ -275,8 +275,22 @@ impl HParams<'_> {
     /// linear, `yarn` (`factor`, `original_context_length`,
     /// `yarn_beta_fast` / `yarn_beta_slow` (default 32 / 1),
     /// `yarn_attn_factor`, `yarn_ext_factor` 1 if present) or ferrite's
-    /// `dynamic` (`factor`, `original_context_length`).
+    /// `dynamic` (`factor`, `original_context_length`). YaRN's correction
+    /// range is rounded out to whole pairs (as ggml always does).
     pub fn rope(&self, head_dim: usize) -> Result<RopeParams, Error> {
+        self.rope_truncating(head_dim, true)
+    }
+
+    /// [`HParams::rope`], with YaRN's rounding of the correction range
+    /// (transformers' `truncate`) read from ferrite's own key
+    /// `rope.scaling.yarn_truncate` (written by the HF directory reader
+    /// when `config.json` states it), else `default_truncate` (gpt-oss was
+    /// trained without it, which its GGUF files do not record).
+    pub fn rope_truncating(
+        &self,
+        head_dim: usize,
+        default_truncate: bool,
+    ) -> Result<RopeParams, Error> {
         let dims = self.opt_size("rope.dimension_count")?.unwrap_or(head_dim);
         if dims > head_dim || dims % 2 != 0 {
             return Err(self.bad(
@@ -323,7 +337,15 @@ impl HParams<'_> {
                     beta_fast: self.opt_f32("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
                     beta_slow: self.opt_f32("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
                     attention_factor: self.opt_f32("rope.scaling.yarn_attn_factor")?,
-                    truncate: true,
+                    truncate: match self.opt_value("rope.scaling.yarn_truncate") {
+                        None => default_truncate,
+                        Some(v) => v.as_bool().ok_or_else(|| {
+                            self.bad(
+                                "rope.scaling.yarn_truncate",
+                                &format!("{v} is not a boolean"),
+                            )
+                        })?,
+                    },
                 })
             }
             Some("dynamic") => Some(Scaling::Dynamic {

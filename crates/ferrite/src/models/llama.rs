@@ -96,6 +96,7 @@ pub fn load_family_with(file: Arc<GgufFile>, f: &Family, mlp: MlpOf) -> Result<D
                     window: window.filter(|_| slides[l]),
                     scale,
                     softcap: None,
+                    sinks: None,
                 },
                 post_attn_norm: None,
                 ffn_norm: build::rms(&w, &names::ffn_norm(l), s.dim, eps)?,

@@ -8,6 +8,7 @@ pub mod encoder;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
+pub mod gpt_oss;
 pub mod hparams;
 pub mod llama;
 pub mod marian;
@@ -38,7 +39,7 @@ type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
 
 /// The decoder architectures ferrite runs, by `general.architecture`: the
 /// one place an architecture name is matched.
-const DECODERS: [(&str, LoadDecoder); 11] = [
+const DECODERS: [(&str, LoadDecoder); 12] = [
     ("llama", llama::load),
     ("qwen2", qwen2::load),
     ("qwen3", qwen3::load),
@@ -50,6 +51,7 @@ const DECODERS: [(&str, LoadDecoder); 11] = [
     ("phi3", phi3::load),
     ("olmo2", olmo2::load),
     ("smollm3", smollm3::load),
+    (gpt_oss::ARCH, gpt_oss::load),
 ];
 
 /// Names of the decoder architectures [`load_causal_lm`] runs.

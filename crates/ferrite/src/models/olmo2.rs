@@ -55,6 +55,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
                     window: window.filter(|_| slides[l]),
                     scale,
                     softcap: None,
+                    sinks: None,
                 },
                 post_attn_norm: Some(build::rms(&w, &names::post_attention_norm(l), s.dim, eps)?),
                 ffn_norm: none(),

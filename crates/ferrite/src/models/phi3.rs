@@ -113,6 +113,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
                     window: window.filter(|_| slides[l]),
                     scale,
                     softcap: None,
+                    sinks: None,
                 },
                 post_attn_norm: None,
                 ffn_norm: build::rms(&w, &names::ffn_norm(l), s.dim, eps)?,

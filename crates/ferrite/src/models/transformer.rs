@@ -94,6 +94,9 @@ pub struct Attention {
     pub scale: f32,
     /// `cap * tanh(score / cap)` on the scaled scores (Gemma 2).
     pub softcap: Option<f32>,
+    /// A learned sink logit per query head in each softmax's denominator
+    /// (gpt-oss; `crate::layers::attention`).
+    pub sinks: Option<Vec<f32>>,
 }
 
 /// One transformer block.
@@ -417,6 +420,7 @@ impl Decoder {
                 scale: a.scale,
                 window: a.window,
                 softcap: a.softcap,
+                sinks: a.sinks.as_deref(),
             };
             let mut r0 = 0;
             for seq in seqs.iter_mut() {

@@ -229,6 +229,22 @@ impl Loader {
         }
     }
 
+    /// The `n` vectors of `len` values stacked in the 2-D tensor `name`
+    /// (ggml dims `[len, n]`: the biases of mixture-of-experts weights, one
+    /// per expert), dequantized to f32.
+    pub fn stacked_vectors(
+        &self,
+        name: &str,
+        n: usize,
+        len: usize,
+    ) -> Result<Vec<Vec<f32>>, Error> {
+        let (ty, bytes) = self.get(name, &[len as u64, n as u64])?;
+        let mut all = vec![0f32; n * len];
+        dequantize(ty, bytes.bytes(), &mut all)
+            .map_err(|e| Error::model(self.source(), format!("tensor '{name}': {e}")))?;
+        Ok(all.chunks_exact(len.max(1)).map(<[f32]>::to_vec).collect())
+    }
+
     /// A vector of `n` values stored as `name`, dequantized to f32.
     pub fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, Error> {
         let (ty, bytes) = self.get(name, &[n as u64])?;

@@ -2,10 +2,12 @@
 //! (`logits` entries: a file of f32 rows, sequences with ids and offsets;
 //! greedy runs). (hf_decoders.rs has its own copies of these, older.)
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use ferrite::formats::gguf::{write_gguf, GgufFile, Metadata, TensorToWrite, Value};
 use ferrite::models::decoder::Logits;
-use ferrite::models::CausalLm;
+use ferrite::models::{load_causal_lm, CausalLm};
 use ferrite::parallel::Threads;
 use serde_json::Value as Json;
 
@@ -80,4 +82,77 @@ pub fn greedy(model: &dyn CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
             .unwrap();
     }
     generated
+}
+
+/// A copy of the fixture directory `src` in a fresh temporary directory
+/// (named after `tag`), with `edit` applied to its config.json.
+pub fn damaged_copy(src: &Path, tag: &str, edit: impl FnOnce(&mut Json)) -> PathBuf {
+    let dst = std::env::temp_dir().join(format!("ferrite-hf-hostile-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+    }
+    let path = dst.join("config.json");
+    let mut config: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, config.to_string()).unwrap();
+    dst
+}
+
+/// The GGUF file at `path` rewritten with metadata `set` and each tensor
+/// passed through `tensor(name, dims, bytes)` (false: left out), then
+/// loaded as a decoder.
+pub fn load_edited_gguf(
+    path: &Path,
+    set: &[(&str, Value)],
+    mut tensor: impl FnMut(&str, &mut Vec<u64>, &mut Vec<u8>) -> bool,
+) -> Result<Box<dyn CausalLm>, String> {
+    let file = GgufFile::open(path).unwrap();
+    // `insert` keeps an existing key's value: rebuild with the edits.
+    let mut md = Metadata::default();
+    for (k, v) in file.metadata().iter() {
+        let edit = set.iter().find(|(key, _)| *key == k).map(|(_, v)| v);
+        md.insert(k.to_string(), edit.unwrap_or(v).clone());
+    }
+    for (k, v) in set {
+        md.insert(k.to_string(), v.clone());
+    }
+    let kept: Vec<_> = file
+        .tensors()
+        .filter_map(|t| {
+            let (mut dims, mut data) = (t.info.dims.clone(), t.data.to_vec());
+            tensor(&t.info.name, &mut dims, &mut data)
+                .then(|| (t.info.name.clone(), dims, t.info.ty, data))
+        })
+        .collect();
+    let tensors: Vec<TensorToWrite> = kept
+        .iter()
+        .map(|(name, dims, ty, data)| TensorToWrite {
+            name,
+            dims,
+            ty: *ty,
+            data,
+        })
+        .collect();
+    let mut bytes = Vec::new();
+    write_gguf(&mut bytes, 3, &md, &tensors).unwrap();
+    let file = GgufFile::from_vec(path, bytes).map_err(|e| e.to_string())?;
+    load_causal_lm(Arc::new(file)).map_err(|e| e.to_string())
+}
+
+/// The `messages` of a goldens `chat` entry.
+pub fn chat_messages(chat: &Json) -> Vec<ferrite::generate::chat::Message> {
+    chat["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            ferrite::generate::chat::Message::new(
+                m["role"].as_str().unwrap(),
+                m["content"].as_str().unwrap(),
+            )
+        })
+        .collect()
 }

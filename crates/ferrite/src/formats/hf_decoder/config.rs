@@ -217,12 +217,6 @@ pub fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, E
             original_ctx: ctx("original_max_position_embeddings")?,
         },
         "yarn" => {
-            if s.get("truncate").and_then(Json::as_bool) == Some(false) {
-                return Err(c.bad(
-                    &format!("{field}.truncate"),
-                    "YaRN without truncation is not supported yet",
-                ));
-            }
             let factor = need("factor")?;
             let attention_factor = match (
                 num("attention_factor")?,
@@ -248,7 +242,16 @@ pub fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, E
                 beta_fast: num("beta_fast")?.filter(|b| *b != 0.0).unwrap_or(32.0),
                 beta_slow: num("beta_slow")?.filter(|b| *b != 0.0).unwrap_or(1.0),
                 attention_factor,
-                truncate: true,
+                truncate: match s.get("truncate").filter(|v| !v.is_null()) {
+                    None => true,
+                    Some(Json::Bool(b)) => *b,
+                    Some(v) => {
+                        return Err(c.bad(
+                            &format!("{field}.truncate"),
+                            format!("{v} is not true or false"),
+                        ))
+                    }
+                },
             }
         }
         "dynamic" => Scaling::Dynamic {
@@ -278,9 +281,13 @@ pub fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, E
             beta_fast,
             beta_slow,
             attention_factor,
-            ..
+            truncate,
         } => {
             ty(k, "yarn");
+            // ferrite's own key (ggml always truncates; gpt-oss does not).
+            if s.get("truncate").is_some_and(|v| !v.is_null()) {
+                k.set("rope.scaling.yarn_truncate", Value::Bool(truncate));
+            }
             k.set("rope.scaling.factor", Value::F32(factor));
             k.size("rope.scaling.original_context_length", original_ctx);
             k.set("rope.scaling.yarn_beta_fast", Value::F32(beta_fast));
@@ -331,6 +338,13 @@ pub(super) fn sliding_window(
         }
         _ => return Ok(()),
     };
+    window_keys(c, k, flags)
+}
+
+/// `attention.sliding_window` (config.json's `sliding_window`) and the
+/// per-layer `attention.sliding_window_pattern` `flags`, when any layer
+/// slides.
+pub fn window_keys(c: &Config, k: &mut Keys, flags: Vec<bool>) -> Result<(), Error> {
     let window = c.size("sliding_window")?;
     if flags.iter().any(|&f| f) {
         k.size("attention.sliding_window", window);

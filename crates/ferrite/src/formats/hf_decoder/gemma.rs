@@ -4,8 +4,8 @@
 
 use serde_json::Value as Json;
 
-use super::{layer_types, llama_keys, Config, HfFamily, Hp, Keys, LayerName};
-use crate::formats::gguf::{Array, Value};
+use super::{layer_types, llama_keys, window_keys, Config, HfFamily, Hp, Keys, LayerName};
+use crate::formats::gguf::Value;
 use crate::formats::names;
 use crate::models::gemma2::GEMMA2;
 use crate::models::gemma3::{Variant, GEMMA3};
@@ -36,6 +36,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     layer: &HF_LAYER,
     norm_plus_one: true,
     permute_qk: false,
+    special: None,
 };
 
 /// `Gemma3ForCausalLM` directories (the text model).
@@ -45,6 +46,7 @@ pub(crate) const HF_GEMMA3: HfFamily = HfFamily {
     layer: &HF_LAYER,
     norm_plus_one: true,
     permute_qk: false,
+    special: None,
 };
 
 /// A soft-cap of `config.json` (null or absent: none); 0, negative or not
@@ -143,11 +145,7 @@ fn gemma_config(c: &Config, k: &mut Keys, v: &Variant) -> Result<Hp, Error> {
         }
     };
     if flags.iter().any(|&f| f) {
-        k.size("attention.sliding_window", c.size("sliding_window")?);
-        k.set(
-            "attention.sliding_window_pattern",
-            Value::Array(Array::Bool(flags)),
-        );
+        window_keys(c, k, flags)?;
     }
     Ok(hp)
 }

@@ -28,6 +28,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     layer: &HF_LAYER,
     norm_plus_one: false,
     permute_qk: false,
+    special: None,
 };
 
 /// OLMo 2's `config.json`: Llama's keys (untied unless it says so).

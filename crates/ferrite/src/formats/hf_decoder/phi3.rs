@@ -29,6 +29,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     layer: &HF_LAYER,
     norm_plus_one: false,
     permute_qk: false,
+    special: None,
 };
 
 /// A number of the RoPE parameters (`rope_parameters`, else

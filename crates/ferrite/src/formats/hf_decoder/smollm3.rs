@@ -15,6 +15,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     layer: LLAMA_LAYER.split_at(9).0,
     norm_plus_one: false,
     permute_qk: true,
+    special: None,
 };
 
 /// SmolLM3's `config.json`: Llama's keys, tied by default, and the layers

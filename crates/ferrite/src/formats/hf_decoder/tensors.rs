@@ -240,7 +240,7 @@ pub(super) fn rope_pairs(data: &[u8], rows: usize, row_bytes: usize, n_head: usi
 }
 
 /// A row-major `rows x cols` matrix of `elem`-byte values, transposed.
-pub(super) fn transpose(data: &[u8], rows: usize, cols: usize, elem: usize) -> Vec<u8> {
+pub(crate) fn transpose(data: &[u8], rows: usize, cols: usize, elem: usize) -> Vec<u8> {
     let mut out = vec![0u8; data.len()];
     for r in 0..rows {
         for c in 0..cols {
