@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Drives `ferrite serve` with the official `openai` Python package
-# (crates/cli/tests/openai/test_openai_client.py). Makes its own venv with
-# `openai` from PyPI (FERRITE_OPENAI_VENV, default ~/.cache/ferrite-openai-venv)
-# and uses the binary `cargo test` builds (test profile, target/debug/ferrite).
+# Drives `ferrite serve` with the official `openai` Python package, LangChain
+# (`langchain-openai`) and litellm (crates/cli/tests/openai/test_openai_client.py).
+# Makes its own venv with those from PyPI (FERRITE_OPENAI_VENV, default
+# ~/.cache/ferrite-openai-venv; a cold install takes about a minute) and uses
+# the binary `cargo test` builds (test profile, target/debug/ferrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${FERRITE_OPENAI_VENV:-$HOME/.cache/ferrite-openai-venv}
@@ -10,6 +11,11 @@ if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'openai>=1.40,<4'
 fi
+if ! "$venv/bin/python" -c 'import langchain_openai, litellm' 2>/dev/null; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'langchain-openai>=0.3,<2' 'litellm>=1.60,<2'
+fi
+# litellm would fetch its model price list from the internet at import.
+export LITELLM_LOCAL_MODEL_COST_MAP=True
 cargo build --quiet --profile test -p ferrite-cli
 scripts/fetch-models.sh smollm2 minilm nomic-embed-v1.5 qwen2.5-0.5b
 FERRITE_BIN=target/debug/ferrite exec "$venv/bin/python" crates/cli/tests/openai/test_openai_client.py

@@ -713,14 +713,24 @@ fn check_person(v: &Value) {
     let o = v
         .as_object()
         .unwrap_or_else(|| panic!("not an object: {v}"));
+    // Optional properties may be left out; the rest keep the schema's order.
+    let order = ["name", "age", "pet", "tags", "married"];
     let keys: Vec<&str> = o.keys().map(String::as_str).collect();
-    assert_eq!(keys, ["name", "age", "pet", "tags", "married"], "{v}");
+    let mut want = order.iter().filter(|k| keys.contains(k));
+    assert!(keys.iter().all(|k| want.next() == Some(k)), "{v}");
+    assert!(keys.starts_with(&["name", "age"]), "{v}");
     assert!(o["age"].is_i64() || o["age"].is_u64(), "{v}");
-    assert!(o["married"].is_boolean(), "{v}");
     assert!(o["name"].is_string(), "{v}");
-    assert!(["cat", "dog"].contains(&o["pet"].as_str().unwrap()), "{v}");
-    let tags = o["tags"].as_array().unwrap();
-    assert!(tags.len() <= 3 && tags.iter().all(Value::is_string), "{v}");
+    if let Some(m) = o.get("married") {
+        assert!(m.is_boolean(), "{v}");
+    }
+    if let Some(p) = o.get("pet") {
+        assert!(["cat", "dog"].contains(&p.as_str().unwrap()), "{v}");
+    }
+    if let Some(tags) = o.get("tags") {
+        let tags = tags.as_array().unwrap();
+        assert!(tags.len() <= 3 && tags.iter().all(Value::is_string), "{v}");
+    }
 }
 
 #[test]
@@ -770,8 +780,59 @@ fn json_response_formats_parse_and_validate() {
         &json!({
         "messages": [{"role": "user", "content": "x"}],
         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
-            {"type": "object", "properties": {"a": {"type": "string", "pattern": "^a"}}}}}}),
+            {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(a)\\1"}}}}}}),
     );
     assert_eq!(r.status, 400);
-    assert!(r.error_message().contains("pattern"));
+    assert!(
+        r.error_message().contains("'pattern'") && r.error_message().contains("backreferences"),
+        "{}",
+        r.error_message()
+    );
+}
+
+/// `pattern`, bounds on integers and floats, optional properties and
+/// `additionalProperties` on a real model: every reply validates (checked
+/// by an independent validator), whatever the sampling.
+#[test]
+fn json_schema_keywords_hold_on_a_real_model() {
+    let s = Server::start(&["smollm2"]);
+    let schema = json!({"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"},
+        "rating": {"type": "number", "minimum": 0, "exclusiveMaximum": 5},
+        "year": {"type": "integer", "minimum": 1900, "maximum": 2030},
+        "nickname": {"type": "string", "pattern": "^[a-z]+$"},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+        "scores": {"type": "object", "additionalProperties": {"type": "integer", "minimum": -5, "maximum": 5}}
+    }, "required": ["code", "rating", "year"], "additionalProperties": false});
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let format = json!({"type": "json_schema", "json_schema": {"name": "film", "schema": schema}});
+    let (mut left_out, mut ended) = (0, 0);
+    for (temperature, seed) in [(0.0, 0), (1.0, 1), (1.0, 2), (1.3, 3), (0.8, 4)] {
+        let body = json!({"messages": [{"role": "user", "content": "Describe a film as JSON."}],
+                          "max_tokens": 300, "temperature": temperature, "seed": seed,
+                          "response_format": format});
+        let r = s.post("/v1/chat/completions", &body).json();
+        // A reply cut by max_tokens (a small model looping inside a free
+        // string) is unfinished JSON, as OpenAI's are.
+        if r["choices"][0]["finish_reason"] != "stop" {
+            continue;
+        }
+        ended += 1;
+        let text = r["choices"][0]["message"]["content"].as_str().unwrap();
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(validator.is_valid(&v), "{text}");
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        let order = ["code", "rating", "year", "nickname", "tags", "scores"];
+        let mut want = order.iter().filter(|k| keys.iter().any(|x| x == *k));
+        assert!(
+            keys.iter().all(|k| want.next() == Some(&k.as_str())),
+            "{text}"
+        );
+        left_out += order.len() - keys.len();
+    }
+    assert!(
+        ended >= 3,
+        "only {ended} of 5 replies ended within 300 tokens"
+    );
+    eprintln!("{ended} of 5 replies ended; optional properties left out in them: {left_out}");
 }

@@ -7,7 +7,11 @@ embeddings (the client's default base64 == float; token ids; `dimensions` on a
 Matryoshka model, refused on another), json_schema output (keys in the
 schema's order; nested Pydantic models through `.parse`), lists of prompts
 and `echo`, tool calls (required, named, auto, parallel, streamed, a tool
-result sent back, legacy `functions`), and the client's typed errors. Run by scripts/test-serve-openai.sh, which makes the venv.
+result sent back, legacy `functions`), and the client's typed errors; then
+LangChain (`langchain-openai`: `bind_tools`, `with_structured_output` by
+function calling with a nested Pydantic model) and litellm (a completion and
+a tool call) against the same server. Run by scripts/test-serve-openai.sh,
+which makes the venv.
 """
 
 import json
@@ -267,6 +271,66 @@ def test_tool_calls(c):
         assert e.body["param"] == "tools", e.body
 
 
+def test_langchain(port):
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel, Field
+
+    llm = ChatOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, model="qwen2.5-0.5b",
+                     temperature=0, max_tokens=120, max_retries=0, timeout=300)
+
+    @tool
+    def get_weather(city: str, unit: str) -> str:
+        """Get the current weather in a city; unit is celsius or fahrenheit."""
+        return "21"
+
+    msg = llm.bind_tools([get_weather]).invoke("What is the weather like in Paris today, in celsius?")
+    assert msg.tool_calls, msg
+    call = msg.tool_calls[0]
+    assert call["name"] == "get_weather" and isinstance(call["args"]["city"], str), call
+    assert list(call["args"]) == ["city", "unit"], call
+    # Forced: tool_choice names the tool.
+    msg = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Hello!")
+    assert msg.tool_calls and msg.tool_calls[0]["name"] == "get_weather", msg
+
+    class Address(BaseModel):
+        city: str
+        country: str
+
+    class Person(BaseModel):
+        """A person."""
+        name: str
+        age: int = Field(ge=0, le=150)
+        address: Address
+        nickname: str | None = None
+
+    structured = llm.with_structured_output(Person, method="function_calling")
+    p = structured.invoke("Invent a person living in Paris.")
+    assert isinstance(p, Person) and isinstance(p.address, Address), p
+    assert 0 <= p.age <= 150, p
+
+
+def test_litellm(port):
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    base = dict(model="openai/qwen2.5-0.5b", api_base=f"http://127.0.0.1:{port}/v1", api_key=KEY,
+                temperature=0, max_tokens=80)
+    r = litellm.completion(messages=[{"role": "user", "content": "Name three colours."}], **base)
+    assert r.choices[0].message.content and r.usage.completion_tokens > 0, r
+    r = litellm.completion(messages=ASK, tools=[WEATHER, TIME], tool_choice="required", **base)
+    calls = r.choices[0].message.tool_calls
+    assert calls and r.choices[0].finish_reason == "tool_calls", r
+    for call in calls:
+        check_call(call)
+    # Streamed through litellm: the same call.
+    chunks = list(litellm.completion(messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+                                     stream=True, **base))
+    whole = litellm.stream_chunk_builder(chunks, messages=ASK)
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in whole.choices[0].message.tool_calls] \
+        == [(t.function.name, json.loads(t.function.arguments)) for t in calls], whole
+
+
 def test_typed_errors(c, port):
     def raises(kind, fn):
         try:
@@ -301,6 +365,8 @@ def main():
             ("pydantic_parse_nested", lambda: test_pydantic_parse_nested(c)),
             ("tool_calls", lambda: test_tool_calls(c)),
             ("typed_errors", lambda: test_typed_errors(c, port)),
+            ("langchain", lambda: test_langchain(port)),
+            ("litellm", lambda: test_litellm(port)),
         ]
         for name, fn in tests:
             try:

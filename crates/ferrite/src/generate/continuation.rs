@@ -25,6 +25,19 @@ pub enum Pick {
     Token(u32),
 }
 
+/// When a lazily applied constraint ([`Continuation::with_trigger`])
+/// starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Once the text ends with this (a function call's `<tool_call>`): the
+    /// constraint applies to what follows.
+    After(String),
+    /// When the text's first byte is this (Llama 3's JSON calls start with
+    /// `{`): the constraint applies from that byte on, and a first token
+    /// starting with it must already follow the constraint.
+    Start(u8),
+}
+
 /// Text released by [`Continuation::push`].
 #[derive(Debug, Default)]
 pub struct Piece {
@@ -46,9 +59,9 @@ pub struct Continuation<'t, S: BorrowMut<Sampler> = Sampler> {
     stop: Vec<String>,
     /// The constraint and where the text is in it.
     json: Option<(Arc<Grammar>, JsonState)>,
-    /// A constraint that starts once the text ends with its trigger text
-    /// (a function call's `<tool_call>`), and the text's last bytes.
-    lazy: Option<(Vec<u8>, Arc<Grammar>)>,
+    /// A constraint that starts once its trigger appears (see
+    /// [`Trigger`]), and the text's last bytes.
+    lazy: Option<(Trigger, Arc<Grammar>)>,
     tail: Vec<u8>,
     /// Control tokens whose text is part of the reply (the grammars'
     /// markers: a function call's `<tool_call>`), shown though control
@@ -97,13 +110,43 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
         }
     }
 
-    /// Constrains the text to `grammar` from the moment it ends with
-    /// `trigger` (unconstrained until then): a reply free to answer in
-    /// text whose function calls, once opened, follow their schemas.
-    pub fn with_trigger(mut self, trigger: &str, grammar: Arc<Grammar>) -> Self {
+    /// Constrains the text to `grammar` from the moment of `trigger`
+    /// (unconstrained until then): a reply free to answer in text whose
+    /// function calls, once opened, follow their schemas.
+    pub fn with_trigger(mut self, trigger: Trigger, grammar: Arc<Grammar>) -> Self {
         self.shown.extend(markers(self.tokenizer, &grammar));
-        self.lazy = Some((trigger.as_bytes().to_vec(), grammar));
+        self.lazy = Some((trigger, grammar));
         self
+    }
+
+    /// The first token under a [`Trigger::Start`]: tokens that start with
+    /// the trigger byte must follow the grammar (then it applies from
+    /// there on); others are free (then it never applies).
+    fn pick_first(&mut self, first: u8, g: Arc<Grammar>, logits: &[f32]) -> Pick {
+        let tok = self.tokenizer;
+        self.masked.clear();
+        self.masked.extend_from_slice(logits);
+        let start = JsonState::new(&g);
+        for (id, l) in self.masked.iter_mut().enumerate() {
+            let bytes = tok.token_bytes(id as u32);
+            if bytes.first() == Some(&first)
+                && !tok.is_control(id as u32)
+                && !start.clone().feed_all(&g, bytes)
+            {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        let token = self.sampler.borrow_mut().sample(&self.masked);
+        if self.is_end(token) {
+            return Pick::End;
+        }
+        let bytes = tok.token_bytes(token);
+        if bytes.first() == Some(&first) && !tok.is_control(token) {
+            let mut state = start;
+            state.feed_all(&g, bytes);
+            self.json = Some((g, state));
+        }
+        Pick::Token(token)
     }
 
     /// Tells the sampler's penalties about a token already in the sequence
@@ -119,6 +162,13 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
 
     /// Picks the next token from the model's `logits`.
     pub fn pick(&mut self, logits: &[f32]) -> Pick {
+        if let (None, Some((Trigger::Start(_), _))) = (&self.json, &self.lazy) {
+            if let Some((Trigger::Start(first), g)) = self.lazy.take() {
+                if self.generated == 0 {
+                    return self.pick_first(first, g, logits);
+                }
+            }
+        }
         let (tokenizer, end_tokens) = (self.tokenizer, &self.end_tokens);
         let is_end = |t: u32| tokenizer.is_end_of_generation(t) || end_tokens.contains(&t);
         let token = match &mut self.json {
@@ -149,7 +199,8 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
     pub fn push(&mut self, token: u32) -> Piece {
         self.sampler.borrow_mut().accept(token);
         self.generated += 1;
-        if let (None, Some((trigger, _))) = (&self.json, &self.lazy) {
+        if let (None, Some((Trigger::After(trigger), _))) = (&self.json, &self.lazy) {
+            let trigger = trigger.as_bytes();
             self.tail
                 .extend_from_slice(self.tokenizer.token_bytes(token));
             let keep = self.tail.len().saturating_sub(trigger.len());

@@ -232,7 +232,7 @@ pub async fn handle(
     let legacy = tools.as_ref().is_some_and(|t| t.legacy);
     let calls = tools.is_some();
     match tools.map(|t| t.mode) {
-        Some(ToolMode::Auto(g)) => params.tool_calls = Some(g),
+        Some(ToolMode::Auto(trigger, g)) => params.tool_calls = Some((trigger, g)),
         Some(ToolMode::Forced(g)) => params.json = Some(g),
         None => {}
     }

@@ -2,14 +2,18 @@
 //! `tool_choice` (`auto`, `none`, `required`, a named function; legacy
 //! `function_call`) and `parallel_tool_calls`, for models whose chat
 //! template renders tools and writes calls as Qwen2.5 / Hermes templates
-//! do: `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`.
+//! do, `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, or
+//! as Llama 3.1-3.3 templates do, a reply that is one
+//! `{"name": ..., "parameters": {...}}` (one call per reply: those
+//! templates refuse more).
 //!
 //! The template renders the tools; the reply's calls are parsed into
 //! `message.tool_calls` (streamed as one `delta.tool_calls` chunk per
 //! call when the choice ends). Their arguments always parse and match the
 //! function's parameter schema: with `required` or a named function the
 //! whole reply is constrained to calls; with `auto` the reply is free text
-//! until it opens a call, which is then constrained to the end. (With
+//! until it opens a call (`<tool_call>`; for Llama 3, a reply whose first
+//! character is `{`), which is then constrained to the end. (With
 //! `auto`, a reply that is one bare `{"name": ..., "arguments": {...}}`
 //! object, as small models often write, is taken as a call too; its
 //! arguments parse, but were not constrained while it was written.)
@@ -18,7 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ferrite::generate::chat::ChatTemplate;
-use ferrite::generate::json::Grammar;
+use ferrite::generate::continuation::Trigger;
+use ferrite::generate::json::{CallSyntax, Grammar};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -32,9 +37,8 @@ const MAX_PARALLEL: usize = 8;
 /// What a request's tools ask of generation.
 #[derive(Clone, Debug)]
 pub enum ToolMode {
-    /// Free text; a call, once opened, follows this grammar (which starts
-    /// after `<tool_call>`).
-    Auto(Arc<Grammar>),
+    /// Free text; a call, once opened (the trigger), follows this grammar.
+    Auto(Trigger, Arc<Grammar>),
     /// Only calls, by this grammar.
     Forced(Arc<Grammar>),
 }
@@ -149,28 +153,33 @@ pub fn tools(
     if mode == "none" {
         return Ok(None);
     }
-    let src = template.source();
-    if !src.contains("tools") || !src.contains(OPEN) {
-        return Err(bad(
+    let format = CallFormat::of(template).ok_or_else(|| {
+        bad(
             "tools",
-            "this model's chat template does not render tools in the <tool_call> format \
-             (Qwen2.5 / Hermes) that ferrite parses",
-        ));
-    }
+            "this model's chat template does not render tools in a format ferrite parses \
+             (Qwen2.5 / Hermes <tool_call>, Llama 3.x JSON)",
+        )
+    })?;
     let more = if mode == "named" || legacy || parallel == Some(false) {
         0
     } else {
-        MAX_PARALLEL - 1
+        format.most_calls() - 1
     };
-    let grammar = |after_open| {
-        Grammar::tool_calls(&functions, after_open, more)
+    let grammar = |syntax: CallSyntax| {
+        Grammar::tool_calls(&functions, &syntax, more)
             .map(Arc::new)
             .map_err(|e| bad("tools", format!("tool parameters: {e}")))
     };
-    let mode = if mode == "auto" {
-        ToolMode::Auto(grammar(true)?)
-    } else {
-        ToolMode::Forced(grammar(false)?)
+    let mode = match (mode == "auto", format) {
+        (true, CallFormat::Hermes) => ToolMode::Auto(
+            Trigger::After(OPEN.into()),
+            grammar(CallSyntax::hermes(true))?,
+        ),
+        (true, CallFormat::Llama3) => {
+            ToolMode::Auto(Trigger::Start(b'{'), grammar(CallSyntax::llama3())?)
+        }
+        (false, CallFormat::Hermes) => ToolMode::Forced(grammar(CallSyntax::hermes(false))?),
+        (false, CallFormat::Llama3) => ToolMode::Forced(grammar(CallSyntax::llama3())?),
     };
     let rendered = Value::Array(
         list.into_iter()
@@ -184,6 +193,40 @@ pub fn tools(
     }))
 }
 
+/// How a model's template writes calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallFormat {
+    /// `<tool_call>` blocks (Qwen2.5, Hermes).
+    Hermes,
+    /// One `{"name": ..., "parameters": ...}` reply (Llama 3.1-3.3).
+    Llama3,
+}
+
+impl CallFormat {
+    /// The format a template renders tools and calls in, if ferrite knows
+    /// it.
+    pub fn of(template: &ChatTemplate) -> Option<CallFormat> {
+        let src = template.source();
+        if !src.contains("tools") {
+            None
+        } else if src.contains(OPEN) {
+            Some(CallFormat::Hermes)
+        } else if src.contains("<|start_header_id|>") && src.contains("\"parameters\": ") {
+            Some(CallFormat::Llama3)
+        } else {
+            None
+        }
+    }
+
+    /// Most calls one reply may hold.
+    fn most_calls(self) -> usize {
+        match self {
+            CallFormat::Hermes => MAX_PARALLEL,
+            CallFormat::Llama3 => 1,
+        }
+    }
+}
+
 /// A parsed call: the function's name and its arguments (compact JSON).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Call {
@@ -195,11 +238,15 @@ pub struct Call {
 /// one that does not parse, then it is all text).
 pub fn split(text: &str) -> Option<(String, Vec<Call>)> {
     let Some(at) = text.find(OPEN) else {
-        // Small models often write the call's JSON without its tags: a
-        // reply that is one `{"name": ..., "arguments": {...}}` is a call.
+        // A reply that is one `{"name": ..., "parameters": {...}}` is a
+        // call (Llama 3's format); so is one with `arguments`, as small
+        // models often write Qwen's calls without their tags.
         let v: Value = serde_json::from_str(text.trim()).ok()?;
         let name = v.get("name")?.as_str()?.to_string();
-        let args = v.get("arguments").filter(|a| a.is_object())?;
+        let args = v
+            .get("parameters")
+            .or_else(|| v.get("arguments"))
+            .filter(|a| a.is_object())?;
         if v.as_object()?.len() != 2 {
             return None;
         }
@@ -344,6 +391,10 @@ mod tests {
         let bare = split(" {\"name\": \"f\", \"arguments\": {\"a\": [1]}}\n").unwrap();
         assert_eq!(bare.1[0].arguments, "{\"a\":[1]}");
         assert!(split("{\"name\": \"f\", \"arguments\": {}, \"x\": 1}").is_none());
+        // Llama 3's format.
+        let llama = split("{\"name\": \"f\", \"parameters\": {\"a\": \"x\"}}").unwrap();
+        assert_eq!(llama.1[0].arguments, "{\"a\":\"x\"}");
+        assert!(split("{\"name\": \"f\", \"parameters\": 3}").is_none());
         assert!(split("<tool_call>\n{not json}\n</tool_call>").is_none());
         let mut s = Splitter::default();
         let mut shown = String::new();
@@ -363,5 +414,44 @@ mod tests {
         let mut s = Splitter::default();
         assert_eq!(s.push("a <tool"), "a");
         assert_eq!(s.finish(), (" <tool".to_string(), None));
+    }
+
+    /// testdata's Llama 3.1-style template: recognised as Llama 3 JSON
+    /// calls, and it renders the tools and a call turn in that format.
+    #[test]
+    fn llama3_templates_render_tools_and_calls() {
+        let src = include_str!("../../../../testdata/chat/llama3-tools.jinja");
+        let t = ChatTemplate::new(src, "<|begin_of_text|>", "<|eot_id|>").unwrap();
+        assert_eq!(CallFormat::of(&t), Some(CallFormat::Llama3));
+        assert_eq!(CallFormat::of(&ChatTemplate::chatml()), None);
+        let tools = json!([{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+        let messages = vec![
+            json!({"role": "user", "content": "Weather?"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}),
+            json!({"role": "tool", "content": "21 C"}),
+        ];
+        let text = t.render_json(&messages, Some(&tools), true).unwrap();
+        assert!(text.contains("\"name\": \"get_weather\""), "{text}");
+        assert!(text.contains("\"parameters\": {\n"), "{text}");
+        assert!(
+            text.contains("<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"),
+            "{text}"
+        );
+        assert!(text.contains("<|start_header_id|>ipython<|end_header_id|>\n\n21 C<|eot_id|>"));
+        assert!(text.ends_with("<|start_header_id|>assistant<|end_header_id|>\n\n"));
+        // What the grammar writes is what the parser reads.
+        let f = vec![(
+            "get_weather".to_string(),
+            tools[0]["function"]["parameters"].clone(),
+        )];
+        let g = Grammar::tool_calls(&f, &CallSyntax::llama3(), 0).unwrap();
+        let call = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
+        let mut st = ferrite::generate::json::JsonState::new(&g);
+        assert!(st.feed_all(&g, call.as_bytes()) && st.can_end());
+        assert!(!st.clone().feed(&g, b'{'), "one call only");
+        let (_, calls) = split(call).unwrap();
+        assert_eq!(calls[0].arguments, "{\"city\":\"Oslo\"}");
     }
 }

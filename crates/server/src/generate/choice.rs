@@ -59,7 +59,7 @@ impl<'t> Choice<'t> {
                     params.json.clone(),
                 );
                 match &params.tool_calls {
-                    Some(g) => c.with_trigger(crate::api::tools::OPEN, g.clone()),
+                    Some((trigger, g)) => c.with_trigger(trigger.clone(), g.clone()),
                     None => c,
                 }
             },

@@ -7,6 +7,7 @@ use std::time::Instant;
 use ferrite::generate::sampler::SamplerOptions;
 use tokio::sync::mpsc::UnboundedSender;
 
+use ferrite::generate::continuation::Trigger;
 use ferrite::generate::json::Grammar;
 
 /// Options of one generation request, checked by the HTTP side.
@@ -26,9 +27,9 @@ pub struct GenParams {
     /// `response_format` JSON (or forced function calls): the grammar
     /// every token must follow.
     pub json: Option<Arc<Grammar>>,
-    /// Function calls the reply may open (`<tool_call>`), whose grammar
-    /// then governs the rest of it.
-    pub tool_calls: Option<Arc<Grammar>>,
+    /// Function calls the reply may open (`<tool_call>`, or `{` first for
+    /// Llama 3), whose grammar then governs the rest of it.
+    pub tool_calls: Option<(Trigger, Arc<Grammar>)>,
 }
 
 /// A request waiting for, or admitted to, the scheduler.

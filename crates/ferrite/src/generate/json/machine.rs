@@ -6,7 +6,8 @@
 //! strings and arrays have length caps, so a constrained reply always
 //! reaches the end of its value.
 
-use super::schema::{Grammar, Node, NodeId, BOOL_TRIE, MAX_REF_DEPTH, NULL_TRIE};
+use super::number::NumText;
+use super::schema::{Grammar, Node, NodeId, Obj, BOOL_TRIE, MAX_REF_DEPTH, NULL_TRIE};
 use super::trie::TrieNode;
 
 /// Most whitespace bytes in a row.
@@ -32,8 +33,10 @@ enum ArrPhase {
     Next,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NumPhase {
+/// Where a number's text is (bounded numbers use the phases up to `Frac`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(super) enum NumPhase {
+    #[default]
     Start,
     Minus,
     Zero,
@@ -49,13 +52,27 @@ enum NumPhase {
 enum Frame {
     /// A value of this node comes next.
     Value { node: NodeId, depth: usize },
-    /// Inside an object; `prop` is the next fixed property's index.
+    /// Inside an object; `prop` is the first declared property that may
+    /// still come, `value` the node of the value after the current key.
     Object {
         node: NodeId,
         phase: ObjPhase,
         prop: usize,
+        value: NodeId,
         depth: usize,
     },
+    /// A key of object node `obj` (see [`Obj`]): `at` is where it is in the
+    /// declared keys' trie (`None`: it is none of them), `len` its bytes
+    /// after the opening quote (`None` before it).
+    Key {
+        obj: NodeId,
+        at: Option<TrieNode>,
+        len: Option<u16>,
+    },
+    /// A number within `ranges[range]`.
+    Range { range: u32, text: NumText },
+    /// A string of `patterns[dfa]`, in its state `at`, `len` bytes long.
+    Pat { dfa: u32, at: u32, len: u16 },
     Array {
         item: NodeId,
         phase: ArrPhase,
@@ -95,6 +112,28 @@ enum Escape {
     Start,
     /// `n` hex digits of `\uXXXX` still to come.
     Hex(u8),
+    /// Inside a multi-byte UTF-8 character: `left` bytes to come, the
+    /// next one in `lo..=hi`.
+    Utf8 {
+        left: u8,
+        lo: u8,
+        hi: u8,
+    },
+}
+
+/// A UTF-8 lead byte's continuation count and its next byte's range
+/// (overlong forms and surrogates excluded), `None` if it leads nothing.
+fn utf8_lead(c: u8) -> Option<(u8, u8, u8)> {
+    Some(match c {
+        0xc2..=0xdf => (1, 0x80, 0xbf),
+        0xe0 => (2, 0xa0, 0xbf),
+        0xed => (2, 0x80, 0x9f),
+        0xe1..=0xef => (2, 0x80, 0xbf),
+        0xf0 => (3, 0x90, 0xbf),
+        0xf1..=0xf3 => (3, 0x80, 0xbf),
+        0xf4 => (3, 0x80, 0x8f),
+        _ => return None,
+    })
 }
 
 /// Where a reply is in its JSON value.
@@ -157,6 +196,26 @@ impl JsonState {
         }
     }
 
+    /// Inside a `pattern` string: whether `bytes` (none of them a quote)
+    /// may come next, judged on the automaton alone.
+    pub fn pattern_accepts(&self, g: &Grammar, bytes: &[u8]) -> Option<bool> {
+        let Some(Frame::Pat { dfa, at, len }) = self.stack.last() else {
+            return None;
+        };
+        if bytes.contains(&b'"') {
+            return None;
+        }
+        let d = &g.patterns[*dfa as usize];
+        let mut s = *at;
+        for &b in bytes {
+            match d.step(s, b) {
+                Some(t) => s = t,
+                None => return Some(false),
+            }
+        }
+        Some(usize::from(*len) + bytes.len() + d.dist(s) <= g.max_string)
+    }
+
     /// Inside a string, not after a backslash: how many more bytes it may
     /// take. (Plain bytes there need no feeding to be judged.)
     pub fn string_room(&self, g: &Grammar) -> Option<usize> {
@@ -212,21 +271,26 @@ impl JsonState {
                     node,
                     phase,
                     prop,
+                    value,
                     depth,
                 } => {
                     let fixed = match (*node != NodeId::MAX).then(|| g.node(*node)) {
-                        Some(Node::Object(props)) => Some(props),
+                        Some(Node::Object(o)) => Some(o),
                         _ => None,
                     };
-                    let depth = *depth;
+                    let (obj_node, depth) = (*node, *depth);
                     match (*phase, fixed) {
-                        (ObjPhase::Open, Some(props)) if props.is_empty() => {
-                            return self.close(c == b'}');
+                        (ObjPhase::Open, Some(o)) if c == b'}' => {
+                            let ok = o.next_required[0] == o.props.len();
+                            return self.close(ok);
                         }
-                        (ObjPhase::Open | ObjPhase::Key, Some(props)) => {
-                            let trie = props[*prop].key;
+                        (ObjPhase::Open | ObjPhase::Key, Some(_)) => {
                             *phase = ObjPhase::Colon;
-                            self.stack.push(Frame::Choice { trie, at: 0 });
+                            self.stack.push(Frame::Key {
+                                obj: obj_node,
+                                at: Some(0),
+                                len: None,
+                            });
                         }
                         (ObjPhase::Open, None) if c == b'}' => return self.close(true),
                         (ObjPhase::Open | ObjPhase::Key, None) => {
@@ -245,25 +309,24 @@ impl JsonState {
                                 return false;
                             }
                             *phase = ObjPhase::Next;
-                            let value = match fixed {
-                                Some(props) => props[*prop].node,
-                                None => NodeId::MAX,
-                            };
+                            let value = *value;
                             self.stack.push(Frame::Value {
                                 node: value,
                                 depth: depth + 1,
                             });
                             return true;
                         }
-                        (ObjPhase::Next, Some(props)) => {
-                            let last = *prop + 1 >= props.len();
+                        (ObjPhase::Next, Some(o)) => {
+                            let more = *prop < o.props.len() || extra_allowed(o, *prop);
                             return match c {
-                                b',' if !last => {
-                                    *prop += 1;
+                                b',' if more => {
                                     *phase = ObjPhase::Key;
                                     true
                                 }
-                                b'}' if last => self.close(true),
+                                b'}' => {
+                                    let ok = o.next_required[*prop] == o.props.len();
+                                    self.close(ok)
+                                }
                                 _ => false,
                             };
                         }
@@ -278,6 +341,40 @@ impl JsonState {
                             };
                         }
                     }
+                }
+                Frame::Key { obj, at, len } => {
+                    let (obj, at, len) = (*obj, *at, *len);
+                    return self.feed_key(g, obj, at, len, c);
+                }
+                Frame::Range { range, text } => {
+                    let r = &g.ranges[*range as usize];
+                    match r.step(text, c) {
+                        Some(t) => {
+                            *text = t;
+                            return true;
+                        }
+                        None if r.can_end(text) => {
+                            // The number ended; the byte belongs to what follows.
+                            self.stack.pop();
+                        }
+                        None => return false,
+                    }
+                }
+                Frame::Pat { dfa, at, len } => {
+                    let d = &g.patterns[*dfa as usize];
+                    if c == b'"' {
+                        let ok = d.is_accept(*at);
+                        return self.close(ok);
+                    }
+                    let Some(t) = d.step(*at, c) else {
+                        return false;
+                    };
+                    if usize::from(*len) + 1 + d.dist(t) > g.max_string {
+                        return false;
+                    }
+                    *at = t;
+                    *len += 1;
+                    return true;
                 }
                 Frame::Array {
                     item,
@@ -342,9 +439,35 @@ impl JsonState {
                             };
                             true
                         }
+                        Escape::Utf8 { left, lo, hi } => {
+                            if !(lo..=hi).contains(&c) {
+                                return false;
+                            }
+                            *len += 1;
+                            *escape = if left == 1 {
+                                Escape::None
+                            } else {
+                                Escape::Utf8 {
+                                    left: left - 1,
+                                    lo: 0x80,
+                                    hi: 0xbf,
+                                }
+                            };
+                            true
+                        }
                         Escape::None => match c {
                             b'"' => self.close(true),
                             _ if *len >= g.max_string || c < 0x20 => false,
+                            0x80.. => match utf8_lead(c) {
+                                Some((left, lo, hi))
+                                    if *len + 1 + usize::from(left) <= g.max_string =>
+                                {
+                                    *len += 1;
+                                    *escape = Escape::Utf8 { left, lo, hi };
+                                    true
+                                }
+                                _ => false,
+                            },
                             b'\\' => {
                                 *escape = Escape::Start;
                                 *len += 1;
@@ -452,6 +575,77 @@ impl JsonState {
         }
     }
 
+    /// Feeds byte `c` to the key on top (of object node `obj`, `at` in its
+    /// keys' trie, `len` bytes after its opening quote).
+    fn feed_key(
+        &mut self,
+        g: &Grammar,
+        obj: NodeId,
+        at: Option<TrieNode>,
+        len: Option<u16>,
+        c: u8,
+    ) -> bool {
+        let Node::Object(o) = g.node(obj) else {
+            return false;
+        };
+        let t = &g.tries[o.keys];
+        let Some(n) = len else {
+            if c != b'"' {
+                return false;
+            }
+            let at = at.and_then(|a| t.step(a, c));
+            self.set_key(at, 0);
+            return true;
+        };
+        let Some(&Frame::Object { prop: lo, .. }) = self.stack.iter().rev().nth(1) else {
+            return false;
+        };
+        let last = o.props.len().wrapping_sub(1);
+        let hi = o.next_required.get(lo).map_or(0, |&h| h.min(last));
+        let extra = extra_allowed(o, lo);
+        let next = at.and_then(|a| t.step(a, c));
+        let declared = lo < o.props.len() && next.is_some_and(|m| t.reaches(m, lo, hi));
+        if c == b'"' {
+            // A declared key that may come here, or (none of them) another.
+            let chosen = match next.filter(|&m| t.is_leaf(m)) {
+                Some(m) if declared => t.value(m),
+                Some(_) => return false,
+                None if extra && n > 0 => None,
+                None => return false,
+            };
+            self.stack.pop();
+            let Some(Frame::Object { prop, value, .. }) = self.stack.last_mut() else {
+                return false;
+            };
+            match chosen {
+                Some(i) => {
+                    *prop = i + 1;
+                    *value = o.props[i].node;
+                }
+                None => {
+                    *prop = o.props.len();
+                    *value = o.extra.unwrap_or(NodeId::MAX);
+                }
+            }
+            return true;
+        }
+        if !declared {
+            let room = usize::from(n) + 1 < g.max_string;
+            if !extra || !(0x20..0x80).contains(&c) || c == b'\\' || !room {
+                return false;
+            }
+        }
+        self.set_key(next, n + 1);
+        true
+    }
+
+    fn set_key(&mut self, to: Option<TrieNode>, n: u16) {
+        if let Some(Frame::Key { at, len, .. }) = self.stack.last_mut() {
+            *at = to;
+            *len = Some(n);
+        }
+    }
+
     /// Pops a finished container or string if `ok`.
     fn close(&mut self, ok: bool) -> bool {
         if ok {
@@ -496,8 +690,21 @@ impl JsonState {
                 node: if any { usize::MAX } else { node },
                 phase: ObjPhase::Open,
                 prop: 0,
+                value: NodeId::MAX,
                 depth,
             },
+            Node::Pattern(p) => Frame::Pat {
+                dfa: *p as u32,
+                at: 0,
+                len: 0,
+            },
+            Node::Range(r) => {
+                self.stack.push(Frame::Range {
+                    range: *r as u32,
+                    text: NumText::default(),
+                });
+                return self.feed(g, c);
+            }
             Node::Array { item, min, max } => Frame::Array {
                 item: *item,
                 phase: ArrPhase::Open,
@@ -551,4 +758,10 @@ impl JsonState {
         self.stack.push(frame);
         c == opener
     }
+}
+
+/// Whether keys other than the declared ones may come when the declared
+/// properties from `prop` on are still to come: none of those is required.
+fn extra_allowed(o: &Obj, prop: usize) -> bool {
+    o.extra.is_some() && o.next_required.get(prop) == Some(&o.props.len())
 }

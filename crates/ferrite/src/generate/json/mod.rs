@@ -6,11 +6,16 @@
 //! `max_tokens` ends with finish_reason `length`, as OpenAI's do).
 
 pub mod machine;
+pub mod number;
+pub mod regex;
 pub mod schema;
 pub mod trie;
 
 pub use machine::JsonState;
-pub use schema::Grammar;
+
+#[cfg(test)]
+mod random_tests;
+pub use schema::{CallSyntax, Grammar};
 
 use crate::tokenize::Tokenizer;
 
@@ -30,11 +35,13 @@ pub fn mask_logits(
     for (b, ok) in first.iter_mut().enumerate() {
         *ok = state.clone().feed(g, b as u8);
     }
-    // Inside a string, a token of plain bytes that fits is allowed as is.
+    // Inside a string, a token of plain bytes (whole UTF-8 characters)
+    // that fits is allowed as is.
     let room = state.string_room(g);
     let plain = |bytes: &[u8]| {
         room.is_some_and(|r| bytes.len() <= r)
             && bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
+            && std::str::from_utf8(bytes).is_ok()
     };
     let mut any = false;
     for (id, logit) in logits.iter_mut().enumerate() {
@@ -49,7 +56,11 @@ pub fn mask_logits(
                 None => false,
                 Some((&b, rest)) => {
                     first[b as usize]
-                        && (rest.is_empty() || plain(bytes) || state.clone().feed_all(g, bytes))
+                        && (rest.is_empty()
+                            || plain(bytes)
+                            || state
+                                .pattern_accepts(g, bytes)
+                                .unwrap_or_else(|| state.clone().feed_all(g, bytes)))
                 }
             }
         };
@@ -71,7 +82,7 @@ fn is_marker(g: &Grammar, tok: &Tokenizer, id: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn accepts(g: &Grammar, text: &str) -> bool {
         let mut s = JsonState::new(g);
@@ -125,29 +136,159 @@ mod tests {
             r#"{"name": "Al", "age": 3, "pet": "dog", "tags": [], "x": 1}"#,
             r#"{"age": 3, "name": "Al", "pet": "cow", "tags": [], "x": 1}"#,
             r#"{"age": 3, "name": "Al", "pet": "dog", "tags": ["a","b","c"], "x": 1}"#,
-            r#"{"age": 3, "name": "Al", "pet": "dog", "tags": []}"#,
             r#"{"age": 3, "name": "Al", "pet": "dog", "tags": [], "x": 1, "y": 2}"#,
+            r#"{"age": 3, "pet": "dog"}"#,
+            r#"{"name": "Al", "name": "Al"}"#,
         ] {
             assert!(!accepts(&g, bad), "{bad}");
         }
+        // Properties not in `required` may be left out, in order still.
+        for ok in [
+            r#"{"age": 3, "name": "Al", "pet": "dog", "tags": []}"#,
+            r#"{"name": "Al"}"#,
+            r#"{"name": "Al", "x": null}"#,
+            r#"{"age": 1, "name": "Al", "x": 2}"#,
+        ] {
+            assert!(accepts(&g, ok), "{ok}");
+        }
+    }
+
+    /// `additionalProperties`: none by default and with `false`; with
+    /// `true` or a schema, other keys after the declared ones, never one
+    /// of theirs; without `properties`, a map.
+    #[test]
+    fn additional_properties() {
+        let props = json!({"a": {"type": "integer"}, "ab": {"type": "string"}});
+        let with = |extra: Option<Value>| {
+            let mut s = json!({"type": "object", "properties": props, "required": ["a"]});
+            if let Some(e) = extra {
+                s["additionalProperties"] = e;
+            }
+            Grammar::from_schema(&s).unwrap()
+        };
+        for g in [with(None), with(Some(json!(false)))] {
+            assert!(accepts(&g, r#"{"a": 1, "ab": "x"}"#));
+            assert!(!accepts(&g, r#"{"a": 1, "z": 2}"#));
+        }
+        let g = with(Some(json!({"type": "boolean"})));
+        assert!(accepts(
+            &g,
+            r#"{"a": 1, "ab": "x", "z": true, "zz": false}"#
+        ));
+        assert!(accepts(&g, r#"{"a": 1, "abc": true}"#));
+        for bad in [
+            r#"{"a": 1, "z": 2}"#,
+            r#"{"z": true, "a": 1}"#,
+            r#"{"a": 1, "z": true, "ab": "x"}"#,
+            r#"{"a": 1, "a": true}"#,
+            r#"{"a": 1, "": true}"#,
+        ] {
+            assert!(!accepts(&g, bad), "{bad}");
+        }
+        let g = with(Some(json!(true)));
+        assert!(accepts(&g, r#"{"a": 1, "z": [1, {"q": null}]}"#));
+        let map =
+            json!({"type": "object", "additionalProperties": {"type": "integer", "maximum": 5}});
+        let g = Grammar::from_schema(&map).unwrap();
+        assert!(accepts(&g, r#"{"x": 1, "y": 5}"#) && accepts(&g, "{}"));
+        assert!(!accepts(&g, r#"{"x": 6}"#));
+        let none = json!({"type": "object", "additionalProperties": false});
+        let g = Grammar::from_schema(&none).unwrap();
+        assert!(accepts(&g, "{}") && !accepts(&g, r#"{"x": 1}"#));
+    }
+
+    /// Bounds on integers and floats, one-sided or not, and `pattern`.
+    #[test]
+    fn bounds_and_patterns() {
+        let schema = json!({"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 10},
+            "f": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "code": {"type": "string", "pattern": "^[a-z]{3}[0-9]$"}
+        }});
+        let g = Grammar::from_schema(&schema).unwrap();
+        assert!(accepts(&g, r#"{"n": 10, "f": 0.5, "code": "abc1"}"#));
+        assert!(accepts(
+            &g,
+            r#"{"n": 123456789012345, "f": 0.999, "code": "xyz0"}"#
+        ));
+        for bad in [
+            r#"{"n": 9}"#,
+            r#"{"n": -10}"#,
+            r#"{"f": 0}"#,
+            r#"{"f": 1}"#,
+            r#"{"f": 1e-3}"#,
+            r#"{"code": "abcd"}"#,
+            r#"{"code": "ab1"}"#,
+            r#"{"code": "abc1 "}"#,
+        ] {
+            assert!(!accepts(&g, bad), "{bad}");
+        }
+        // A number must end in range: `0` cannot become `0.x` past the brace.
+        let mut s = JsonState::new(&g);
+        assert!(s.feed_all(&g, br#"{"f": 0"#) && !s.clone().feed(&g, b'}'));
     }
 
     #[test]
     fn unsupported_schemas_are_refused() {
-        for s in [
-            json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}),
-            json!({"type": "string"}),
-            json!({"type": "object", "properties": {"a": {"type": "wat"}}}),
-            json!({"type": "object", "properties": {}, "required": ["b"]}),
-            json!({"$ref": "#/x"}),
-            json!({"$ref": "https://example.com/schema"}),
-            json!({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}),
-            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}),
-            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 1e9}}}),
-            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 2}}}),
+        for (s, says) in [
+            (
+                json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "(x)\\1"}}}),
+                "'pattern' ('(x)\\1') is not supported: backreferences",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}),
+                "'format'",
+            ),
+            (
+                json!({"type": "object", "minProperties": 1}),
+                "'minProperties'",
+            ),
+            (json!({"type": "string"}), "root"),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "wat"}}}),
+                "wat",
+            ),
+            (
+                json!({"type": "object", "properties": {}, "required": ["b"]}),
+                "'b'",
+            ),
+            (json!({"$ref": "#/x"}), "#/x"),
+            (
+                json!({"$ref": "https://example.com/schema"}),
+                "does not point",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"minimum": 0}}}),
+                "needs a type",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 2}}}),
+                "no integer",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "number", "minimum": 1e20}}}),
+                "no number of at most 15 digits",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x{300}$"}}}),
+                "shortest match",
+            ),
         ] {
-            assert!(Grammar::from_schema(&s).is_err(), "{s}");
+            let err = Grammar::from_schema(&s).unwrap_err().to_string();
+            assert!(err.contains(says), "{s}: {err}");
         }
+        // Patterns share one automaton budget.
+        let many: serde_json::Map<String, Value> = (0..40)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "pattern": "^[ab]*a[ab]{7}$"}),
+                )
+            })
+            .collect();
+        let s = json!({"type": "object", "properties": many});
+        let err = Grammar::from_schema(&s).unwrap_err().to_string();
+        assert!(err.contains("budget"), "{err}");
     }
 
     /// `$defs` and `$ref` as Pydantic writes nested models, including a
@@ -229,7 +370,7 @@ mod tests {
                 "zone": {"type": "integer", "minimum": -12, "maximum": 14}}}),
             ),
         ];
-        let g = Grammar::tool_calls(&functions, false, 1).unwrap();
+        let g = Grammar::tool_calls(&functions, &CallSyntax::hermes(false), 1).unwrap();
         let one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>";
         let two = format!("{one}\n<tool_call>\n{{\"name\": \"get_time\", \"arguments\": {{\"zone\": -3}}}}\n</tool_call>");
         let ends = |text: &str| {
@@ -244,7 +385,7 @@ mod tests {
         assert!(!ends(&two.replace("-3", "15")));
         assert!(!ends(&one[..one.len() - 3]));
         // After a reply opened the call itself.
-        let g = Grammar::tool_calls(&functions, true, 0).unwrap();
+        let g = Grammar::tool_calls(&functions, &CallSyntax::hermes(true), 0).unwrap();
         let mut s = JsonState::new(&g);
         assert!(s.feed_all(&g, &one.as_bytes()["<tool_call>".len()..]) && s.can_end());
         assert!(!s.clone().feed(&g, b'\n'));

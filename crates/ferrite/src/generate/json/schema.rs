@@ -1,23 +1,34 @@
 //! The JSON a constrained reply must be: `response_format` `json_object`
 //! (any object) or a `json_schema` compiled into a small tree of [`Node`]s.
 //!
-//! The supported subset: `type` object (with `properties`, all emitted in
-//! key order; `required` must name declared properties; without
-//! `properties`, any object), array (`items`, `minItems`, `maxItems`),
-//! string, number, integer (with `minimum` / `maximum` when both bound
-//! it: a closed range of at most 100,000 values), boolean, null, a list of
-//! types, `anyOf` / `oneOf` (the first member that may start with the
-//! reply's next character is followed), `enum` and `const` of any size
-//! (one byte trie per grammar, within [`MAX_TRIE_NODES`]), and `$ref` into
-//! the schema itself (`#/$defs/...`, `#/definitions/...`, `#`; recursion
-//! is bounded by the nesting limit). Keywords that constrain further
-//! (`pattern`, `format`, `minLength`, ...) are refused with a clear error
-//! rather than ignored, so an accepted schema is always met.
+//! The supported subset: `type` object (with `properties`, emitted in the
+//! schema's key order; those not in `required` may be left out;
+//! `additionalProperties` `false` (the default here: only declared keys
+//! are written), `true` or a schema (further keys after the declared
+//! ones, never one of theirs); without `properties`, any object, or with
+//! `additionalProperties` a schema, a map of such values), array
+//! (`items`, `minItems`, `maxItems`), string (with `pattern`: a simple
+//! regular expression, see [`super::regex`]), number and integer (with
+//! `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum`, see
+//! [`super::number`]), boolean, null, a list of types, `anyOf` / `oneOf`
+//! (the first member that may start with the reply's next character is
+//! followed), `enum` and `const` of any size (one byte trie per grammar,
+//! within [`MAX_TRIE_NODES`]), and `$ref` into the schema itself
+//! (`#/$defs/...`, `#/definitions/...`, `#`; recursion is bounded by the
+//! nesting limit). Keywords that constrain further (`format`,
+//! `minLength`, `multipleOf`, ...) are refused with a clear error rather
+//! than ignored, so an accepted schema is always met.
+//!
+//! Everything is compiled once per request within budgets (trie nodes,
+//! automaton states); a step of the reply then costs the same whatever the
+//! schema's size.
 
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::number::NumRange;
+use super::regex::Dfa;
 use super::trie::Trie;
 use crate::Error;
 
@@ -34,8 +45,8 @@ pub type NodeId = usize;
 pub enum Node {
     /// Any JSON value (nesting limited by [`Grammar::max_depth`]).
     Any,
-    /// An object with exactly these properties, in this order.
-    Object(Vec<Prop>),
+    /// An object of declared properties, in their order (see [`Obj`]).
+    Object(Obj),
     /// An object with any keys and any values.
     AnyObject,
     Array {
@@ -46,6 +57,10 @@ pub enum Node {
     String,
     Number,
     Integer,
+    /// A number within bounds: `ranges[i]`.
+    Range(usize),
+    /// A string matching `patterns[i]`.
+    Pattern(usize),
     Boolean,
     Null,
     /// One of the JSON texts of trie `tries[i]`, exactly.
@@ -54,26 +69,74 @@ pub enum Node {
     Union(Vec<NodeId>),
     /// The same as another node (a `$ref`).
     Ref(NodeId),
-    /// Function calls as Qwen2.5 / Hermes templates write them (see
+    /// Function calls as a model's template writes them (see
     /// [`Grammar::tool_calls`]).
     Calls(Calls),
+}
+
+/// The fixed texts of a model's function calls (see
+/// [`Grammar::tool_calls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallSyntax {
+    /// What opens the first call, if it is part of the grammar.
+    pub open: Option<String>,
+    /// Up to the function's name.
+    pub head: String,
+    /// Between the name's closing quote and the arguments.
+    pub middle: String,
+    /// After the arguments.
+    pub tail: String,
+    /// Before a further call.
+    pub next: String,
+    /// Control-token texts the grammar writes.
+    pub markers: Vec<String>,
+}
+
+impl CallSyntax {
+    /// `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>`, as
+    /// Qwen2.5 (and Hermes-style) templates write calls, separated by a
+    /// newline; with `after_open`, the text starts after the first
+    /// `<tool_call>` (a reply that opened a call by itself).
+    pub fn hermes(after_open: bool) -> CallSyntax {
+        CallSyntax {
+            open: (!after_open).then(|| "<tool_call>".into()),
+            head: "\n{\"name\": \"".into(),
+            middle: ", \"arguments\": ".into(),
+            tail: "}\n</tool_call>".into(),
+            next: "\n<tool_call>".into(),
+            markers: vec!["<tool_call>".into(), "</tool_call>".into()],
+        }
+    }
+
+    /// `{"name": "NAME", "parameters": ARGS}`, as Llama 3.1-3.3 templates
+    /// write a call (one per reply).
+    pub fn llama3() -> CallSyntax {
+        CallSyntax {
+            open: None,
+            head: "{\"name\": \"".into(),
+            middle: ", \"parameters\": ".into(),
+            tail: "}".into(),
+            next: String::new(),
+            markers: Vec::new(),
+        }
+    }
 }
 
 /// The pieces of [`Node::Calls`]: `tries` indices of the fixed texts and
 /// of the functions' names, and each function's arguments.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Calls {
-    /// `<tool_call>` first, or the grammar starts after it.
+    /// The opening text (`<tool_call>`), if the grammar starts with it.
     pub open: Option<usize>,
-    /// `\n{"name": "`.
+    /// Up to the name (`\n{"name": "`).
     pub head: usize,
     /// Each name, JSON-escaped, with its closing quote.
     pub names: usize,
     /// `, "arguments": `.
     pub middle: usize,
-    /// `}\n</tool_call>`.
+    /// After the arguments (`}\n</tool_call>`).
     pub tail: usize,
-    /// `\n<tool_call>` before a further call.
+    /// Before a further call (`\n<tool_call>`).
     pub next: usize,
     /// The arguments of function `i` (in `names`' value order).
     pub args: Vec<NodeId>,
@@ -81,23 +144,43 @@ pub struct Calls {
     pub more: usize,
 }
 
-/// A fixed property of an object.
+/// An object's declared properties and what else it may hold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Obj {
+    pub props: Vec<Prop>,
+    /// Index in [`Grammar::tries`] of the quoted keys (an indexed trie:
+    /// text `i` is `props[i]`'s key).
+    pub keys: usize,
+    /// `next_required[i]`: the first required property at or after `i`
+    /// (`props.len()` when none is): the keys that may come next after
+    /// property `i - 1` are `i..=next_required[i]`.
+    pub next_required: Vec<usize>,
+    /// The values of keys other than the declared ones, when such keys are
+    /// allowed (after the declared ones).
+    pub extra: Option<NodeId>,
+}
+
+/// A declared property of an object.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prop {
     pub name: String,
-    /// Index in [`Grammar::tries`] of the quoted name.
-    pub key: usize,
     pub node: NodeId,
+    pub required: bool,
 }
 
 /// [`Grammar::tries`]' first entries: `true`/`false`, and `null`.
 pub const BOOL_TRIE: usize = 0;
 pub const NULL_TRIE: usize = 1;
 
-/// Most trie nodes (about 20 bytes each) a schema's `enum`s, `const`s,
-/// integer ranges and keys may take together: a larger schema is refused
-/// rather than held in memory.
+/// Most trie nodes (about 20 bytes each) a schema's `enum`s, `const`s
+/// and keys may take together: a larger schema is refused rather than
+/// held in memory.
 pub const MAX_TRIE_NODES: usize = 1 << 20;
+
+/// Most DFA states a schema's `pattern`s may take together (each state is
+/// one row of a byte-class table; building one costs up to a few
+/// microseconds).
+pub const MAX_PATTERN_STATES: usize = 8192;
 
 /// A compiled constraint: nodes and the root.
 #[derive(Clone, Debug)]
@@ -113,6 +196,10 @@ pub struct Grammar {
     pub max_items: usize,
     /// The texts `Literal`s and keys follow.
     pub tries: Vec<Trie>,
+    /// The bounds of `Range` nodes.
+    pub ranges: Vec<NumRange>,
+    /// The automata of `Pattern` nodes.
+    pub patterns: Vec<Dfa>,
     /// Texts of control tokens the grammar writes (a call's `<tool_call>`,
     /// a single token in Qwen2.5's vocabulary): those tokens are allowed,
     /// and shown in the text.
@@ -120,8 +207,7 @@ pub struct Grammar {
 }
 
 /// Keywords that would constrain values beyond what is enforced.
-const REFUSED: [&str; 12] = [
-    "pattern",
+const REFUSED: [&str; 22] = [
     "format",
     "minLength",
     "maxLength",
@@ -133,9 +219,20 @@ const REFUSED: [&str; 12] = [
     "uniqueItems",
     "contains",
     "prefixItems",
+    "minProperties",
+    "maxProperties",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "additionalItems",
+    "minContains",
+    "maxContains",
 ];
 
-/// Bounds, supported on integers only.
+/// Bounds of numbers.
 const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
 /// Default limits that make every constrained reply finish.
@@ -154,8 +251,17 @@ impl Grammar {
             max_string: MAX_STRING,
             max_items: MAX_ITEMS,
             tries,
+            ranges: Vec::new(),
+            patterns: Vec::new(),
             markers: Vec::new(),
         }
+    }
+
+    fn compiled(c: Compiler, root: NodeId) -> Grammar {
+        let mut g = Grammar::with_root(c.nodes, root, c.tries);
+        g.ranges = c.ranges;
+        g.patterns = c.patterns;
+        g
     }
 
     /// `json_object`: any JSON object.
@@ -165,44 +271,30 @@ impl Grammar {
 
     /// A JSON schema; the error names what is not supported.
     pub fn from_schema(schema: &Value) -> Result<Grammar, Error> {
-        let mut c = Compiler {
-            root: schema,
-            nodes: Vec::new(),
-            tries: base_tries(),
-            trie_nodes: 0,
-            refs: HashMap::new(),
-        };
+        let mut c = Compiler::new(schema);
         let root = c.compile(schema, 0)?;
-        let g = Grammar::with_root(c.nodes, root, c.tries);
+        let g = Grammar::compiled(c, root);
         if !matches!(g.node(root), Node::Object(_) | Node::AnyObject) {
             return Err(bad("the schema's root must be an object (type: object)"));
         }
         Ok(g)
     }
 
-    /// Function calls, `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>`
-    /// as Qwen2.5 (and Hermes-style) templates write them: `functions` are
-    /// each name with the JSON schema of its arguments (an object), the
-    /// arguments following the named function's schema. With
-    /// `after_open`, the text starts after the first `<tool_call>` (a
-    /// reply that opened a call by itself); with `more`, up to that many
-    /// further calls may follow, each after a newline.
+    /// Function calls as `syntax` writes them (Qwen2.5 / Hermes
+    /// `<tool_call>` blocks, Llama 3's bare JSON): `functions` are each
+    /// name with the JSON schema of its arguments (an object), the
+    /// arguments following the named function's schema; up to `more`
+    /// further calls may follow the first, each after `syntax.next`.
     pub fn tool_calls(
         functions: &[(String, Value)],
-        after_open: bool,
+        syntax: &CallSyntax,
         more: usize,
     ) -> Result<Grammar, Error> {
         if functions.is_empty() {
             return Err(bad("no function to call"));
         }
         let empty = Value::Null;
-        let mut c = Compiler {
-            root: &empty,
-            nodes: Vec::new(),
-            tries: base_tries(),
-            trie_nodes: 0,
-            refs: HashMap::new(),
-        };
+        let mut c = Compiler::new(&empty);
         let mut args = Vec::with_capacity(functions.len());
         let mut names = Vec::with_capacity(functions.len());
         for (name, schema) in functions {
@@ -224,22 +316,21 @@ impl Grammar {
             names.push(quoted[1..].to_string());
         }
         let calls = Calls {
-            open: if after_open {
-                None
-            } else {
-                Some(c.trie(&["<tool_call>"])?)
+            open: match &syntax.open {
+                Some(t) => Some(c.trie(&[t])?),
+                None => None,
             },
-            head: c.trie(&["\n{\"name\": \""])?,
+            head: c.trie(&[&syntax.head])?,
             names: c.trie(&names)?,
-            middle: c.trie(&[", \"arguments\": "])?,
-            tail: c.trie(&["}\n</tool_call>"])?,
-            next: c.trie(&["\n<tool_call>"])?,
+            middle: c.trie(&[&syntax.middle])?,
+            tail: c.trie(&[&syntax.tail])?,
+            next: c.trie(&[&syntax.next])?,
             args,
             more,
         };
         let root = c.push(Node::Calls(calls));
-        let mut g = Grammar::with_root(c.nodes, root, c.tries);
-        g.markers = vec!["<tool_call>".into(), "</tool_call>".into()];
+        let mut g = Grammar::compiled(c, root);
+        g.markers = syntax.markers.clone();
         Ok(g)
     }
 
@@ -265,6 +356,11 @@ impl Grammar {
             Node::Array { min, .. } => c == b'[' && (!deep || *min == 0),
             Node::String => c == b'"',
             Node::Number | Node::Integer => c == b'-' || c.is_ascii_digit(),
+            Node::Range(r) => {
+                let r = &self.ranges[*r];
+                r.step(&Default::default(), c).is_some()
+            }
+            Node::Pattern(_) => c == b'"',
             Node::Boolean => c == b't' || c == b'f',
             Node::Null => c == b'n',
             Node::Literal(t) => self.tries[*t].step(0, c).is_some(),
@@ -285,9 +381,6 @@ fn base_tries() -> Vec<Trie> {
 /// Nesting of schemas we follow at most (a hostile schema could be deep).
 const MAX_SCHEMA_DEPTH: usize = 32;
 
-/// Most integers a range may hold (it becomes a trie of them).
-const MAX_RANGE: f64 = 100_000.0;
-
 struct Compiler<'s> {
     /// The whole schema (what `$ref`s point into).
     root: &'s Value,
@@ -296,9 +389,26 @@ struct Compiler<'s> {
     trie_nodes: usize,
     /// The node of each `$ref` compiled so far (a recursive one finds it).
     refs: HashMap<String, NodeId>,
+    ranges: Vec<NumRange>,
+    patterns: Vec<Dfa>,
+    /// DFA states the patterns may still take.
+    pattern_budget: usize,
 }
 
-impl Compiler<'_> {
+impl<'s> Compiler<'s> {
+    fn new(root: &'s Value) -> Compiler<'s> {
+        Compiler {
+            root,
+            nodes: Vec::new(),
+            tries: base_tries(),
+            trie_nodes: 0,
+            refs: HashMap::new(),
+            ranges: Vec::new(),
+            patterns: Vec::new(),
+            pattern_budget: MAX_PATTERN_STATES,
+        }
+    }
+
     fn push(&mut self, n: Node) -> NodeId {
         self.nodes.push(n);
         self.nodes.len() - 1
@@ -306,13 +416,21 @@ impl Compiler<'_> {
 
     /// A trie of `texts`, counted against [`MAX_TRIE_NODES`].
     fn trie<S: AsRef<[u8]>>(&mut self, texts: &[S]) -> Result<usize, Error> {
+        self.make_trie(texts, false)
+    }
+
+    fn make_trie<S: AsRef<[u8]>>(&mut self, texts: &[S], indexed: bool) -> Result<usize, Error> {
         // A trie has at most one node per byte, plus the root: refuse
         // what is surely too big before building it.
         let bytes: usize = texts.iter().map(|t| t.as_ref().len()).sum();
         if texts.len() > MAX_TRIE_NODES || (bytes > 2 * MAX_TRIE_NODES) {
             return Err(too_big());
         }
-        let t = Trie::new(texts);
+        let t = if indexed {
+            Trie::indexed(texts)
+        } else {
+            Trie::new(texts)
+        };
         self.trie_nodes += t.size();
         if self.trie_nodes > MAX_TRIE_NODES {
             return Err(too_big());
@@ -362,18 +480,15 @@ impl Compiler<'_> {
         if let Some(k) = REFUSED.iter().find(|k| obj.contains_key(**k)) {
             return Err(bad(format!("the schema keyword '{k}' is not supported")));
         }
-        // (A list of types is checked per type.)
-        let integer = match obj.get("type") {
-            Some(Value::String(t)) => t == "integer",
-            Some(Value::Array(_)) => true,
-            _ => false,
-        };
         if let Some(k) = BOUNDS.iter().find(|k| obj.contains_key(**k)) {
-            if !integer {
+            if !obj.contains_key("type") && !obj.contains_key("$ref") {
                 return Err(bad(format!(
-                    "the schema keyword '{k}' is supported on integers only"
+                    "the schema keyword '{k}' needs a type (number or integer)"
                 )));
             }
+        }
+        if obj.contains_key("pattern") && !obj.contains_key("type") {
+            return Err(bad("the schema keyword 'pattern' needs type string"));
         }
         if let Some(r) = obj.get("$ref") {
             let r = r.as_str().ok_or_else(|| bad("$ref must be a string"))?;
@@ -422,45 +537,73 @@ impl Compiler<'_> {
         }
     }
 
-    /// An integer with bounds: both must be given (a closed range of at
-    /// most [`MAX_RANGE`] values), which becomes a trie of its integers.
-    fn integer_range(&mut self, obj: &Map<String, Value>) -> Result<NodeId, Error> {
-        let bound = |k: &str| -> Result<Option<f64>, Error> {
-            obj.get(k)
-                .map(|v| {
-                    v.as_f64()
-                        .ok_or_else(|| bad(format!("{k} must be a number")))
-                })
-                .transpose()
+    /// An object: declared properties (optional ones may be left out) and
+    /// `additionalProperties`.
+    fn object(&mut self, obj: &Map<String, Value>, depth: usize) -> Result<Node, Error> {
+        let extra = match obj.get("additionalProperties") {
+            None | Some(Value::Bool(false)) => None,
+            Some(s) => Some(self.compile(s, depth + 1)?),
         };
-        let lo = match (bound("minimum")?, bound("exclusiveMinimum")?) {
-            (Some(a), Some(b)) => Some(a.ceil().max(b.floor() + 1.0)),
-            (Some(a), None) => Some(a.ceil()),
-            (None, Some(b)) => Some(b.floor() + 1.0),
-            (None, None) => None,
+        let Some(props) = obj.get("properties") else {
+            return Ok(match extra {
+                // Declared nothing, and nothing else limited: any object.
+                None if !obj.contains_key("additionalProperties") => Node::AnyObject,
+                _ if obj.get("additionalProperties") == Some(&Value::Bool(true)) => Node::AnyObject,
+                extra => {
+                    let keys = self.make_trie(&[""; 0], true)?;
+                    Node::Object(Obj {
+                        props: Vec::new(),
+                        keys,
+                        next_required: vec![0],
+                        extra,
+                    })
+                }
+            });
         };
-        let hi = match (bound("maximum")?, bound("exclusiveMaximum")?) {
-            (Some(a), Some(b)) => Some(a.floor().min(b.ceil() - 1.0)),
-            (Some(a), None) => Some(a.floor()),
-            (None, Some(b)) => Some(b.ceil() - 1.0),
-            (None, None) => None,
-        };
-        let (Some(lo), Some(hi)) = (lo, hi) else {
-            return Err(bad(
-                "an integer's bounds are supported only as a closed range (both a minimum and a maximum)",
-            ));
-        };
-        if lo > hi {
-            return Err(bad(format!("no integer lies between {lo} and {hi}")));
+        let props = props
+            .as_object()
+            .ok_or_else(|| bad("properties must be an object"))?;
+        let mut required = Vec::new();
+        for r in obj
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let r = r
+                .as_str()
+                .ok_or_else(|| bad("required must list property names"))?;
+            if !props.contains_key(r) {
+                return Err(bad(format!("required property '{r}' is not in properties")));
+            }
+            required.push(r);
         }
-        if hi - lo >= MAX_RANGE {
-            return Err(bad(format!(
-                "an integer range may hold at most {MAX_RANGE} values; {lo}..={hi} holds more"
-            )));
+        let mut fields = Vec::with_capacity(props.len());
+        let mut quoted = Vec::with_capacity(props.len());
+        for (name, sub) in props {
+            let node = self.compile(sub, depth + 1)?;
+            quoted.push(serde_json::to_string(name).unwrap_or_default());
+            fields.push(Prop {
+                name: name.clone(),
+                node,
+                required: required.contains(&name.as_str()),
+            });
         }
-        let texts: Vec<String> = (lo as i64..=hi as i64).map(|i| i.to_string()).collect();
-        let t = self.trie(&texts)?;
-        Ok(self.push(Node::Literal(t)))
+        let keys = self.make_trie(&quoted, true)?;
+        let mut next_required = vec![fields.len(); fields.len() + 1];
+        for i in (0..fields.len()).rev() {
+            next_required[i] = if fields[i].required {
+                i
+            } else {
+                next_required[i + 1]
+            };
+        }
+        Ok(Node::Object(Obj {
+            props: fields,
+            keys,
+            next_required,
+            extra,
+        }))
     }
 
     fn compile_type(
@@ -470,46 +613,41 @@ impl Compiler<'_> {
         depth: usize,
     ) -> Result<NodeId, Error> {
         let node = match t {
-            "string" => Node::String,
-            "number" => Node::Number,
-            "integer" if BOUNDS.iter().any(|k| obj.contains_key(*k)) => {
-                return self.integer_range(obj)
-            }
-            "integer" => Node::Integer,
-            "boolean" => Node::Boolean,
-            "null" => Node::Null,
-            "object" => match obj.get("properties").and_then(Value::as_object) {
-                None => Node::AnyObject,
-                Some(props) => {
-                    let mut fields = Vec::with_capacity(props.len());
-                    for (name, sub) in props {
-                        let node = self.compile(sub, depth + 1)?;
-                        let quoted = serde_json::to_string(name).unwrap_or_default();
-                        let key = self.trie(&[quoted])?;
-                        fields.push(Prop {
-                            name: name.clone(),
-                            key,
-                            node,
-                        });
+            "string" => match obj.get("pattern") {
+                None => Node::String,
+                Some(p) => {
+                    let p = p
+                        .as_str()
+                        .ok_or_else(|| bad("the schema keyword 'pattern' must be a string"))?;
+                    let dfa = Dfa::compile(p, &mut self.pattern_budget).map_err(|e| {
+                        bad(format!(
+                            "the schema keyword 'pattern' ('{p}') is not supported: {e}"
+                        ))
+                    })?;
+                    if dfa.dist(0) > MAX_STRING {
+                        return Err(bad(format!(
+                            "the schema keyword 'pattern' ('{p}'): its shortest match is longer \
+                             than {MAX_STRING} bytes"
+                        )));
                     }
-                    for r in obj
-                        .get("required")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                    {
-                        let r = r
-                            .as_str()
-                            .ok_or_else(|| bad("required must list property names"))?;
-                        if !props.contains_key(r) {
-                            return Err(bad(format!(
-                                "required property '{r}' is not in properties"
-                            )));
-                        }
-                    }
-                    Node::Object(fields)
+                    self.patterns.push(dfa);
+                    Node::Pattern(self.patterns.len() - 1)
                 }
             },
+            "number" | "integer" => {
+                let int_only = t == "integer";
+                match NumRange::from_schema(obj, int_only)? {
+                    Some(r) => {
+                        self.ranges.push(r);
+                        Node::Range(self.ranges.len() - 1)
+                    }
+                    None if int_only => Node::Integer,
+                    None => Node::Number,
+                }
+            }
+            "boolean" => Node::Boolean,
+            "null" => Node::Null,
+            "object" => self.object(obj, depth)?,
             "array" => {
                 let item = match obj.get("items") {
                     Some(items) => self.compile(items, depth + 1)?,
@@ -533,7 +671,7 @@ impl Compiler<'_> {
 
 fn too_big() -> Error {
     bad(format!(
-        "the schema's enum / const values, integer ranges and keys are too large \
+        "the schema's enum / const values and keys are too large \
          (more than {MAX_TRIE_NODES} trie nodes)"
     ))
 }

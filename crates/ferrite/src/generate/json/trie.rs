@@ -24,12 +24,27 @@ pub struct Trie {
     nodes: Vec<Node>,
     /// `(byte, child)`, sorted by byte within each node's run.
     edges: Vec<(u8, TrieNode)>,
+    /// With [`Trie::indexed`]: for each node, the sorted input indices of
+    /// the texts below it (`index[spans[n].0..spans[n].1]`).
+    spans: Vec<(u32, u32)>,
+    index: Vec<u32>,
 }
 
 impl Trie {
     /// The trie of `texts` (duplicates allowed: the first one's index is
     /// the text's [`Trie::value`]).
     pub fn new<S: AsRef<[u8]>>(texts: &[S]) -> Trie {
+        Trie::build(texts, false)
+    }
+
+    /// [`Trie::new`], also recording which texts lie below each node, so
+    /// that a walk may be kept to texts of some indices
+    /// ([`Trie::reaches`]). Takes one more `u32` per text byte.
+    pub fn indexed<S: AsRef<[u8]>>(texts: &[S]) -> Trie {
+        Trie::build(texts, true)
+    }
+
+    fn build<S: AsRef<[u8]>>(texts: &[S], indexed: bool) -> Trie {
         let mut pairs: Vec<(&[u8], u32)> = texts
             .iter()
             .enumerate()
@@ -48,11 +63,15 @@ impl Trie {
         let mut t = Trie {
             nodes: vec![empty.clone()],
             edges: Vec::new(),
+            spans: Vec::new(),
+            index: Vec::new(),
         };
+        let mut ranges = vec![(0usize, 0usize); 1];
         // Each pending entry: a node and its texts (sorted, sharing the
         // first `depth` bytes).
         let mut pending = vec![(0u32, 0usize, 0usize, sorted.len())];
         while let Some((node, depth, lo, hi)) = pending.pop() {
+            ranges[node as usize] = (lo, hi);
             let mut lo = lo;
             if lo < hi && sorted[lo].len() == depth {
                 let n = &mut t.nodes[node as usize];
@@ -68,6 +87,7 @@ impl Trie {
                 let j = i + rest[i..].partition_point(|s| s[depth] == b);
                 let child = t.nodes.len() as TrieNode;
                 t.nodes.push(empty.clone());
+                ranges.push((0, 0));
                 t.edges.push((b, child));
                 pending.push((child, depth + 1, lo + i, lo + j));
                 i = j;
@@ -76,12 +96,31 @@ impl Trie {
             n.first = first as u32;
             n.len = (t.edges.len() - first) as u32;
         }
+        if indexed {
+            for &(lo, hi) in &ranges {
+                let start = t.index.len();
+                t.index.extend_from_slice(&values[lo..hi]);
+                t.index[start..].sort_unstable();
+                t.spans.push((start as u32, t.index.len() as u32));
+            }
+        }
         t
     }
 
     /// Nodes in the trie (its size, for budgets).
     pub fn size(&self) -> usize {
-        self.nodes.len()
+        self.nodes.len() + self.index.len()
+    }
+
+    /// Whether a text of input index in `lo..=hi` lies at or below `node`
+    /// (an [`Trie::indexed`] trie; any other answers true).
+    pub fn reaches(&self, node: TrieNode, lo: usize, hi: usize) -> bool {
+        let Some(&(a, b)) = self.spans.get(node as usize) else {
+            return true;
+        };
+        let run = &self.index[a as usize..b as usize];
+        let at = run.partition_point(|&v| (v as usize) < lo);
+        run.get(at).is_some_and(|&v| v as usize <= hi)
     }
 
     /// The child of `node` by byte `b`.
@@ -136,5 +175,17 @@ mod tests {
         let n = walk(&t, "1").unwrap();
         assert!(t.is_terminal(n) && !t.is_leaf(n));
         assert_eq!(Trie::new(&[""; 0]).size(), 1);
+    }
+
+    #[test]
+    fn indexed_walks_know_which_texts_lie_below() {
+        let t = Trie::indexed(&["\"b\"", "\"a\"", "\"ab\"", "\"c\""]);
+        let a = walk(&t, "\"a").unwrap();
+        assert!(t.reaches(a, 1, 1) && t.reaches(a, 2, 3) && !t.reaches(a, 3, 3));
+        assert!(t.reaches(0, 3, 3) && !t.reaches(0, 4, 9));
+        assert!(!t.reaches(walk(&t, "\"b").unwrap(), 1, 3));
+        assert_eq!(t.value(walk(&t, "\"ab\"").unwrap()), Some(2));
+        // An unindexed trie does not restrict.
+        assert!(Trie::new(&["x"]).reaches(0, 5, 5));
     }
 }
