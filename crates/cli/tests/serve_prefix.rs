@@ -242,6 +242,7 @@ fn a_burst_of_n16_requests_gives_its_memory_back() {
     };
     assert_eq!(s.post("/v1/chat/completions", &body(1, 0)).status, 200);
     let before = rss_bytes(s.pid());
+    let s = &s;
     let peak = std::thread::scope(|scope| {
         let hs: Vec<_> = (0..4)
             .map(|r| scope.spawn(move || s.post("/v1/chat/completions", &body(16, 100 * r))))
