@@ -183,3 +183,102 @@ fn concurrent_requests_sharing_a_prefix_and_a_tiny_budget() {
         );
     }
 }
+
+/// The process's resident memory, in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kib << 10
+}
+
+#[test]
+fn choices_sharing_the_prompts_blocks_give_the_bits_of_separate_requests() {
+    for args in [&["smollm2", "--prefix-cache-mib", "0"][..], &["smollm2"]] {
+        let s = Server::start(args);
+        // Sampled (temperature 0.8, seed 8) with logprobs; choice i draws
+        // with seed 8 + i, so it must be the request with that seed.
+        let mut body = request(1);
+        body["n"] = json!(4);
+        let together = s.post("/v1/chat/completions", &body).json();
+        let choices = together["choices"].as_array().unwrap();
+        assert_eq!(choices.len(), 4);
+        let mut texts = Vec::new();
+        for (i, c) in choices.iter().enumerate() {
+            let mut one = request(1);
+            one["seed"] = json!(8 + i);
+            let alone = s.post("/v1/chat/completions", &one).json();
+            let a = &alone["choices"][0];
+            assert_eq!(c["index"], i);
+            for key in ["message", "logprobs", "finish_reason"] {
+                assert_eq!(c[key], a[key], "{args:?}: choice {i}, {key}");
+            }
+            texts.push(c["message"]["content"].to_string());
+        }
+        texts.dedup();
+        assert!(texts.len() > 1, "the seeds give different replies");
+        // Every block went back to the pool but the prefix cache's.
+        assert_eq!(
+            s.metric("ferrite_kv_pool_bytes"),
+            s.metric("ferrite_prefix_cache_bytes"),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn a_burst_of_n16_requests_gives_its_memory_back() {
+    let s = Server::start(&["smollm2", "--prefix-cache-mib", "0"]);
+    let body = |n: usize, seed: usize| {
+        let mut b = request(1);
+        b["n"] = json!(n);
+        b["seed"] = json!(seed);
+        b["max_tokens"] = json!(48);
+        b
+    };
+    assert_eq!(s.post("/v1/chat/completions", &body(1, 0)).status, 200);
+    let before = rss_bytes(s.pid());
+    let s = &s;
+    let peak = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..4)
+            .map(|r| scope.spawn(move || s.post("/v1/chat/completions", &body(16, 100 * r))))
+            .collect();
+        let mut peak = 0u64;
+        while !hs.iter().all(|h| h.is_finished()) {
+            peak = peak.max(rss_bytes(s.pid()));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        for h in hs {
+            let r = h.join().unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.json()["choices"].as_array().unwrap().len(), 16);
+        }
+        peak
+    });
+    assert_eq!(s.metric("ferrite_kv_pool_bytes"), 0.0);
+    // Freed memory goes back to the system once the scheduler is idle.
+    let bound = before + (16 << 20);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut after = rss_bytes(s.pid());
+    while after > bound && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        after = rss_bytes(s.pid());
+    }
+    let mib = |b: u64| b >> 20;
+    eprintln!(
+        "RSS before {} MiB, peak {} MiB, after {} MiB",
+        mib(before),
+        mib(peak),
+        mib(after)
+    );
+    assert!(
+        after <= bound,
+        "RSS before {} MiB, after {} MiB",
+        mib(before),
+        mib(after)
+    );
+}

@@ -48,6 +48,7 @@ pub struct Metrics {
     cached_tokens: Family<ModelLabel, Counter>,
     prefix_cache_bytes: Family<ModelLabel, Gauge>,
     prefix_evicted: Family<ModelLabel, Counter>,
+    kv_pool_bytes: Family<ModelLabel, Gauge>,
 }
 
 /// One model's metrics, cheap to clone (each handle shares its value).
@@ -75,6 +76,8 @@ pub struct ModelMetrics {
     pub prefix_cache_bytes: Gauge,
     /// Prefix-cache blocks evicted to stay in the budget.
     pub prefix_evicted: Counter,
+    /// Bytes of KV blocks alive (running sequences and the prefix cache).
+    pub kv_pool_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -101,6 +104,7 @@ impl Metrics {
             cached_tokens: Family::default(),
             prefix_cache_bytes: Family::default(),
             prefix_evicted: Family::default(),
+            kv_pool_bytes: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -164,6 +168,11 @@ impl Metrics {
             "Prefix-cache blocks evicted to stay within --prefix-cache-mib",
             m.prefix_evicted.clone(),
         );
+        registry.register(
+            "kv_pool_bytes",
+            "Bytes of KV-cache blocks alive: running sequences' and the prefix cache's, each shared block once",
+            m.kv_pool_bytes.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -195,6 +204,7 @@ impl Metrics {
             cached_tokens: self.cached_tokens.get_or_create(&l).clone(),
             prefix_cache_bytes: self.prefix_cache_bytes.get_or_create(&l).clone(),
             prefix_evicted: self.prefix_evicted.get_or_create(&l).clone(),
+            kv_pool_bytes: self.kv_pool_bytes.get_or_create(&l).clone(),
         }
     }
 

@@ -1,8 +1,16 @@
 //! The KV cache: keys and values of every past position, per layer, stored
 //! as f16 like llama.cpp's default cache (half the memory of f32, and the
-//! same rounding llama.cpp applies), preallocated for the whole context so
-//! that decoding allocates nothing (pages are touched only as positions
-//! fill up).
+//! same rounding llama.cpp applies).
+//!
+//! Paged: a layer's slots live in blocks of [`KV_BLOCK`] positions, each
+//! allocated when its first position is stored and counted in a
+//! [`KvPool`]. Blocks are reference-counted and copied on write: cloning a
+//! cache (a fork: `n > 1` choices, beam hypotheses) shares every block,
+//! and a block is copied only when one of its holders stores a position in
+//! it; the server's prefix cache holds the same blocks. A block's memory
+//! is freed when its last holder drops it. Attention reads a layer as
+//! runs of rows, one per block, in position order: the kernels sum over
+//! the rows in that order whatever the runs, so paging changes no bits.
 //!
 //! A layer's cache may hold fewer slots than the context (sliding-window
 //! layers): position `p` lives in slot `p % capacity`. Such a ring can only
@@ -11,8 +19,14 @@
 //! nothing when asked to rewind further than [`KvCache::set_max_rewind`]
 //! allows.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use ferrite_kernels::attend::F16Rows;
 use ferrite_kernels::quant::f16_bits_from_f32;
+
+/// Positions per block.
+pub const KV_BLOCK: usize = 16;
 
 /// How a cache stores keys and values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,16 +38,77 @@ pub enum KvType {
     F32,
 }
 
+/// Where the blocks of some caches count their bytes: every block made
+/// for a cache of the pool (new, or a copy on write) adds its bytes, and
+/// takes them back when it is freed.
+#[derive(Clone, Default, Debug)]
+pub struct KvPool(Arc<AtomicUsize>);
+
+impl KvPool {
+    pub fn new() -> KvPool {
+        KvPool::default()
+    }
+
+    /// Bytes of the pool's blocks alive now.
+    pub fn bytes(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// [`KV_BLOCK`] positions of one layer: their keys then their values
+/// (`kv_dim` values each), in f16 bits (`f16`) or f32 (`f32`; the other
+/// one empty).
+#[derive(Debug)]
+pub struct KvBlock {
+    f16: Vec<u16>,
+    f32: Vec<f32>,
+    pool: KvPool,
+}
+
+impl KvBlock {
+    fn new(kv_dim: usize, ty: KvType, pool: &KvPool) -> KvBlock {
+        let n = 2 * KV_BLOCK * kv_dim;
+        let (n16, n32) = match ty {
+            KvType::F16 => (n, 0),
+            KvType::F32 => (0, n),
+        };
+        KvBlock::counted(vec![0; n16], vec![0.0; n32], pool.clone())
+    }
+
+    fn counted(f16: Vec<u16>, f32: Vec<f32>, pool: KvPool) -> KvBlock {
+        let b = KvBlock { f16, f32, pool };
+        b.pool.0.fetch_add(b.bytes(), Ordering::Relaxed);
+        b
+    }
+
+    /// Bytes of keys and values the block holds.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of_val(&self.f16[..]) + std::mem::size_of_val(&self.f32[..])
+    }
+}
+
+/// A copy on write: counted in the same pool.
+impl Clone for KvBlock {
+    fn clone(&self) -> KvBlock {
+        KvBlock::counted(self.f16.clone(), self.f32.clone(), self.pool.clone())
+    }
+}
+
+impl Drop for KvBlock {
+    fn drop(&mut self) {
+        self.pool.0.fetch_sub(self.bytes(), Ordering::Relaxed);
+    }
+}
+
 /// Keys and values of one layer: `capacity` slots of `kv_dim` values each,
-/// in f16 (`k`, `v`) or in f32 (`k32`, `v32`; the others then empty).
+/// in blocks of [`KV_BLOCK`] slots (`None` until a slot of it is stored).
 #[derive(Clone)]
 pub struct LayerKv {
     kv_dim: usize,
     capacity: usize,
-    k: Vec<u16>,   // (capacity, kv_dim) f16 bits
-    v: Vec<u16>,   // (capacity, kv_dim) f16 bits
-    k32: Vec<f32>, // (capacity, kv_dim)
-    v32: Vec<f32>, // (capacity, kv_dim)
+    ty: KvType,
+    pool: KvPool,
+    blocks: Vec<Option<Arc<KvBlock>>>,
 }
 
 impl LayerKv {
@@ -42,103 +117,127 @@ impl LayerKv {
     }
 
     pub fn with_type(kv_dim: usize, capacity: usize, ty: KvType) -> LayerKv {
-        let (n16, n32) = match ty {
-            KvType::F16 => (kv_dim * capacity, 0),
-            KvType::F32 => (0, kv_dim * capacity),
-        };
+        LayerKv::in_pool(kv_dim, capacity, ty, &KvPool::new())
+    }
+
+    /// As [`LayerKv::with_type`], its blocks counted in `pool`.
+    pub fn in_pool(kv_dim: usize, capacity: usize, ty: KvType, pool: &KvPool) -> LayerKv {
         LayerKv {
             kv_dim,
             capacity,
-            k: vec![0; n16],
-            v: vec![0; n16],
-            k32: vec![0.0; n32],
-            v32: vec![0.0; n32],
+            ty,
+            pool: pool.clone(),
+            blocks: vec![None; capacity.div_ceil(KV_BLOCK)],
         }
     }
 
     /// Whether keys and values are kept in f32 (read them with
     /// [`LayerKv::key_f32`] / [`LayerKv::value_f32`]).
     pub fn is_f32(&self) -> bool {
-        self.k.is_empty() && !self.k32.is_empty()
+        self.ty == KvType::F32
     }
 
     /// The key of position `pos` in an f32 cache (`kv_dim` values).
     pub fn key_f32(&self, pos: usize) -> &[f32] {
-        &self.k32[self.slot(pos)]
+        let (b, r) = self.locate(pos);
+        &self.stored(b).f32[r * self.kv_dim..(r + 1) * self.kv_dim]
     }
 
     /// The value of position `pos` in an f32 cache (`kv_dim` values).
     pub fn value_f32(&self, pos: usize) -> &[f32] {
-        &self.v32[self.slot(pos)]
+        let (b, r) = self.locate(pos);
+        let r = KV_BLOCK + r;
+        &self.stored(b).f32[r * self.kv_dim..(r + 1) * self.kv_dim]
     }
 
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
-    fn slot(&self, pos: usize) -> std::ops::Range<usize> {
+    /// The block and row within it of position `pos`'s slot.
+    fn locate(&self, pos: usize) -> (usize, usize) {
         let s = pos % self.capacity;
-        s * self.kv_dim..(s + 1) * self.kv_dim
+        (s / KV_BLOCK, s % KV_BLOCK)
     }
 
-    /// Stores the key and value of position `pos` (`kv_dim` values each).
+    /// Block `b`, which must hold a stored position (attention reads only
+    /// positions stored before).
+    fn stored(&self, b: usize) -> &KvBlock {
+        self.blocks[b]
+            .as_deref()
+            .expect("KV cache read of a position never stored")
+    }
+
+    /// Stores the key and value of position `pos` (`kv_dim` values each),
+    /// allocating its block, or copying it first when other caches share
+    /// it.
     pub fn store(&mut self, pos: usize, k: &[f32], v: &[f32]) {
-        let slot = self.slot(pos);
-        if self.is_f32() {
-            self.k32[slot.clone()].copy_from_slice(&k[..self.kv_dim]);
-            self.v32[slot].copy_from_slice(&v[..self.kv_dim]);
+        let (kv_dim, ty) = (self.kv_dim, self.ty);
+        let (b, r) = self.locate(pos);
+        let pool = &self.pool;
+        let block = self.blocks[b].get_or_insert_with(|| Arc::new(KvBlock::new(kv_dim, ty, pool)));
+        let block = Arc::make_mut(block);
+        let (kr, vr) = (r * kv_dim, (KV_BLOCK + r) * kv_dim);
+        if ty == KvType::F32 {
+            block.f32[kr..kr + kv_dim].copy_from_slice(&k[..kv_dim]);
+            block.f32[vr..vr + kv_dim].copy_from_slice(&v[..kv_dim]);
             return;
         }
-        for (d, &x) in self.k[slot.clone()].iter_mut().zip(k) {
+        for (d, &x) in block.f16[kr..kr + kv_dim].iter_mut().zip(k) {
             *d = f16_bits_from_f32(x);
         }
-        for (d, &x) in self.v[slot].iter_mut().zip(v) {
+        for (d, &x) in block.f16[vr..vr + kv_dim].iter_mut().zip(v) {
             *d = f16_bits_from_f32(x);
         }
     }
 
-    /// The keys of positions `positions` (at most `capacity` of them), from
-    /// value `offset` of each on: one run of rows, or two where the ring
-    /// wraps, in position order.
-    pub fn key_runs(&self, positions: std::ops::Range<usize>, offset: usize) -> [F16Rows<'_>; 2] {
-        self.runs(&self.k, positions, offset)
+    /// Appends to `out` the keys of positions `positions` (at most
+    /// `capacity` of them), from value `offset` of each on: one run of rows
+    /// per block they span, in position order (wrapping around a ring).
+    pub fn key_runs<'a>(
+        &'a self,
+        positions: std::ops::Range<usize>,
+        offset: usize,
+        out: &mut Vec<F16Rows<'a>>,
+    ) {
+        self.runs(0, positions, offset, out)
     }
 
     /// As [`LayerKv::key_runs`], for the values.
-    pub fn value_runs(&self, positions: std::ops::Range<usize>, offset: usize) -> [F16Rows<'_>; 2] {
-        self.runs(&self.v, positions, offset)
-    }
-
-    fn runs<'a>(
-        &self,
-        table: &'a [u16],
+    pub fn value_runs<'a>(
+        &'a self,
         positions: std::ops::Range<usize>,
         offset: usize,
-    ) -> [F16Rows<'a>; 2] {
-        let n = positions.len().min(self.capacity);
-        let first = positions.start % self.capacity;
-        let head = n.min(self.capacity - first);
-        let bytes = u16_bytes(table);
-        let stride = 2 * self.kv_dim;
-        let run = |slot: usize, n: usize| F16Rows {
-            bytes: bytes.get(slot * stride + 2 * offset..).unwrap_or_default(),
-            stride,
-            n,
-        };
-        [run(first, head), run(0, n - head)]
+        out: &mut Vec<F16Rows<'a>>,
+    ) {
+        self.runs(KV_BLOCK, positions, offset, out)
     }
 
-    /// A copy holding the first `n` positions' slots (the rest zero, in
-    /// fresh memory the system maps only when written).
-    fn fork(&self, n: usize) -> LayerKv {
-        let used = n.min(self.capacity) * self.kv_dim;
-        LayerKv {
-            kv_dim: self.kv_dim,
-            capacity: self.capacity,
-            k: prefix_copy(&self.k, used),
-            v: prefix_copy(&self.v, used),
-            k32: prefix_copy(&self.k32, used),
-            v32: prefix_copy(&self.v32, used),
+    /// Runs of the rows from row `half` of each block (0: keys,
+    /// `KV_BLOCK`: values).
+    fn runs<'a>(
+        &'a self,
+        half: usize,
+        positions: std::ops::Range<usize>,
+        offset: usize,
+        out: &mut Vec<F16Rows<'a>>,
+    ) {
+        let stride = 2 * self.kv_dim;
+        let mut left = positions.len().min(self.capacity);
+        let mut slot = positions.start % self.capacity.max(1);
+        while left > 0 {
+            let (b, r) = (slot / KV_BLOCK, slot % KV_BLOCK);
+            let n = left.min(KV_BLOCK - r).min(self.capacity - slot);
+            let bytes = u16_bytes(&self.stored(b).f16);
+            out.push(F16Rows {
+                bytes: bytes
+                    .get((half + r) * stride + 2 * offset..)
+                    .unwrap_or_default(),
+                stride,
+                n,
+            });
+            left -= n;
+            slot = (slot + n) % self.capacity;
         }
     }
 
@@ -152,14 +251,20 @@ impl LayerKv {
     /// they are (f16 or f32, little-endian); whether that slot still holds
     /// `pos` is [`KvCache::stored_rows`]'s to say.
     fn raw(&self, pos: usize) -> (&[u8], &[u8]) {
-        let slot = self.slot(pos);
+        let (b, r) = self.locate(pos);
+        let block = self.stored(b);
+        let (k, v) = (r * self.kv_dim, (KV_BLOCK + r) * self.kv_dim);
+        let n = self.kv_dim;
         if self.is_f32() {
             (
-                f32_bytes(&self.k32[slot.clone()]),
-                f32_bytes(&self.v32[slot]),
+                f32_bytes(&block.f32[k..k + n]),
+                f32_bytes(&block.f32[v..v + n]),
             )
         } else {
-            (u16_bytes(&self.k[slot.clone()]), u16_bytes(&self.v[slot]))
+            (
+                u16_bytes(&block.f16[k..k + n]),
+                u16_bytes(&block.f16[v..v + n]),
+            )
         }
     }
 
@@ -167,29 +272,56 @@ impl LayerKv {
     /// (of a cache of the same model): a bit-exact copy, no conversion.
     /// Panics unless `k` and `v` are [`LayerKv::row_bytes`] long.
     pub fn store_raw(&mut self, pos: usize, k: &[u8], v: &[u8]) {
-        let slot = self.slot(pos);
-        if self.is_f32() {
-            f32_bytes_mut(&mut self.k32[slot.clone()]).copy_from_slice(k);
-            f32_bytes_mut(&mut self.v32[slot]).copy_from_slice(v);
+        let (kv_dim, ty) = (self.kv_dim, self.ty);
+        let (b, r) = self.locate(pos);
+        let pool = &self.pool;
+        let block = self.blocks[b].get_or_insert_with(|| Arc::new(KvBlock::new(kv_dim, ty, pool)));
+        let block = Arc::make_mut(block);
+        let (kr, vr) = (r * kv_dim, (KV_BLOCK + r) * kv_dim);
+        if ty == KvType::F32 {
+            f32_bytes_mut(&mut block.f32[kr..kr + kv_dim]).copy_from_slice(k);
+            f32_bytes_mut(&mut block.f32[vr..vr + kv_dim]).copy_from_slice(v);
         } else {
-            u16_bytes_mut(&mut self.k[slot.clone()]).copy_from_slice(k);
-            u16_bytes_mut(&mut self.v[slot]).copy_from_slice(v);
+            u16_bytes_mut(&mut block.f16[kr..kr + kv_dim]).copy_from_slice(k);
+            u16_bytes_mut(&mut block.f16[vr..vr + kv_dim]).copy_from_slice(v);
         }
     }
 
     /// The key of position `pos`: `kv_dim` little-endian f16 values.
     pub fn key(&self, pos: usize) -> &[u8] {
-        u16_bytes(&self.k[self.slot(pos)])
+        self.raw(pos).0
     }
 
     /// The value of position `pos`: `kv_dim` little-endian f16 values.
     pub fn value(&self, pos: usize) -> &[u8] {
-        u16_bytes(&self.v[self.slot(pos)])
+        self.raw(pos).1
+    }
+
+    /// Block `b` (slots `b * KV_BLOCK..`), shared: what a prefix cache
+    /// keeps. `None` when none of its slots was stored.
+    pub fn block(&self, b: usize) -> Option<Arc<KvBlock>> {
+        self.blocks.get(b)?.clone()
+    }
+
+    /// Makes `block` (another cache's [`LayerKv::block`] `b`, of the same
+    /// model) this layer's block `b`, shared: its positions read as they
+    /// were stored there, and storing into it copies it first. Ignored
+    /// when `b` is past the layer's slots or `block` has another shape.
+    pub fn share_block(&mut self, b: usize, block: Arc<KvBlock>) {
+        let n = 2 * KV_BLOCK * self.kv_dim;
+        let fits = match self.ty {
+            KvType::F16 => block.f16.len() == n,
+            KvType::F32 => block.f32.len() == n,
+        };
+        if let (Some(slot), true) = (self.blocks.get_mut(b), fits) {
+            *slot = Some(block);
+        }
     }
 }
 
 /// The cache of every layer, and how many positions it holds. Cloning it
-/// forks the sequence (beam search, a shared prompt prefix).
+/// forks the sequence (beam search, a shared prompt prefix), sharing the
+/// blocks until either side stores into them.
 #[derive(Clone)]
 pub struct KvCache {
     pub layers: Vec<LayerKv>,
@@ -220,10 +352,21 @@ impl KvCache {
 
     /// As [`KvCache::new`], storing keys and values as `ty`.
     pub fn with_type(kv_dim: usize, n_ctx: usize, capacities: &[usize], ty: KvType) -> KvCache {
+        KvCache::in_pool(kv_dim, n_ctx, capacities, ty, &KvPool::new())
+    }
+
+    /// As [`KvCache::with_type`], its blocks counted in `pool`.
+    pub fn in_pool(
+        kv_dim: usize,
+        n_ctx: usize,
+        capacities: &[usize],
+        ty: KvType,
+        pool: &KvPool,
+    ) -> KvCache {
         KvCache {
             layers: capacities
                 .iter()
-                .map(|&c| LayerKv::with_type(kv_dim, c, ty))
+                .map(|&c| LayerKv::in_pool(kv_dim, c, ty, pool))
                 .collect(),
             n_ctx,
             len: 0,
@@ -232,18 +375,10 @@ impl KvCache {
         }
     }
 
-    /// A fork of the sequence as `clone` makes, but copying only the
-    /// positions written (`clone` copies, and so commits, the whole
-    /// context's memory): what the server's `n > 1` choices start from.
+    /// A fork of the sequence (what the server's `n > 1` choices start
+    /// from): the same as `clone`, which shares every block copy-on-write.
     pub fn fork(&self) -> KvCache {
-        let n = self.written.max(self.len);
-        KvCache {
-            layers: self.layers.iter().map(|l| l.fork(n)).collect(),
-            n_ctx: self.n_ctx,
-            len: self.len,
-            max_rewind: self.max_rewind,
-            written: self.written,
-        }
+        self.clone()
     }
 
     /// The key and value bytes (f16 or f32 as stored) of position `pos`
@@ -280,15 +415,6 @@ impl KvCache {
         }
         self.len
     }
-}
-
-/// A zeroed vector as long as `src` (allocated zeroed, so its pages stay
-/// unmapped until written) with `src`'s first `used` values.
-fn prefix_copy<T: Copy + Default>(src: &[T], used: usize) -> Vec<T> {
-    let mut d = vec![T::default(); src.len()];
-    let used = used.min(src.len());
-    d[..used].copy_from_slice(&src[..used]);
-    d
 }
 
 /// The bytes of a u16 slice (little-endian: ferrite builds only for
@@ -343,7 +469,6 @@ mod tests {
         let f = unlimited.fork();
         assert_eq!(f.layers[0].key(3), unlimited.layers[0].key(3));
         assert_eq!(f.layers[0].value(3), unlimited.layers[0].value(3));
-        assert_eq!(f.layers[0].k.len(), unlimited.layers[0].k.len());
         assert_eq!(f.len, 4);
         unlimited.len = 90;
         assert_eq!(unlimited.truncate(1), 1);
@@ -389,5 +514,55 @@ mod tests {
                 assert_eq!(b.stored_rows(1, p), a.stored_rows(1, p));
             }
         }
+    }
+
+    /// Forks share blocks until one side stores into them; blocks come
+    /// from the pool and go back to it; runs follow the blocks in
+    /// position order, around the ring too.
+    #[test]
+    fn blocks_are_shared_copied_on_write_and_returned_to_the_pool() {
+        let pool = KvPool::new();
+        let block = 2 * KV_BLOCK * 4 * 2;
+        let mut a = KvCache::in_pool(4, 64, &[64, 20], KvType::F16, &pool);
+        for p in 0..20 {
+            for l in &mut a.layers {
+                l.store(p, &[p as f32; 4], &[-(p as f32); 4]);
+            }
+        }
+        a.len = 20;
+        // Two blocks per layer.
+        assert_eq!(pool.bytes(), 4 * block);
+        let mut b = a.fork();
+        assert_eq!(pool.bytes(), 4 * block, "a fork copies nothing");
+        b.layers[0].store(20, &[9.0; 4], &[9.0; 4]);
+        // Position 20 is in block 1: copied, then written.
+        assert_eq!(pool.bytes(), 5 * block);
+        assert_eq!(a.layers[0].key(19), b.layers[0].key(19));
+        assert_ne!(a.layers[0].key(20), b.layers[0].key(20));
+        assert!(Arc::ptr_eq(
+            &a.layers[0].block(0).unwrap(),
+            &b.layers[0].block(0).unwrap()
+        ));
+        // Runs: one per block, position order; the ring of 20 slots holds
+        // position 20 in slot 0.
+        let mut runs = Vec::new();
+        a.layers[0].key_runs(3..20, 1, &mut runs);
+        assert_eq!(runs.iter().map(|r| r.n).collect::<Vec<_>>(), [13, 4]);
+        assert_eq!(&runs[0].bytes[..2], &a.layers[0].key(3)[2..4]);
+        assert_eq!(&runs[1].bytes[..2], &a.layers[0].key(16)[2..4]);
+        b.layers[1].store(20, &[7.0; 4], &[7.0; 4]);
+        runs.clear();
+        b.layers[1].value_runs(5..21, 0, &mut runs);
+        assert_eq!(runs.iter().map(|r| r.n).collect::<Vec<_>>(), [11, 4, 1]);
+        assert_eq!(&runs[2].bytes[..8], b.layers[1].value(20));
+        assert_eq!(&runs[1].bytes[..8], b.layers[1].value(16));
+        // A block shared into another cache reads the same.
+        let mut c = KvCache::in_pool(4, 64, &[64, 20], KvType::F16, &pool);
+        c.layers[0].share_block(0, a.layers[0].block(0).unwrap());
+        assert_eq!(c.layers[0].key(7), a.layers[0].key(7));
+        drop((a, b));
+        assert_eq!(pool.bytes(), block, "c holds one block");
+        drop(c);
+        assert_eq!(pool.bytes(), 0);
     }
 }

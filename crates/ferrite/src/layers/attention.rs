@@ -91,6 +91,8 @@ pub fn attention(
         let mine = unsafe { scratch.segment(thread * per_thread, per_thread) };
         let (acc, rest) = mine.split_at_mut(hd);
         let scores = &mut rest[hd..];
+        // The runs of rows (one per cache block) of the current item.
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
         for item in items {
             // Items run through the tokens from both ends in turn (0, n-1,
             // 1, n-2, ...): a causal token's cost grows with its position,
@@ -116,7 +118,8 @@ pub fn attention(
                 }
                 continue;
             }
-            let keys = cache.key_runs(first..pos + 1, kv_off);
+            keys.clear();
+            cache.key_runs(first..pos + 1, kv_off, &mut keys);
             scores_f16(qs, per_item, &keys, hd, shape.scale, scores);
             if let Some(cap) = shape.softcap {
                 softcap(scores, cap);
@@ -125,7 +128,8 @@ pub fn attention(
                 // The kernels' vectorized softmax (one fixed summation order).
                 softmax_sink(s, shape.sinks.map(|k| k[h]));
             }
-            let values = cache.value_runs(first..pos + 1, kv_off);
+            values.clear();
+            cache.value_runs(first..pos + 1, kv_off, &mut values);
             // SAFETY: the (token, head) pairs are split across threads, so
             // these heads' output values are written by this thread only.
             let o = unsafe { out.segment(t * q_dim + heads.start * hd, per_item * hd) };

@@ -29,7 +29,7 @@ use std::ops::Range;
 use ferrite_kernels::math::{activate, silu_mul, Activation};
 use ferrite_kernels::GgmlType;
 
-use crate::generate::kv_cache::{KvCache, KvType};
+use crate::generate::kv_cache::{KvCache, KvPool, KvType, KV_BLOCK};
 use crate::layers::activation::geglu_in_place;
 use crate::layers::attention::{attention, AttnShape, Positions};
 use crate::layers::moe::Moe;
@@ -209,8 +209,27 @@ impl Decoder {
         }
     }
 
+    /// Bytes of the key/value blocks a sequence allocates (or copies on
+    /// write) to store positions `positions`: in each layer, the blocks
+    /// they span, at most the layer's ring.
+    pub fn kv_block_bytes(&self, positions: std::ops::Range<usize>, n_ctx: usize) -> usize {
+        if positions.is_empty() {
+            return 0;
+        }
+        let per_value = match self.kv_type() {
+            KvType::F16 => 2,
+            KvType::F32 => 4,
+        };
+        let spanned = positions.end.div_ceil(KV_BLOCK) - positions.start / KV_BLOCK;
+        let block = KV_BLOCK * self.shape.kv_dim() * 2 * per_value;
+        (0..self.blocks.len())
+            .map(|l| spanned.min(self.cache_capacity(l, n_ctx).div_ceil(KV_BLOCK)) * block)
+            .sum()
+    }
+
     /// Bytes of the key/value cache of one sequence of `n_ctx` positions
-    /// (what [`Decoder::new_cache`] allocates).
+    /// (what [`Decoder::new_cache`] allocates once every position is
+    /// stored).
     pub fn kv_bytes(&self, n_ctx: usize) -> usize {
         let per_value = match self.kv_type() {
             KvType::F16 => 2,
@@ -251,6 +270,11 @@ impl Decoder {
     /// An empty KV cache for `n_ctx` positions (one per sequence; it can be
     /// cloned to fork a sequence).
     pub fn new_cache(&self, n_ctx: usize) -> Result<KvCache, Error> {
+        self.new_cache_in(n_ctx, &KvPool::new())
+    }
+
+    /// As [`Decoder::new_cache`], its blocks counted in `pool`.
+    pub fn new_cache_in(&self, n_ctx: usize, pool: &KvPool) -> Result<KvCache, Error> {
         if n_ctx == 0 {
             return Err(Error::Input("the context size must be at least 1".into()));
         }
@@ -275,7 +299,13 @@ impl Decoder {
         let capacities: Vec<usize> = (0..self.blocks.len())
             .map(|l| self.cache_capacity(l, n_ctx))
             .collect();
-        let mut cache = KvCache::with_type(self.shape.kv_dim(), n_ctx, &capacities, self.kv_type());
+        let mut cache = KvCache::in_pool(
+            self.shape.kv_dim(),
+            n_ctx,
+            &capacities,
+            self.kv_type(),
+            pool,
+        );
         if let Some(rewind) = self.max_rewind(n_ctx) {
             cache.set_max_rewind(rewind);
         }

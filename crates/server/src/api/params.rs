@@ -174,7 +174,7 @@ impl Common {
                 )
             });
         }
-        let need = m.cache_bytes(prompt_len + max_tokens).saturating_mul(n);
+        let need = m.kv_need(prompt_len, 0, max_tokens).total(n);
         if need > m.kv_budget {
             return Err(ApiError::bad_request(format!(
                 "this request needs {} MiB of KV cache, more than the server's budget of {} MiB \

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use ferrite::formats::gguf::GgufFile;
 use ferrite::generate::chat::{model_template, turn_end_tokens, ChatTemplate};
+use ferrite::generate::kv_cache::KvPool;
 use ferrite::models::transformer::Decoder;
 use ferrite::models::{load_causal_lm, CausalLm};
 use ferrite::tokenize::Tokenizer;
@@ -34,6 +35,9 @@ pub struct GenModel {
     pub ctx: usize,
     /// KV-cache bytes all sequences may reserve.
     pub kv_budget: usize,
+    /// Where every KV block of the model's sequences and prefix cache is
+    /// counted.
+    pub pool: KvPool,
     pub queue: Queue<GenRequest>,
     pub metrics: ModelMetrics,
 }
@@ -62,6 +66,7 @@ impl GenModel {
             end_tokens,
             ctx,
             kv_budget: limits.kv_cache_mib.saturating_mul(1 << 20),
+            pool: KvPool::new(),
             queue: Queue::new(limits.max_queue),
             metrics,
         })
@@ -71,9 +76,32 @@ impl GenModel {
         self.lm.decoder()
     }
 
-    /// Bytes of a KV cache of `n_ctx` positions (what
-    /// `Decoder::new_cache` allocates).
-    pub fn cache_bytes(&self, n_ctx: usize) -> usize {
-        self.decoder().kv_bytes(n_ctx)
+    /// KV bytes a request reserves: its prompt's blocks from position
+    /// `cached` on (the ones before come shared from the prefix cache),
+    /// and per choice the blocks its reply may allocate or copy on write
+    /// (the prompt's last block, shared by the choices, included).
+    pub fn kv_need(&self, prompt: usize, cached: usize, max_tokens: usize) -> KvNeed {
+        let d = self.decoder();
+        let end = prompt + max_tokens;
+        KvNeed {
+            prompt: d.kv_block_bytes(cached..prompt, end),
+            per_choice: d.kv_block_bytes(prompt..end, end),
+        }
+    }
+}
+
+/// KV bytes a request reserves ([`GenModel::kv_need`]).
+#[derive(Clone, Copy, Debug)]
+pub struct KvNeed {
+    /// Held until the request ends.
+    pub prompt: usize,
+    /// Held by each choice until it ends.
+    pub per_choice: usize,
+}
+
+impl KvNeed {
+    pub fn total(&self, n: usize) -> usize {
+        self.prompt
+            .saturating_add(self.per_choice.saturating_mul(n))
     }
 }

@@ -1,8 +1,9 @@
 //! The prefix cache: keys and values of prompt prefixes already computed,
-//! kept in fixed-size blocks of [`BLOCK`] positions so that a request
-//! whose prompt starts with the same tokens (a system prompt, few-shot
-//! examples, the earlier turns of a chat) copies them into its cache
-//! instead of running them again.
+//! kept as the KV cache's own blocks of [`BLOCK`] positions (shared, not
+//! copied: a block stays in memory once however many sequences and cache
+//! entries hold it) so that a request whose prompt starts with the same
+//! tokens (a system prompt, few-shot examples, the earlier turns of a
+//! chat) starts from them instead of running them again.
 //!
 //! Blocks form a tree: a block is found by its parent block and its own
 //! tokens (compared exactly, never by hash alone), so a block stands for
@@ -11,16 +12,18 @@
 //! only a block nobody holds and with no children may be evicted, least
 //! recently used first, whenever the blocks' bytes would pass the budget.
 //!
-//! A prefix copied from here gives the same bits as computing it: the
-//! bytes are the ones the forward pass stored, and the decoder's prefill
+//! A prefix taken from here gives the same bits as computing it: the
+//! blocks are the ones the forward pass stored into (a sequence that
+//! stores into a shared block copies it first), and the decoder's prefill
 //! is bit-identical however it is split into chunks.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use ferrite::generate::kv_cache::KvCache;
+use ferrite::generate::kv_cache::{KvBlock, KvCache, KV_BLOCK};
 
 /// Positions per block.
-pub const BLOCK: usize = 16;
+pub const BLOCK: usize = KV_BLOCK;
 
 type Id = u64;
 
@@ -30,9 +33,11 @@ const ROOT: Id = 0;
 struct Node {
     parent: Id,
     tokens: Vec<u32>,
-    /// Every layer's keys then values of the block's positions:
-    /// `[layer][position][k | v]`, `row_bytes` each.
-    data: Vec<u8>,
+    /// Every layer's block of these positions, shared with the caches
+    /// that ran or reuse them.
+    blocks: Vec<Arc<KvBlock>>,
+    /// Their bytes.
+    bytes: usize,
     children: usize,
     holders: usize,
     last_used: u64,
@@ -89,9 +94,9 @@ impl PrefixCache {
         self.budget > 0 && cache.layers.iter().all(|l| l.capacity() >= cache.n_ctx)
     }
 
-    /// Copies the longest cached prefix of `prompt` (whole blocks, leaving
+    /// Shares the longest cached prefix of `prompt` (whole blocks, leaving
     /// at least its last token to run, whose logits are needed) into the
-    /// empty `cache`, sets its length, and holds the last block copied.
+    /// empty `cache`, sets its length, and holds the last block shared.
     pub fn lookup(&mut self, prompt: &[u32], cache: &mut KvCache) -> Hit {
         let mut hit = Hit {
             positions: 0,
@@ -116,15 +121,8 @@ impl PrefixCache {
             let now = self.tick();
             let node = self.nodes.get_mut(id).expect("indexed blocks exist");
             node.last_used = now;
-            let row = node.data.len() / (2 * BLOCK * cache.layers.len());
-            for (l, layer) in cache.layers.iter_mut().enumerate() {
-                let at = l * BLOCK * 2 * row;
-                for (i, kv) in node.data[at..at + BLOCK * 2 * row]
-                    .chunks_exact(2 * row)
-                    .enumerate()
-                {
-                    layer.store_raw(b * BLOCK + i, &kv[..row], &kv[row..]);
-                }
+            for (layer, block) in cache.layers.iter_mut().zip(&node.blocks) {
+                layer.share_block(b, block.clone());
             }
         }
         if let Some(&last) = chain.last() {
@@ -184,16 +182,9 @@ impl PrefixCache {
             if !room {
                 return;
             }
-            let mut data = Vec::with_capacity(block_bytes);
-            for l in 0..cache.layers.len() {
-                for p in b * BLOCK..(b + 1) * BLOCK {
-                    let Some((k, v)) = cache.stored_rows(l, p) else {
-                        return;
-                    };
-                    data.extend_from_slice(k);
-                    data.extend_from_slice(v);
-                }
-            }
+            let Some(blocks) = cache.layers.iter().map(|l| l.block(b)).collect() else {
+                return;
+            };
             let id = self.next_id;
             self.next_id += 1;
             if let Some(n) = self.nodes.get_mut(&parent) {
@@ -205,7 +196,8 @@ impl PrefixCache {
                 Node {
                     parent,
                     tokens: key.1.clone(),
-                    data,
+                    blocks,
+                    bytes: block_bytes,
                     children: 0,
                     holders: 0,
                     last_used: now,
@@ -238,7 +230,7 @@ impl PrefixCache {
             if let Some(p) = self.nodes.get_mut(&node.parent) {
                 p.children -= 1;
             }
-            self.stats.bytes -= node.data.len();
+            self.stats.bytes -= node.bytes;
             self.stats.evicted_blocks += 1;
         }
         true

@@ -7,17 +7,24 @@
 //! sequence alone, and each choice samples with its own seeded generator,
 //! so a request's tokens do not depend on what else is running.
 //!
-//! A request's prompt is prefilled once; when its last prompt token has
-//! run, its cache is forked into `n` choices (copying the prompt's
-//! positions only: the rest of each cache is untouched, unmapped memory). A choice's cache is
-//! freed the moment it ends. Admission is first-come first-served and
-//! waits (never fails mid-sequence) while the KV memory a request needs
-//! (`n` caches of prompt + `max_tokens` positions) is not free.
+//! KV caches are paged (`ferrite::generate::kv_cache`): blocks of 16
+//! positions, counted in the model's pool, shared copy-on-write. A
+//! request's prompt is prefilled once; when its last prompt token has
+//! run, its cache is forked into `n` choices that share the prompt's
+//! blocks (each copies only the partly filled last one when it writes its
+//! first token). A choice's blocks are let go the moment it ends.
+//! Admission is first-come first-served and waits (never fails
+//! mid-sequence) while the KV memory a request may need is not free: its
+//! prompt's blocks once, plus `n` times the blocks of `max_tokens` more
+//! positions (`GenModel::kv_need`).
 //!
 //! At admission, the longest prefix of the prompt found in the prefix
-//! cache (`prefix.rs`: whole blocks of 16 positions of prompts that ran
-//! before) is copied into the request's cache, and prefill starts after
-//! it; when the prompt has run, its blocks not cached yet are stored.
+//! cache (`prefix.rs`: whole blocks of prompts that ran before) is shared
+//! into the request's cache, and prefill starts after it; when the prompt
+//! has run, its blocks not cached yet are shared into the prefix cache.
+//! When the last request ends, freed heap memory is handed back to the
+//! system (`malloc_trim`), so the process's RSS comes back down after a
+//! burst.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -31,7 +38,7 @@ use ferrite::parallel::Threads;
 use super::choice::{Choice, Ends};
 use super::prefix::PrefixCache;
 use super::request::{Event, GenRequest, Usage};
-use super::GenModel;
+use super::{GenModel, KvNeed};
 use crate::config::Limits;
 use crate::error::ApiError;
 
@@ -55,8 +62,8 @@ pub fn spawn(
 /// An admitted request.
 struct Active<'t> {
     req: GenRequest,
-    /// KV bytes reserved per live choice.
-    per_choice: usize,
+    /// KV bytes reserved for the prompt, and per live choice.
+    need: KvNeed,
     stage: Stage<'t>,
     completion_tokens: usize,
     first_token_seen: bool,
@@ -76,6 +83,11 @@ enum Stage<'t> {
 }
 
 impl Active<'_> {
+    /// KV bytes the request holds reserved now.
+    fn reserved(&self) -> usize {
+        self.need.total(self.live())
+    }
+
     /// Sequences this request runs (or will run, during prefill).
     fn live(&self) -> usize {
         match &self.stage {
@@ -103,6 +115,8 @@ struct Scheduler<'t> {
     /// KV bytes reserved by admitted requests.
     reserved: usize,
     prefix: PrefixCache,
+    /// Memory was freed since the scheduler was last idle.
+    freed: bool,
 }
 
 impl<'t> Scheduler<'t> {
@@ -115,6 +129,7 @@ impl<'t> Scheduler<'t> {
             logits: Vec::new(),
             active: Vec::new(),
             reserved: 0,
+            freed: false,
             prefix: PrefixCache::new(limits.prefix_cache_mib.saturating_mul(1 << 20)),
         }
     }
@@ -125,6 +140,9 @@ impl<'t> Scheduler<'t> {
             self.admit();
             self.update_gauges();
             if self.active.is_empty() {
+                if std::mem::take(&mut self.freed) {
+                    release_free_memory();
+                }
                 self.m.queue.wait(IDLE_WAIT);
                 continue;
             }
@@ -148,6 +166,7 @@ impl<'t> Scheduler<'t> {
         mm.kv_usage
             .set(self.reserved as f64 / self.m.kv_budget.max(1) as f64);
         mm.prefix_cache_bytes.set(self.prefix.stats.bytes as i64);
+        mm.kv_pool_bytes.set(self.m.pool.bytes() as i64);
         let evicted = self.prefix.stats.evicted_blocks;
         mm.prefix_evicted
             .inc_by(evicted - mm.prefix_evicted.get().min(evicted));
@@ -165,13 +184,14 @@ impl<'t> Scheduler<'t> {
         self.active.retain(|a| {
             let closed = a.req.events.is_closed();
             if closed {
-                freed += a.per_choice * a.live();
+                freed += a.reserved();
                 cancelled += 1;
                 prefix.release(a.held);
             }
             !closed
         });
         self.reserved -= freed;
+        self.freed |= cancelled > 0;
         let dropped = gone + cancelled;
         if dropped > 0 {
             self.m.metrics.requests.inc_by(dropped as u64);
@@ -187,26 +207,34 @@ impl<'t> Scheduler<'t> {
             let mut running = self.running();
             while let Some(head) = q.requests.front() {
                 let n = head.params.n;
-                let per_choice = self.m.cache_bytes(head.positions());
-                let need = per_choice * n;
-                if running + n > self.limits.max_seqs || self.reserved + need > self.m.kv_budget {
+                let need = self.m.kv_need(head.prompt.len(), 0, head.params.max_tokens);
+                if running + n > self.limits.max_seqs
+                    || self.reserved + need.total(n) > self.m.kv_budget
+                {
                     break;
                 }
                 running += n;
-                self.reserved += need;
+                self.reserved += need.total(n);
                 if let Some(req) = q.requests.pop_front() {
-                    admitted.push((req, per_choice));
+                    admitted.push((req, need));
                 }
             }
         }
-        for (req, per_choice) in admitted {
-            match self.m.decoder().new_cache(req.positions()) {
+        for (req, mut need) in admitted {
+            match self.m.decoder().new_cache_in(req.positions(), &self.m.pool) {
                 Ok(mut cache) => {
                     let hit = self.prefix.lookup(&req.prompt, &mut cache);
                     self.m.metrics.cached_tokens.inc_by(hit.positions as u64);
+                    // The prompt's cached blocks are shared, not new.
+                    let prompt = self
+                        .m
+                        .kv_need(req.prompt.len(), hit.positions, req.params.max_tokens)
+                        .prompt;
+                    self.reserved -= need.prompt - prompt;
+                    need.prompt = prompt;
                     self.active.push(Active {
                         req,
-                        per_choice,
+                        need,
                         stage: Stage::Prefill {
                             cache,
                             fed: hit.positions,
@@ -218,7 +246,7 @@ impl<'t> Scheduler<'t> {
                     })
                 }
                 Err(e) => {
-                    self.reserved -= per_choice * req.params.n;
+                    self.reserved -= need.total(req.params.n);
                     let _ = req
                         .events
                         .send(Event::Failed(ApiError::from_lib(&e, "prompt")));
@@ -382,7 +410,7 @@ impl<'t> Scheduler<'t> {
             choice.last_token_at = Some(now);
         }
         if finished.is_some() {
-            self.reserved -= act.per_choice;
+            self.reserved -= act.need.per_choice;
             // The first choice's prompt and reply (the tokens that ran: all
             // but the last picked) go to the prefix cache, for the next
             // turn of a chat; the cache is then freed.
@@ -405,6 +433,10 @@ impl<'t> Scheduler<'t> {
             |a| matches!(&a.stage, Stage::Decode(cs) if cs.iter().all(Choice::is_finished)),
         );
         self.active = running;
+        for a in &done {
+            self.reserved -= a.need.prompt;
+        }
+        self.freed |= !done.is_empty();
         self.update_gauges();
         let m = &self.m.metrics;
         for a in done {
@@ -416,5 +448,17 @@ impl<'t> Scheduler<'t> {
                 cached_tokens: a.cached,
             }));
         }
+    }
+}
+
+/// Hands the heap's free memory back to the system: glibc keeps freed
+/// blocks in its arenas (the scheduler's thread has an arena of its own)
+/// and returns only the top of each heap by itself.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and trims the allocator's own free
+    // lists; it takes the arenas' locks and touches no caller memory.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
