@@ -61,6 +61,7 @@ pub mod models;
 pub mod open;
 pub mod parallel;
 pub mod quantize;
+mod temp_output;
 pub mod tensor;
 pub mod tokenize;
 pub mod translate;

@@ -45,6 +45,26 @@ fn read_json(path: &Path, required: bool) -> Result<Option<Json>, Error> {
         .map_err(|e| Error::model(shown(), format!("invalid JSON: {e}")))
 }
 
+/// The number of tokens of `tokenizer.json` (its model's vocabulary and
+/// its added tokens, counted as Gemma 3's converter counts them).
+pub(super) fn tokenizer_json_size(dir: &Path) -> Result<u64, Error> {
+    let path = dir.join("tokenizer.json");
+    let j = read_json(&path, true)?.unwrap_or_default();
+    let vocab = j.get("model").and_then(|m| m.get("vocab"));
+    let n = vocab
+        .and_then(|v| {
+            v.as_object()
+                .map(|o| o.len())
+                .or(v.as_array().map(Vec::len))
+        })
+        .ok_or_else(|| Error::model(path.display().to_string(), "no model vocabulary"))?;
+    let added = j
+        .get("added_tokens")
+        .and_then(Json::as_array)
+        .map_or(0, Vec::len);
+    Ok((n + added) as u64)
+}
+
 /// The vocabulary kind written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum VocabKind {

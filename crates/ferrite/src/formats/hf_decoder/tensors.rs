@@ -302,10 +302,15 @@ pub(crate) fn convert<'a>(
             let mut values = vec![0f32; t.shape.iter().product()];
             ferrite_kernels::quant::dequantize(ty, data, &mut values)
                 .map_err(|e| bad(e.to_string()))?;
-            let bytes = values
-                .iter()
-                .flat_map(|v| (v + 1.0).to_le_bytes())
-                .collect();
+            values.iter_mut().for_each(|v| *v += 1.0);
+            // As the converter (torch): an F16 tensor's sum is an F16 value.
+            if ty == GgmlType::F16 {
+                let mut half = vec![0u8; data.len()];
+                ferrite_kernels::quant::quantize(ty, &values, &mut half)
+                    .and_then(|()| ferrite_kernels::quant::dequantize(ty, &half, &mut values))
+                    .map_err(|e| bad(e.to_string()))?;
+            }
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             let dims = t.shape.iter().rev().map(|&d| d as u64).collect();
             return Ok(Out {
                 name,
