@@ -54,59 +54,58 @@ pub(super) fn gpt2(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
     Ok(())
 }
 
+/// The layer count's spellings (`TextModel.block_count`).
+const BLOCKS: [&str; 4] = ["n_layers", "num_hidden_layers", "n_layer", "num_layers"];
+
+/// Required keys in order: GGUF key, `config.json` spellings, whether it
+/// is a number (else a size).
+fn required(x: &Ctx, md: &mut Metadata, keys: &[(&str, &[&str], bool)]) -> Result<(), Error> {
+    for (key, names, float) in keys {
+        let v = if *float {
+            x.need_float(names)?
+        } else {
+            x.need_uint(names)?
+        };
+        x.put(md, key, v);
+    }
+    Ok(())
+}
+
 /// `Gemma2Model` (instead of the generic keys).
 pub(super) fn gemma2(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
-    x.put(
+    required(
+        x,
         md,
-        "context_length",
-        x.need_uint(&["max_position_embeddings"])?,
-    );
-    x.put(md, "embedding_length", x.need_uint(&["hidden_size"])?);
-    x.put(
-        md,
-        "block_count",
-        x.need_uint(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?,
-    );
-    x.put(
-        md,
-        "feed_forward_length",
-        x.need_uint(&["intermediate_size"])?,
-    );
-    x.put(
-        md,
-        "attention.head_count",
-        x.need_uint(&["num_attention_heads"])?,
-    );
-    x.put(
-        md,
-        "attention.head_count_kv",
-        x.need_uint(&["num_key_value_heads", "num_attention_heads"])?,
-    );
-    x.put(
-        md,
-        "attention.layer_norm_rms_epsilon",
-        x.need_float(&["rms_norm_eps"])?,
-    );
-    let head_dim = x.need_uint(&["head_dim"])?;
-    x.put(md, "attention.key_length", head_dim.clone());
-    x.put(md, "attention.value_length", head_dim);
+        &[
+            ("context_length", &["max_position_embeddings"], false),
+            ("embedding_length", &["hidden_size"], false),
+            ("block_count", &BLOCKS, false),
+            ("feed_forward_length", &["intermediate_size"], false),
+            ("attention.head_count", &["num_attention_heads"], false),
+            (
+                "attention.head_count_kv",
+                &["num_key_value_heads", "num_attention_heads"],
+                false,
+            ),
+            ("attention.layer_norm_rms_epsilon", &["rms_norm_eps"], true),
+            ("attention.key_length", &["head_dim"], false),
+            ("attention.value_length", &["head_dim"], false),
+        ],
+    )?;
     x.file_type(md);
-    x.put(
+    required(
+        x,
         md,
-        "attn_logit_softcapping",
-        x.need_float(&["attn_logit_softcapping"])?,
-    );
-    x.put(
-        md,
-        "final_logit_softcapping",
-        x.need_float(&["final_logit_softcapping"])?,
-    );
-    x.put(
-        md,
-        "attention.sliding_window",
-        x.need_uint(&["sliding_window"])?,
-    );
-    Ok(())
+        &[
+            ("attn_logit_softcapping", &["attn_logit_softcapping"], true),
+            (
+                "final_logit_softcapping",
+                &["final_logit_softcapping"],
+                true,
+            ),
+            ("attention.sliding_window", &["sliding_window"], false),
+        ],
+    )
 }
 
 /// `Gemma3Model`: the generic keys, then some again with Gemma 3's
@@ -259,36 +258,26 @@ pub(super) fn phi3(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
         "rope.scaling.original_context_length",
         x.uint(orig, "original_max_position_embeddings")?,
     );
-    x.put(
+    required(
+        x,
         md,
-        "embedding_length",
-        x.need_uint(&["hidden_size", "n_embd"])?,
-    );
-    x.put(
-        md,
-        "feed_forward_length",
-        x.need_uint(&["intermediate_size"])?,
-    );
-    x.put(
-        md,
-        "block_count",
-        x.need_uint(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?,
-    );
-    x.put(
-        md,
-        "attention.head_count",
-        x.need_uint(&["num_attention_heads", "n_head"])?,
-    );
-    x.put(
-        md,
-        "attention.head_count_kv",
-        x.need_uint(&["num_key_value_heads", "n_head_kv"])?,
-    );
-    x.put(
-        md,
-        "attention.layer_norm_rms_epsilon",
-        x.need_float(&["rms_norm_eps"])?,
-    );
+        &[
+            ("embedding_length", &["hidden_size", "n_embd"], false),
+            ("feed_forward_length", &["intermediate_size"], false),
+            ("block_count", &BLOCKS, false),
+            (
+                "attention.head_count",
+                &["num_attention_heads", "n_head"],
+                false,
+            ),
+            (
+                "attention.head_count_kv",
+                &["num_key_value_heads", "n_head_kv"],
+                false,
+            ),
+            ("attention.layer_norm_rms_epsilon", &["rms_norm_eps"], true),
+        ],
+    )?;
     x.put(md, "rope.dimension_count", Value::U32(rope_dims as u32));
     let theta = global_rope(&rp)
         .get("rope_theta")

@@ -191,10 +191,10 @@ pub(super) fn write_tensors<W: Write>(
                     let o = hf_decoder::convert(st, info, p.name.clone(), reshape, hp, &src)?;
                     (o.data, o.ty)
                 }
-                None => (
-                    std::borrow::Cow::Borrowed(encoder_data(st, info, &src)?),
-                    info.ty.unwrap_or(GgmlType::F32),
-                ),
+                None => {
+                    let (data, ty) = hf_decoder::checked_data(st, info, &src)?;
+                    (std::borrow::Cow::Borrowed(data), ty)
+                }
             };
             let data = match rows {
                 Some(n) => {
@@ -226,28 +226,6 @@ pub(super) fn write_tensors<W: Write>(
     }
     w.flush().map_err(io)?;
     Ok(())
-}
-
-/// An encoder tensor's bytes, checked as the decoders' are.
-fn encoder_data<'a>(
-    st: &'a SafetensorsDir,
-    t: &StTensorInfo,
-    source: &str,
-) -> Result<&'a [u8], Error> {
-    let bad = |problem: String| Error::model(source, format!("tensor '{}': {problem}", t.name));
-    if !matches!(t.ty, Some(GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)) {
-        return Err(bad(format!(
-            "dtype {} is not supported (F32, F16, BF16)",
-            t.dtype
-        )));
-    }
-    if t.shape.is_empty() || t.shape.len() > 2 || t.shape.contains(&0) {
-        return Err(bad(format!(
-            "shape {:?} is not a vector or a matrix",
-            t.shape
-        )));
-    }
-    Ok(st.tensor_data(t))
 }
 
 fn encode(values: &[f32], p: &Planned) -> Result<Vec<u8>, Error> {

@@ -252,15 +252,13 @@ pub(super) fn transpose(data: &[u8], rows: usize, cols: usize, elem: usize) -> V
     out
 }
 
-/// One HF tensor as a GGUF tensor.
-pub(crate) fn convert<'a>(
+/// A tensor's bytes and type, checked: F32, F16 or BF16, a vector or a
+/// matrix with no empty dimension.
+pub(crate) fn checked_data<'a>(
     st: &'a SafetensorsDir,
     t: &StTensorInfo,
-    name: String,
-    reshape: Reshape,
-    hp: &Hp,
     source: &str,
-) -> Result<Out<'a>, Error> {
+) -> Result<(&'a [u8], GgmlType), Error> {
     let bad = |problem: String| Error::model(source, format!("tensor '{}': {problem}", t.name));
     let ty = match t.ty {
         Some(ty @ (GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)) => ty,
@@ -277,7 +275,20 @@ pub(crate) fn convert<'a>(
             t.shape
         )));
     }
-    let data = st.tensor_data(t);
+    Ok((st.tensor_data(t), ty))
+}
+
+/// One HF tensor as a GGUF tensor.
+pub(crate) fn convert<'a>(
+    st: &'a SafetensorsDir,
+    t: &StTensorInfo,
+    name: String,
+    reshape: Reshape,
+    hp: &Hp,
+    source: &str,
+) -> Result<Out<'a>, Error> {
+    let bad = |problem: String| Error::model(source, format!("tensor '{}': {problem}", t.name));
+    let (data, ty) = checked_data(st, t, source)?;
     let elem = ty.bytes_for(1).unwrap_or(1) as usize;
     let rows = t.shape[0];
     let row_bytes = data.len() / rows;
