@@ -26,6 +26,7 @@ mod bert;
 mod families;
 mod keys;
 mod meta;
+mod special;
 mod vocab;
 mod write;
 
