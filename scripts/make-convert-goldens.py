@@ -69,6 +69,13 @@ FIXTURES = [
     "testdata/hf-decoders/tiny-qwen2-swa",
     "testdata/hf-decoders/tiny-qwen3",
     "testdata/gpt2/tiny-hf",
+    "testdata/hf-decoders/tiny-gemma2",
+    "testdata/hf-decoders/tiny-gemma3",
+    "testdata/hf-decoders/tiny-phi3",
+    "testdata/hf-decoders/tiny-olmo2",
+    "testdata/hf-decoders/tiny-smollm3",
+    "testdata/hf-moe/tiny-qwen2-moe",
+    "testdata/hf-moe/tiny-qwen3-moe",
 ]
 REAL = ["$MODELS/all-MiniLM-L6-v2"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
@@ -77,6 +84,8 @@ QUANTIZED = [
     ("testdata/hf-decoders/tiny-llama3", "Q4_K_M"),
     ("testdata/hf-decoders/tiny-qwen3", "Q8_0"),
     ("testdata/gpt2/tiny-hf", "Q5_0"),
+    ("testdata/hf-decoders/tiny-gemma2", "Q4_K_M"),
+    ("testdata/hf-moe/tiny-qwen3-moe", "Q4_K_M"),
     ("$MODELS/all-MiniLM-L6-v2", "Q4_0"),
 ]
 

@@ -76,6 +76,7 @@ pub mod open;
 pub mod parallel;
 #[doc(hidden)]
 pub mod quantize;
+mod temp_output;
 mod tensor;
 #[doc(hidden)]
 pub mod tokenize;

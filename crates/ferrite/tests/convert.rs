@@ -270,6 +270,29 @@ fn hostile_inputs_fail_cleanly() {
     assert!(e.contains("no MPNet"), "{e}");
     assert_only(&out_dir, &[]);
 
+    // Gemma 2 with a SentencePiece tokenizer.model: the converter would
+    // write that vocabulary, which ferrite does not read.
+    let d = base.join("gemma2-spm");
+    copy_dir(&root().join("testdata/hf-decoders/tiny-gemma2"), &d);
+    std::fs::write(d.join("tokenizer.model"), b"not read").unwrap();
+    let e = err(&d, &out);
+    assert!(
+        e.contains("tokenizer.model") && e.contains("SentencePiece"),
+        "{e}"
+    );
+    assert_only(&out_dir, &[]);
+
+    // A mixture of experts with one expert fewer than config.json says.
+    let d = base.join("moe-missing-expert");
+    copy_dir(&root().join("testdata/hf-moe/tiny-qwen3-moe"), &d);
+    let cfg = std::fs::read_to_string(d.join("config.json")).unwrap();
+    let cfg = cfg.replace("\"num_local_experts\": 8", "\"num_local_experts\": 9");
+    assert!(cfg.contains("\"num_local_experts\": 9"));
+    std::fs::write(d.join("config.json"), cfg).unwrap();
+    let e = err(&d, &out);
+    assert!(e.contains("experts"), "{e}");
+    assert_only(&out_dir, &[]);
+
     let _ = std::fs::remove_dir_all(&base);
 }
 

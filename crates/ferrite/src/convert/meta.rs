@@ -482,8 +482,14 @@ fn source_entry(id: &str, total: u64) -> Source {
 
 impl General {
     /// The heuristics of gguf-py `Metadata.load` for `dir` with
-    /// `total_params` parameters.
-    pub(crate) fn load(dir: &Path, config: &Json, total: u64) -> Result<General, Error> {
+    /// `total_params` parameters; `label`: the size label when nothing
+    /// gives one (see [`size_label`]).
+    pub(crate) fn load(
+        dir: &Path,
+        config: &Json,
+        total: u64,
+        label: String,
+    ) -> Result<General, Error> {
         let mut g = General::default();
         let card_path = dir.join("README.md");
         if let Ok(text) = std::fs::read_to_string(&card_path) {
@@ -510,7 +516,7 @@ impl General {
             g.name = Some(dir_name);
         }
         if g.size_label.is_none() && total > 0 {
-            g.size_label = Some(size_label(total));
+            g.size_label = Some(label);
         }
         Ok(g)
     }

@@ -58,6 +58,7 @@ mod moe;
 mod olmo2;
 mod phi3;
 mod smollm3;
+pub(crate) use moe::expert_of;
 
 /// Largest size hyper-parameter accepted (as `models::hparams`).
 const MAX_SIZE: u64 = 1 << 24;
@@ -317,12 +318,23 @@ pub(crate) fn decoder_plan(
             "quantized checkpoints are not supported (use F32, F16 or BF16 weights)",
         ));
     }
-    let mut scratch = Metadata::default();
-    let hp = match family {
-        Family::Gpt2 => gpt2_config(&c, &mut scratch)?,
-        _ => llama_config(&c, family, &mut scratch)?,
-    };
+    let hp = family_config(&c, family, &mut Metadata::default())?;
     Ok(Some((class, family, hp)))
+}
+
+/// A family's `{arch}.*` keys from `config.json` into `md`, and its
+/// checked hyper-parameters.
+fn family_config(c: &Config, family: Family, md: &mut Metadata) -> Result<Hp, Error> {
+    match family {
+        Family::Llama
+        | Family::Mistral
+        | Family::Qwen2
+        | Family::Qwen3
+        | Family::Qwen3Moe
+        | Family::Qwen2Moe => llama_config(c, family, md),
+        Family::Gpt2 => gpt2_config(c, md),
+        Family::Table(t) => (t.config)(c, &mut Keys { md, arch: t.arch }),
+    }
 }
 
 /// Reads the HF decoder directory `dir` into an in-memory GGUF file of its
@@ -365,22 +377,7 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| class.to_string());
     md.insert("general.name".into(), Value::String(name));
-    let hp = match family {
-        Family::Llama
-        | Family::Mistral
-        | Family::Qwen2
-        | Family::Qwen3
-        | Family::Qwen3Moe
-        | Family::Qwen2Moe => llama_config(&c, family, &mut md)?,
-        Family::Gpt2 => gpt2_config(&c, &mut md)?,
-        Family::Table(t) => (t.config)(
-            &c,
-            &mut Keys {
-                md: &mut md,
-                arch: t.arch,
-            },
-        )?,
-    };
+    let hp = family_config(&c, family, &mut md)?;
     tokenizer_metadata(dir, &st.config, &mut md)?;
 
     let mut tensors = Vec::with_capacity(st.tensors.len());

@@ -24,6 +24,7 @@ use ferrite_kernels::GgmlType;
 use crate::formats::gguf::{
     write_gguf_header, write_tensor_data, GgufFile, Metadata, TensorHeader, Value,
 };
+use crate::temp_output::TempOutput;
 use crate::Error;
 
 pub use mix::{FileType, FILE_TYPES};
@@ -138,49 +139,6 @@ fn output_metadata(input: &Metadata, ftype: FileType) -> Metadata {
     md
 }
 
-/// A temporary output file that is removed unless [`TempOutput::commit`]
-/// renames it into place.
-struct TempOutput {
-    path: PathBuf,
-    target: PathBuf,
-    committed: bool,
-}
-
-impl TempOutput {
-    fn create(target: &Path) -> Result<(TempOutput, File), Error> {
-        let name = target
-            .file_name()
-            .ok_or_else(|| Error::Input(format!("{}: not a file name", target.display())))?;
-        let dir = target.parent().filter(|p| !p.as_os_str().is_empty());
-        let tmp_name = format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id());
-        let path = dir.map_or_else(|| PathBuf::from(&tmp_name), |d| d.join(&tmp_name));
-        let file = File::create(&path).map_err(|e| Error::io(target.display().to_string(), e))?;
-        Ok((
-            TempOutput {
-                path,
-                target: target.to_path_buf(),
-                committed: false,
-            },
-            file,
-        ))
-    }
-
-    fn commit(mut self) -> Result<(), Error> {
-        std::fs::rename(&self.path, &self.target)
-            .map_err(|e| Error::io(self.target.display().to_string(), e))?;
-        self.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for TempOutput {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
 /// `p` made absolute with its links resolved; for a file that does not
 /// exist yet, its directory's canonical path joined with its name.
 pub(crate) fn canonical_target(p: &Path) -> Option<PathBuf> {
@@ -214,15 +172,16 @@ pub fn quantize_file(
         )));
     }
     let file = GgufFile::open(input)?;
-    let (tmp, out_file) = TempOutput::create(output)?;
     let shown = output.display().to_string();
+    let tmp = TempOutput::beside(output, "quantize")?;
+    let out_file = File::create(&tmp.path).map_err(|e| Error::io(&shown, e))?;
     let mut w = BufWriter::with_capacity(1 << 22, out_file);
     let summary = quantize_to(&file, &mut w, opts, &shown, progress)?;
     let io_err = |e: std::io::Error| Error::io(&shown, e);
     let out_file = w.into_inner().map_err(|e| io_err(e.into_error()))?;
     out_file.sync_all().map_err(io_err)?;
     drop(out_file);
-    tmp.commit()?;
+    tmp.commit(output)?;
     Ok(summary)
 }
 

@@ -49,6 +49,17 @@ impl Metadata {
         true
     }
 
+    /// Sets a key as gguf-py's writer does: a new key is appended, an
+    /// existing one keeps its place and takes the new value.
+    pub fn set(&mut self, key: String, value: Value) {
+        match self.index.get(&key) {
+            Some(&i) => self.entries[i].1 = value,
+            None => {
+                self.insert(key, value);
+            }
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.index.get(key).map(|&i| &self.entries[i].1)
     }

@@ -143,6 +143,13 @@ pub(super) fn map_module(
     )))
 }
 
+/// A per-expert tensor's marked name (from [`map_module`]) split into the
+/// stacked tensor's name and the expert.
+pub(crate) fn expert_of(name: &str) -> Option<(&str, usize)> {
+    let (stacked, e) = name.split_once(EXPERT_MARK)?;
+    Some((stacked, e.parse().ok()?))
+}
+
 /// Stacks the marked per-expert matrices of `tensors` into one 3-D tensor
 /// per layer and projection (ggml dims `[cols, rows, n_experts]`), checking
 /// that every expert is there once with the same shape and type.

@@ -252,15 +252,13 @@ pub(crate) fn transpose(data: &[u8], rows: usize, cols: usize, elem: usize) -> V
     out
 }
 
-/// One HF tensor as a GGUF tensor.
-pub(crate) fn convert<'a>(
+/// A tensor's bytes and type, checked: F32, F16 or BF16, a vector or a
+/// matrix with no empty dimension.
+pub(crate) fn checked_data<'a>(
     st: &'a SafetensorsDir,
     t: &StTensorInfo,
-    name: String,
-    reshape: Reshape,
-    hp: &Hp,
     source: &str,
-) -> Result<Out<'a>, Error> {
+) -> Result<(&'a [u8], GgmlType), Error> {
     let bad = |problem: String| Error::model(source, format!("tensor '{}': {problem}", t.name));
     let ty = match t.ty {
         Some(ty @ (GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)) => ty,
@@ -277,7 +275,20 @@ pub(crate) fn convert<'a>(
             t.shape
         )));
     }
-    let data = st.tensor_data(t);
+    Ok((st.tensor_data(t), ty))
+}
+
+/// One HF tensor as a GGUF tensor.
+pub(crate) fn convert<'a>(
+    st: &'a SafetensorsDir,
+    t: &StTensorInfo,
+    name: String,
+    reshape: Reshape,
+    hp: &Hp,
+    source: &str,
+) -> Result<Out<'a>, Error> {
+    let bad = |problem: String| Error::model(source, format!("tensor '{}': {problem}", t.name));
+    let (data, ty) = checked_data(st, t, source)?;
     let elem = ty.bytes_for(1).unwrap_or(1) as usize;
     let rows = t.shape[0];
     let row_bytes = data.len() / rows;
@@ -302,10 +313,15 @@ pub(crate) fn convert<'a>(
             let mut values = vec![0f32; t.shape.iter().product()];
             ferrite_kernels::quant::dequantize(ty, data, &mut values)
                 .map_err(|e| bad(e.to_string()))?;
-            let bytes = values
-                .iter()
-                .flat_map(|v| (v + 1.0).to_le_bytes())
-                .collect();
+            values.iter_mut().for_each(|v| *v += 1.0);
+            // As the converter (torch): an F16 tensor's sum is an F16 value.
+            if ty == GgmlType::F16 {
+                let mut half = vec![0u8; data.len()];
+                ferrite_kernels::quant::quantize(ty, &values, &mut half)
+                    .and_then(|()| ferrite_kernels::quant::dequantize(ty, &half, &mut values))
+                    .map_err(|e| bad(e.to_string()))?;
+            }
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             let dims = t.shape.iter().rev().map(|&d| d as u64).collect();
             return Ok(Out {
                 name,
