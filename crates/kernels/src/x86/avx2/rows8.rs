@@ -1,6 +1,6 @@
 //! AVX2 eight-row dot products (`VecDotKernel::dot8`) of the 32-value
-//! formats Q4_0, Q4_1, Q5_0 and Q8_0, on groups of eight weight rows
-//! repacked by [`crate::dot::interleave`].
+//! formats Q4_0, Q4_1, Q5_0 and Q8_0 and of the K-quants Q2_K..Q6_K, on
+//! groups of eight weight rows repacked by [`crate::dot::interleave`].
 //!
 //! In that layout a 32-byte load of one 4-byte piece of a block holds the
 //! same four values of all eight rows, row `r` in i32 lane `r`. Multiplying
@@ -38,6 +38,7 @@ pub(super) fn kernel8_fn(w: GgmlType) -> Option<Dot8Fn> {
         Q2K => q2_k_q8_k_x8,
         Q3K => q3_k_q8_k_x8,
         Q4K => q4_k_q8_k_x8,
+        Q5K => q5_k_q8_k_x8,
         Q6K => q6_k_q8_k_x8,
         _ => return None,
     })
@@ -604,6 +605,82 @@ impl Rows8 for Q4K {
     }
 }
 
+/// The fifth bits of group `g`'s values in piece `p` of a Q5_K
+/// super-block for the eight rows, as 16 (else 0) in each value's byte:
+/// bit `g` of each byte of the fifth-bit piece `p` (at `128 + 32p`; byte
+/// `l` of a row holds the bits of its values `l` of the eight groups).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q5_k_high(w: &[u8], g: usize, p: usize) -> __m256i {
+    let h = load_u8(&w[128 + 32 * p..]);
+    // Bit g of each byte moved to bit 4 (16-bit shifts: the mask keeps only
+    // bits that stayed in their byte).
+    let at4 = if g <= 4 {
+        _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - g as i32))
+    } else {
+        _mm256_srl_epi16(h, _mm_cvtsi32_si128(g as i32 - 4))
+    };
+    _mm256_and_si256(at4, _mm256_set1_epi8(0x10))
+}
+
+/// The values (0..32) of piece `p` of group `g` of a Q5_K super-block for
+/// the eight rows: the nibbles as Q4_K's (at `384 + 32 (8 (g / 2) + p)`,
+/// low for even groups) with the fifth bit ([`q5_k_high`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q5_k_values(w: &[u8], g: usize, p: usize) -> __m256i {
+    let v = load_u8(&w[384 + 32 * (8 * (g / 2) + p)..]);
+    let nib = if g.is_multiple_of(2) {
+        v
+    } else {
+        _mm256_srli_epi16::<4>(v)
+    };
+    _mm256_or_si256(
+        _mm256_and_si256(nib, _mm256_set1_epi8(0x0f)),
+        q5_k_high(w, g, p),
+    )
+}
+
+/// Q5_K (Q4_K with a fifth bit per value) in the interleaved layout: `d`
+/// at 0, `dmin` at 16, the 12 scale bytes as three pieces at 32, 64, 96
+/// (as Q4_K), the eight pieces of fifth bits at `128 + 32p`, then the 32
+/// pieces of nibbles at `384 + 32p` (as Q4_K's at 128).
+struct Q5K;
+impl Rows8 for Q5K {
+    const BLOCK: usize = 176;
+    type A = BlockQ8K;
+    /// As `Q4K::term`, with values 0..32: the i16 pair sums of four
+    /// `maddubs` (`|.| <= 4 * 2 * 31 * 128 = 31744`) times the scale by
+    /// `madd`, twice per group.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
+        let [sc_lo, m_lo, sc_hi, m_hi] = q4_k_scales(w);
+        let x = &a.qs;
+        let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for g in 0..8 {
+            let (sc, m) = if g < 4 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
+            let scale = byte_pairs::<false>(sc, g % 4);
+            for half in 0..2 {
+                let mut pairs = _mm256_setzero_si256();
+                for p in 4 * half..4 * half + 4 {
+                    let xb = _mm256_set1_epi32(x4(x, 32 * g + 4 * p));
+                    pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q5_k_values(w, g, p), xb));
+                }
+                // isum += sc * sum(q * x): |.| <= 8 * 63 * 32 * 31 * 128.
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, scale));
+            }
+            let bs = i32::from(u16::from_le_bytes(a.bsums[2 * g]))
+                | (i32::from(u16::from_le_bytes(a.bsums[2 * g + 1])) << 16);
+            msum = _mm256_add_epi32(
+                msum,
+                _mm256_madd_epi16(byte_pairs::<false>(m, g % 4), _mm256_set1_epi32(bs)),
+            );
+        }
+        with_min(a.d(), load_u8x16(w), load_u8x16(&w[16..]), isum, msum)
+    }
+}
+
 /// Q6_K (super-blocks of 256 values, 16 groups of 16 with i8 scales) in
 /// the interleaved layout: the 32 pieces of `ql` at `32p`, the 16 of `qh`
 /// at `1024 + 32p`, the four of scales at `1536 + 32p`, `d` at 1664.
@@ -813,6 +890,12 @@ fn q3_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
 fn q4_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
     // SAFETY: as in `q4_0_q8_0_x8`.
     unsafe { dot8::<Q4K>(group, act, out) }
+}
+
+/// Q5_K x Q8_K, eight interleaved rows.
+fn q5_k_q8_k_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
+    // SAFETY: as in `q4_0_q8_0_x8`.
+    unsafe { dot8::<Q5K>(group, act, out) }
 }
 
 /// Q6_K x Q8_K, eight interleaved rows.

@@ -1,6 +1,7 @@
 //! The AVX2 set's prefill kernels: `dot8n` (one group of eight
-//! interleaved rows) of Q4_K and Q6_K, and `dot16n` (two groups, A then
-//! B) of Q4_K, Q6_K, Q4_0, Q4_1 and Q5_0, against many activation rows.
+//! interleaved rows) of Q4_K, Q5_K and Q6_K, and `dot16n` (two groups, A
+//! then B) of Q4_K, Q5_K, Q6_K, Q4_0, Q4_1 and Q5_0 (Q8_0's is in
+//! `q8_0`), against many activation rows.
 //! Without VNNI the integer sums are `maddubs` (unsigned weight values
 //! times signed activations, adjacent products added into i16) and `madd`
 //! (i16 pairs times i16 scales or ones, into i32), within the bounds of
@@ -32,7 +33,7 @@ use std::arch::x86_64::*;
 
 use super::{
     byte_pairs, f16_splat, load_i8, load_u8, load_u8x16, offset_sum, pass_rows, q4_k_scales,
-    q6_k_values, w_scales, with_min_f32, x4, Act8, Small, ROWS, TOKENS,
+    q5_k_values, q6_k_values, w_scales, with_min_f32, x4, Act8, Small, ROWS, TOKENS,
 };
 use crate::dot::{Dot16NFn, Dot8NFn};
 use crate::quant::{ActBlockFacts, BlockQ8K};
@@ -111,12 +112,48 @@ unsafe fn many<K: Prefill, const G: usize, const N: usize, O: AsMut<[f32]>>(
                 add_terms(acc, &terms);
             }
         }
-        for (o, acc) in chunk.iter_mut().zip(&acc) {
-            for (part, a) in o.as_mut().chunks_exact_mut(ROWS).zip(acc) {
-                // SAFETY: `part` is 8 writable f32; `storeu` has no
-                // alignment requirement.
-                unsafe { _mm256_storeu_ps(part.as_mut_ptr(), *a) };
-            }
+        store_groups(chunk, &acc, 0);
+    }
+}
+
+/// Pass `c` of a many-row kernel over `blocks` blocks per weight row: its
+/// activation rows (as `pass_rows`, `len` of them), how many blocks it
+/// takes (`blocks`, or fewer if every row is shorter), and its panel in
+/// `facts` (`crate::quant::act_panels` of `acts`, Q8_0 only) if the pass
+/// is [`TOKENS`] rows that all have those blocks and there is one.
+#[inline]
+pub(super) fn panel_pass<'a, A: crate::quant::Block>(
+    acts: &'a [u8],
+    act_row: usize,
+    c: usize,
+    len: usize,
+    blocks: usize,
+    facts: &'a [ActBlockFacts],
+) -> ([&'a [A]; TOKENS], usize, Option<&'a [ActBlockFacts]>) {
+    let rows: [&[A]; TOKENS] = pass_rows(acts, act_row, c, len);
+    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let n = blocks.min(longest);
+    let whole = len == TOKENS && rows.iter().all(|r| r.len() >= n);
+    let per_row = act_row / std::mem::size_of::<A>();
+    let panel = facts
+        .get(c * TOKENS * per_row..(c + 1) * TOKENS * per_row)
+        .filter(|_| whole && n <= per_row);
+    (rows, n, panel)
+}
+
+/// Each row's `G` group sums into its output entry, from value `col` on.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn store_groups<const G: usize, O: AsMut<[f32]>>(
+    chunk: &mut [O],
+    acc: &[[__m256; G]; TOKENS],
+    col: usize,
+) {
+    for (o, acc) in chunk.iter_mut().zip(acc) {
+        for (part, a) in o.as_mut()[col..].chunks_exact_mut(ROWS).zip(acc) {
+            // SAFETY: `part` is 8 writable f32; `storeu` has no alignment
+            // requirement.
+            unsafe { _mm256_storeu_ps(part.as_mut_ptr(), *a) };
         }
     }
 }
@@ -145,6 +182,23 @@ struct Q4KDecoded {
     dmin: __m256,
 }
 
+impl Q4KDecoded {
+    /// The scales, mins, `d` and `dmin` of the interleaved super-block `w`
+    /// (Q4_K's layout of them, which Q5_K shares).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn scales_of(&mut self, w: &[u8]) {
+        let [sc_lo, m_lo, sc_hi, m_hi] = q4_k_scales(w);
+        for g in 0..8 {
+            let (sc, m) = if g < 4 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
+            self.scale[g] = byte_pairs::<false>(sc, g % 4);
+            self.min[g] = byte_pairs::<false>(m, g % 4);
+        }
+        self.d = _mm256_cvtph_ps(load_u8x16(w));
+        self.dmin = _mm256_cvtph_ps(load_u8x16(&w[16..]));
+    }
+}
+
 struct Q4K;
 
 impl Prefill for Q4K {
@@ -156,12 +210,7 @@ impl Prefill for Q4K {
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn decode(w: &[u8], out: &mut Q4KDecoded) {
-        let [sc_lo, m_lo, sc_hi, m_hi] = q4_k_scales(w);
-        for g in 0..8 {
-            let (sc, m) = if g < 4 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
-            out.scale[g] = byte_pairs::<false>(sc, g % 4);
-            out.min[g] = byte_pairs::<false>(m, g % 4);
-        }
+        out.scales_of(w);
         let low = _mm256_set1_epi8(0x0f);
         for c in 0..4 {
             for p in 0..8 {
@@ -171,8 +220,6 @@ impl Prefill for Q4K {
                 out.q[8 * (2 * c + 1) + p] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
             }
         }
-        out.d = _mm256_cvtph_ps(load_u8x16(w));
-        out.dmin = _mm256_cvtph_ps(load_u8x16(&w[16..]));
     }
 
     /// As `Q4K::term` (rows8): per group, eight `maddubs` of nibbles and
@@ -184,48 +231,100 @@ impl Prefill for Q4K {
         dec: &[Q4KDecoded; G],
         a: [&BlockQ8K; N],
     ) -> [[__m256; G]; N] {
-        let mut isum = [[_mm256_setzero_si256(); G]; N];
-        for g in 0..8 {
-            let mut pairs = [[_mm256_setzero_si256(); G]; N];
-            for p in 0..8 {
-                let mut xb = [_mm256_setzero_si256(); N];
-                for (xb, a) in xb.iter_mut().zip(&a) {
-                    *xb = _mm256_set1_epi32(x4(&a.qs, 32 * g + 4 * p));
+        k4_terms::<G, N, 8>(dec, a)
+    }
+}
+
+/// The terms of [`Q4K`] and [`Q5K`] (`Prefill::terms`) from their decoded
+/// super-blocks (values below 16, or below 32 for Q5_K): per group, the
+/// i16 pair sums of `PIECES` `maddubs` of values and i8 at a time (`|.| <=
+/// 8 * 2 * 15 * 128 = 30720` for eight pieces of four-bit values, `4 * 2
+/// * 31 * 128 = 31744` for four of five-bit ones), each times the group's
+/// scale by `madd`; the mins against the block sums of `x` by `madd`; the
+/// term `with_min`'s.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k4_terms<const G: usize, const N: usize, const PIECES: usize>(
+    dec: &[Q4KDecoded; G],
+    a: [&BlockQ8K; N],
+) -> [[__m256; G]; N] {
+    const { assert!(PIECES == 8 || PIECES == 4) };
+    let mut isum = [[_mm256_setzero_si256(); G]; N];
+    for g in 0..8 {
+        let mut pairs = [[_mm256_setzero_si256(); G]; N];
+        for p in 0..8 {
+            let mut xb = [_mm256_setzero_si256(); N];
+            for (xb, a) in xb.iter_mut().zip(&a) {
+                *xb = _mm256_set1_epi32(x4(&a.qs, 32 * g + 4 * p));
+            }
+            for (k, d) in dec.iter().enumerate() {
+                let v = d.q[8 * g + p];
+                for j in 0..N {
+                    pairs[j][k] = _mm256_add_epi16(pairs[j][k], _mm256_maddubs_epi16(v, xb[j]));
                 }
-                for (k, d) in dec.iter().enumerate() {
-                    let v = d.q[8 * g + p];
-                    for j in 0..N {
-                        pairs[j][k] = _mm256_add_epi16(pairs[j][k], _mm256_maddubs_epi16(v, xb[j]));
-                    }
-                }
+            }
+            if (p + 1) % PIECES != 0 {
+                continue;
             }
             for j in 0..N {
                 for (k, d) in dec.iter().enumerate() {
                     isum[j][k] =
                         _mm256_add_epi32(isum[j][k], _mm256_madd_epi16(pairs[j][k], d.scale[g]));
+                    pairs[j][k] = _mm256_setzero_si256();
                 }
             }
         }
-        // (Loops, not closures: a closure does not take the target
-        // features, and an intrinsic it calls is not inlined.)
-        let mut terms = [[_mm256_setzero_ps(); G]; N];
-        for j in 0..N {
-            // msum += m * (bsum[2g] + bsum[2g + 1]), as one madd per group.
-            let mut bs = [_mm256_setzero_si256(); 8];
-            for (g, bs) in bs.iter_mut().enumerate() {
-                let pair = i32::from(u16::from_le_bytes(a[j].bsums[2 * g]))
-                    | (i32::from(u16::from_le_bytes(a[j].bsums[2 * g + 1])) << 16);
-                *bs = _mm256_set1_epi32(pair);
+    }
+    // (Loops, not closures: a closure does not take the target
+    // features, and an intrinsic it calls is not inlined.)
+    let mut terms = [[_mm256_setzero_ps(); G]; N];
+    for j in 0..N {
+        // msum += m * (bsum[2g] + bsum[2g + 1]), as one madd per group.
+        let mut bs = [_mm256_setzero_si256(); 8];
+        for (g, bs) in bs.iter_mut().enumerate() {
+            let pair = i32::from(u16::from_le_bytes(a[j].bsums[2 * g]))
+                | (i32::from(u16::from_le_bytes(a[j].bsums[2 * g + 1])) << 16);
+            *bs = _mm256_set1_epi32(pair);
+        }
+        for (k, d) in dec.iter().enumerate() {
+            let mut msum = _mm256_setzero_si256();
+            for (m, bs) in d.min.iter().zip(&bs) {
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(*m, *bs));
             }
-            for (k, d) in dec.iter().enumerate() {
-                let mut msum = _mm256_setzero_si256();
-                for (m, bs) in d.min.iter().zip(&bs) {
-                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(*m, *bs));
-                }
-                terms[j][k] = with_min_f32(a[j].d(), d.d, d.dmin, isum[j][k], msum);
+            terms[j][k] = with_min_f32(a[j].d(), d.d, d.dmin, isum[j][k], msum);
+        }
+    }
+    terms
+}
+
+struct Q5K;
+
+impl Prefill for Q5K {
+    const BLOCK: usize = 176;
+    type Decoded = Q4KDecoded;
+    const EMPTY: Q4KDecoded = Q4K::EMPTY;
+
+    /// Q4_K's decoding (rows8's `Q5K` layout: its scales where Q4_K has
+    /// them), each value with its fifth bit.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn decode(w: &[u8], out: &mut Q4KDecoded) {
+        out.scales_of(w);
+        for g in 0..8 {
+            for p in 0..8 {
+                out.q[8 * g + p] = q5_k_values(w, g, p);
             }
         }
-        terms
+    }
+
+    /// As rows8's `Q5K::term`: [`k4_terms`] with four pieces per `madd`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn terms<const G: usize, const N: usize>(
+        dec: &[Q4KDecoded; G],
+        a: [&BlockQ8K; N],
+    ) -> [[__m256; G]; N] {
+        k4_terms::<G, N, 4>(dec, a)
     }
 }
 
@@ -473,17 +572,11 @@ unsafe fn small_many<K: Small, const G: usize, O: AsMut<[f32]>>(
 ) {
     let step = ROWS * K::BLOCK;
     let per_group = groups.len() / G / step * step;
-    let per_row = act_row / std::mem::size_of::<K::A>();
     // A panel's `offset` is -128 * sum(x); the start is -OFFSET * sum(x).
     let shift = _mm_cvtsi32_si128(7 - K::OFFSET.max(1).trailing_zeros() as i32);
     for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[K::A]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let n = (per_group / step).min(longest);
-        let whole = chunk.len() == TOKENS && rows.iter().all(|r| r.len() >= n);
-        let panel = facts
-            .get(c * TOKENS * per_row..(c + 1) * TOKENS * per_row)
-            .filter(|_| whole && n <= per_row);
+        let (rows, n, panel) =
+            panel_pass::<K::A>(acts, act_row, c, chunk.len(), per_group / step, facts);
         let mut acc = [[_mm256_setzero_ps(); G]; TOKENS];
         for b in 0..n {
             let mut q = [[_mm256_setzero_si256(); 8]; G];
@@ -524,13 +617,7 @@ unsafe fn small_many<K: Small, const G: usize, O: AsMut<[f32]>>(
                 add_terms(acc, &terms);
             }
         }
-        for (o, acc) in chunk.iter_mut().zip(&acc) {
-            for (part, a) in o.as_mut()[col..].chunks_exact_mut(ROWS).zip(acc) {
-                // SAFETY: `part` is 8 writable f32; `storeu` has no
-                // alignment requirement.
-                unsafe { _mm256_storeu_ps(part.as_mut_ptr(), *a) };
-            }
-        }
+        store_groups(chunk, &acc, col);
     }
 }
 
@@ -541,6 +628,12 @@ unsafe fn small_many<K: Small, const G: usize, O: AsMut<[f32]>>(
 fn q4_k_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
     // SAFETY: see above.
     unsafe { many::<Q4K, 1, 4, _>(group, acts, act_row, out) }
+}
+
+/// Q5_K x Q8_K, eight interleaved rows, many activation rows.
+fn q5_k_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
+    // SAFETY: see above.
+    unsafe { many::<Q5K, 1, 4, _>(group, acts, act_row, out) }
 }
 
 /// Q6_K x Q8_K, eight interleaved rows, many activation rows.
@@ -559,6 +652,18 @@ fn q4_k_x16n(
 ) {
     // SAFETY: see above.
     unsafe { many::<Q4K, 2, 4, _>(groups, acts, act_row, out) }
+}
+
+/// Q5_K x Q8_K, two groups, many activation rows.
+fn q5_k_x16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    _facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    // SAFETY: see above.
+    unsafe { many::<Q5K, 2, 4, _>(groups, acts, act_row, out) }
 }
 
 /// Q6_K x Q8_K, two groups, many activation rows.
@@ -614,6 +719,7 @@ pub(super) fn kernel8n_fn(w: crate::GgmlType) -> Option<Dot8NFn> {
     use crate::GgmlType::*;
     Some(match w {
         Q4K => q4_k_x8n as Dot8NFn,
+        Q5K => q5_k_x8n,
         Q6K => q6_k_x8n,
         _ => return None,
     })
@@ -626,7 +732,9 @@ pub(super) fn kernel16n_fn(w: crate::GgmlType) -> Option<Dot16NFn> {
         Q4_0 => q4_0_x16n as Dot16NFn,
         Q4_1 => q4_1_x16n,
         Q5_0 => q5_0_x16n,
+        Q8_0 => super::q8_0::q8_0_q8_0_x16n,
         Q4K => q4_k_x16n,
+        Q5K => q5_k_x16n,
         Q6K => q6_k_x16n,
         _ => return None,
     })

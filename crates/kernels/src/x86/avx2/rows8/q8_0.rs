@@ -5,7 +5,10 @@
 //!   wide for `maddubs` (its i16 pair sums would saturate), so each 32-byte
 //!   piece of the block is widened to i16, rows 0..4 and rows 4..8 apart,
 //!   and multiplied with `madd` by its four activations, widened and
-//!   repeated. `dot8n` widens a block once per pass of rows.
+//!   repeated. `dot8n` widens a block once per pass of rows; `dot16n`
+//!   ([`wide_many`]) widens a block of both groups once per pass, and each
+//!   activation block's widened broadcasts and scale serve both (a pass of
+//!   sixteen whole rows reads the scale as f32 from the activation panel).
 //! - VNNI ([`Q8_0Vnni`]): `dpbusd` multiplies unsigned by signed bytes and
 //!   adds each lane's four products into its i32 without saturation. The
 //!   weights are read as `q = w + 128` (the sign bit flipped, 0..=255), so
@@ -17,11 +20,12 @@
 
 use std::arch::x86_64::*;
 
+use super::prefill::{panel_pass, store_groups};
 use super::{
-    dot8, dot8_vnni, dot8n_vnni, legacy_term, load_u8, load_u8x16, pass_rows, small_isums_vnni,
-    term_from, w_scales, x4, Act8, Legacy, Rows8, Small, ROWS, TOKENS,
+    dot8, dot8_vnni, dot8n_vnni, f16_splat, legacy_term, load_u8, load_u8x16, pass_rows,
+    small_isums_vnni, term_from, w_scales, x4, Act8, Legacy, Rows8, Small, ROWS, TOKENS,
 };
-use crate::quant::BlockQ8_0;
+use crate::quant::{ActBlockFacts, BlockQ8_0};
 
 /// Bytes of one Q8_0 block of one row.
 const BLOCK: usize = 34;
@@ -104,6 +108,88 @@ impl Legacy for Q8_0 {
 
 dot8n_with!(wide_dot8n, Wide, wide_isums, "avx2,fma,f16c");
 
+/// Adds to `acc[g]` the term of group `g` (widened values `q[g]`, eight
+/// `d_w` in `d_w[g]`) with one activation block (values `x`, `d_x` in
+/// every lane): [`wide_isums`]' exact integers (`madd` of the widened
+/// pieces and activations, the pairs added by `hadd`) and `term_from`'s
+/// f32 operations, `(d_w * d_x) * isum`, then added to the row's sum.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn wide_terms<const G: usize>(
+    q: &[[__m256i; 16]; G],
+    d_w: &[__m256; G],
+    x: &[i8; 32],
+    d_x: __m256,
+    acc: &mut [__m256; G],
+) {
+    // The activations' four-byte pieces widened and repeated, once for
+    // every group (a loop, not `from_fn`: a closure does not take the
+    // target features, and an intrinsic it calls is not inlined).
+    let mut xw = [_mm256_setzero_si256(); 8];
+    for (c, xw) in xw.iter_mut().enumerate() {
+        *xw = _mm256_cvtepi8_epi16(_mm_set1_epi32(x4(x, 4 * c)));
+    }
+    for g in 0..G {
+        let (mut rows_lo, mut rows_hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for (c, xw) in xw.iter().enumerate() {
+            rows_lo = _mm256_add_epi32(rows_lo, _mm256_madd_epi16(q[g][2 * c], *xw));
+            rows_hi = _mm256_add_epi32(rows_hi, _mm256_madd_epi16(q[g][2 * c + 1], *xw));
+        }
+        let isum = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(rows_lo, rows_hi));
+        let term = _mm256_mul_ps(_mm256_mul_ps(d_w[g], d_x), _mm256_cvtepi32_ps(isum));
+        acc[g] = _mm256_add_ps(acc[g], term);
+    }
+}
+
+/// `out[t]` = the `dot8` results of the `G` groups of `groups` (each
+/// `groups.len() / G` bytes, cut to whole blocks) with activation row `t`,
+/// group `g` in `out[t][8g..8g + 8]`, bit for bit: each block of the groups
+/// is widened once per pass of up to [`TOKENS`] rows ([`Wide::values`]),
+/// and each activation block's widened pieces and scale serve every group
+/// ([`wide_terms`]). A pass of [`TOKENS`] rows that all have the groups'
+/// blocks reads the values and `d_x` (as f32, exactly the f16's value)
+/// from its panel in `facts` (`crate::quant::act_panels` of `acts`) where
+/// there is one.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn wide_many<const G: usize, O: AsMut<[f32]>>(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    facts: &[ActBlockFacts],
+    out: &mut [O],
+) {
+    let step = ROWS * BLOCK;
+    let per_group = groups.len() / G / step * step;
+    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
+        let (rows, n, panel) =
+            panel_pass::<BlockQ8_0>(acts, act_row, c, chunk.len(), per_group / step, facts);
+        let mut acc = [[_mm256_setzero_ps(); G]; TOKENS];
+        let mut q = [[_mm256_setzero_si256(); 16]; G];
+        let mut d_w = [_mm256_setzero_ps(); G];
+        for b in 0..n {
+            for g in 0..G {
+                let w = &groups[g * per_group + b * step..][..step];
+                q[g] = <Q8_0 as Wide>::values(w);
+                d_w[g] = _mm256_cvtph_ps(load_u8x16(w));
+            }
+            if let Some(panel) = panel {
+                for (acc, f) in acc.iter_mut().zip(&panel[b * TOKENS..(b + 1) * TOKENS]) {
+                    wide_terms::<G>(&q, &d_w, &f.qs, _mm256_set1_ps(f.d), acc);
+                }
+                continue;
+            }
+            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
+                // Rows shorter than the groups stop where `dot8` would.
+                let Some(a) = r.get(b) else { continue };
+                let d_x = f16_splat(a.scales()[0]);
+                wide_terms::<G>(&q, &d_w, &a.qs, d_x, acc);
+            }
+        }
+        store_groups(chunk, &acc, 0);
+    }
+}
+
 /// Q8_0 for VNNI: the same interleaved blocks, its values read as
 /// `w + 128`.
 pub(super) struct Q8_0Vnni;
@@ -159,6 +245,18 @@ pub(super) fn q8_0_q8_0_x8(group: &[u8], act: &[u8], out: &mut [f32; ROWS]) {
 pub(super) fn q8_0_q8_0_x8n(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {
     // SAFETY: as in `q8_0_q8_0_x8`.
     unsafe { wide_dot8n::<Q8_0>(group, acts, act_row, out) }
+}
+
+/// Q8_0 x Q8_0, two groups, many activation rows.
+pub(super) fn q8_0_q8_0_x16n(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    facts: &[ActBlockFacts],
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    // SAFETY: as in `q8_0_q8_0_x8`.
+    unsafe { wide_many::<2, _>(groups, acts, act_row, facts, out) }
 }
 
 /// Q8_0 x Q8_0, eight interleaved rows, VNNI.
