@@ -21,6 +21,7 @@ use crate::dispatch::{active_kernel_set, KernelSet};
 use crate::gemm::{Acts, OutPtr, PackedWeights};
 use crate::gemm_f16::PackedF16;
 use crate::gemm_i8::PackedI8;
+use crate::gemm_w8a16::PackedW8;
 use crate::math::Activation;
 use crate::quant::{BlockQ8K, QK, QK_K};
 
@@ -39,6 +40,9 @@ pub type GemmF16PanelsFn = unsafe fn(Acts, &PackedF16, Range<usize>, OutPtr);
 /// `crate::gemm_i8::gemm_i8_panels`' contract (arguments checked by the
 /// wrapper).
 pub type GemmI8PanelsFn = unsafe fn(Acts, &PackedI8, Range<usize>, OutPtr);
+/// `crate::gemm_w8a16::gemm_w8a16_panels`' contract (arguments checked by
+/// the wrapper).
+pub type GemmW8A16PanelsFn = unsafe fn(Acts, &PackedW8, Range<usize>, OutPtr);
 /// `crate::attend::scores_f16`.
 pub type ScoresFn = fn(&[f32], usize, &[F16Rows], usize, f32, &mut [f32]);
 /// `crate::attend::weighted_sum_f16`.
@@ -76,6 +80,7 @@ pub struct KernelTable {
     pub gemm_panels: Entry<GemmPanelsFn>,
     pub gemm_f16_panels: Entry<GemmF16PanelsFn>,
     pub gemm_i8_panels: Entry<GemmI8PanelsFn>,
+    pub gemm_w8a16_panels: Entry<GemmW8A16PanelsFn>,
     pub scores_f16: Entry<ScoresFn>,
     pub weighted_sum_f16: Entry<WeightedSumFn>,
     pub activate: Entry<ActivateFn>,
@@ -98,6 +103,7 @@ pub enum Kernel {
     GemmPanels,
     GemmF16Panels,
     GemmI8Panels,
+    GemmW8A16Panels,
     ScoresF16,
     WeightedSumF16,
     Activate,
@@ -115,10 +121,11 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 17] = [
+    pub const ALL: [Kernel; 18] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
         Kernel::GemmI8Panels,
+        Kernel::GemmW8A16Panels,
         Kernel::ScoresF16,
         Kernel::WeightedSumF16,
         Kernel::Activate,
@@ -143,6 +150,7 @@ impl KernelTable {
             Kernel::GemmPanels => self.gemm_panels.by,
             Kernel::GemmF16Panels => self.gemm_f16_panels.by,
             Kernel::GemmI8Panels => self.gemm_i8_panels.by,
+            Kernel::GemmW8A16Panels => self.gemm_w8a16_panels.by,
             Kernel::ScoresF16 => self.scores_f16.by,
             Kernel::WeightedSumF16 => self.weighted_sum_f16.by,
             Kernel::Activate => self.activate.by,
@@ -175,6 +183,10 @@ impl KernelTable {
             },
             gemm_i8_panels: Entry {
                 f: crate::gemm_i8::gemm_i8_panels_scalar,
+                by,
+            },
+            gemm_w8a16_panels: Entry {
+                f: crate::gemm_w8a16::gemm_w8a16_panels_scalar,
                 by,
             },
             scores_f16: Entry {

@@ -23,6 +23,7 @@ pub(crate) mod convert;
 mod float;
 pub(crate) mod gemm;
 mod gemm_i8;
+mod gemm_w8a16;
 mod k_quants;
 mod legacy;
 pub(crate) mod math;

@@ -49,6 +49,7 @@ mod columns;
 mod gemm;
 mod gemm_bf16;
 mod gemm_i8;
+mod gemm_w8a16;
 mod math;
 mod quantize;
 
@@ -65,6 +66,7 @@ pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::GemmPanels,
     Kernel::GemmF16Panels,
     Kernel::GemmI8Panels,
+    Kernel::GemmW8A16Panels,
     Kernel::ScoresF16,
     Kernel::WeightedSumF16,
     Kernel::Activate,
@@ -93,6 +95,10 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     };
     t.gemm_i8_panels = Entry {
         f: gemm_i8_panels,
+        by,
+    };
+    t.gemm_w8a16_panels = Entry {
+        f: gemm_w8a16_panels,
         by,
     };
     t.scores_f16 = Entry { f: scores_f16, by };
@@ -234,6 +240,20 @@ unsafe fn gemm_i8_panels(a: Acts, w: &crate::gemm_i8::PackedI8, panels: Range<us
     // which its caller does only on a CPU with AVX-512 and VNNI; the
     // output contract is the caller's.
     unsafe { gemm_i8::gemm_i8_panels(a, w, panels, out) }
+}
+
+/// # Safety
+/// As `crate::gemm_w8a16::gemm_w8a16_panels` (checked by it).
+unsafe fn gemm_w8a16_panels(
+    a: Acts,
+    w: &crate::gemm_w8a16::PackedW8,
+    panels: Range<usize>,
+    out: OutPtr,
+) {
+    // SAFETY: reachable only through a table `override_table` filled,
+    // which its caller does only on a CPU with AVX-512 and VNNI; the
+    // output contract is the caller's.
+    unsafe { gemm_w8a16::gemm_w8a16_panels(a, w, panels, out) }
 }
 
 /// Most activation rows for which [`gemm_f16_panels`] converts the weights

@@ -11,7 +11,7 @@ use std::ops::Range;
 use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr, PackedWeights};
 use ferrite_kernels::gemm_bf16::{gemm_bf16_panels, PackedBf16};
 use ferrite_kernels::gemm_f16::{gemm_f16_panels, PackedF16};
-use ferrite_kernels::gemm_i8::{gemm_i8_panels, PackedI8};
+use ferrite_kernels::gemm_w8a16::{gemm_w8a16_panels, PackedW8};
 use ferrite_kernels::quant::dequantize;
 use ferrite_kernels::GgmlType;
 
@@ -187,7 +187,7 @@ pub enum Matrix {
     F32(PackedWeights),
     F16(PackedF16),
     Bf16(PackedBf16),
-    Int8(PackedI8),
+    Int8(PackedW8),
 }
 
 impl Matrix {
@@ -240,15 +240,14 @@ impl Matrix {
         }
     }
 
-    /// This matrix rounded to int8 per row (see
-    /// `ferrite_kernels::gemm_i8`), its inputs smoothed for activations
+    /// This matrix rounded to int8 per feature and group of inputs (see
+    /// `ferrite_kernels::gemm_w8a16`), its inputs smoothed for activations
     /// whose largest magnitudes per input are `x_max` (SmoothQuant: input
     /// `kk` divided by `s = x_max^α / w_max^(1 - α)`, `w_max` its weights'
     /// largest magnitude, [`super::SMOOTH_ALPHA`]; 1 where either is 0).
     ///
     /// # Panics
-    /// If `k` is above `ferrite_kernels::gemm_i8::MAX_K` (callers check),
-    /// `x_max` is not `k` long, or the matrix is already rounded.
+    /// If `x_max` is not `k` long, or the matrix is already rounded.
     pub fn to_int8(&self, x_max: &[f32]) -> Matrix {
         let (n, k) = (self.n(), self.k());
         assert_eq!(x_max.len(), k, "one range per input");
@@ -274,7 +273,7 @@ impl Matrix {
                 }
             })
             .collect();
-        Matrix::Int8(PackedI8::from_rows_smoothed(n, k, &smooth, |j, out| {
+        Matrix::Int8(PackedW8::from_rows(n, k, Some(&smooth), |j, out| {
             self.row(j, out)
         }))
     }
@@ -302,7 +301,7 @@ impl Matrix {
                 Matrix::F32(w) => gemm_panels(a, w, panels, out),
                 Matrix::F16(w) => gemm_f16_panels(a, w, panels, out),
                 Matrix::Bf16(w) => gemm_bf16_panels(a, w, panels, out),
-                Matrix::Int8(w) => gemm_i8_panels(a, w, panels, out),
+                Matrix::Int8(w) => gemm_w8a16_panels(a, w, panels, out),
             }
         }
     }

@@ -10,6 +10,7 @@ use crate::dispatch::KernelSet;
 use crate::gemm::{Acts, OutPtr, PackedWeights};
 use crate::gemm_f16::PackedF16;
 use crate::gemm_i8::PackedI8;
+use crate::gemm_w8a16::PackedW8;
 use crate::math::Activation;
 use crate::quant::{BlockQ8K, QK, QK_K};
 use crate::table::{Entry, F16ToF32Fn, GemmPanelsFn, KernelTable};
@@ -28,6 +29,10 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     };
     t.gemm_i8_panels = Entry {
         f: gemm_i8_panels,
+        by,
+    };
+    t.gemm_w8a16_panels = Entry {
+        f: gemm_w8a16_panels,
         by,
     };
     t.scores_f16 = Entry { f: scores_f16, by };
@@ -117,6 +122,13 @@ unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: Out
 unsafe fn gemm_i8_panels(a: Acts, w: &PackedI8, panels: Range<usize>, out: OutPtr) {
     // SAFETY: see above; the output contract is the caller's.
     unsafe { super::gemm_i8::gemm_i8_panels(a, w, panels, out) }
+}
+
+/// # Safety
+/// As `crate::gemm_w8a16::gemm_w8a16_panels` (checked by it).
+unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usize>, out: OutPtr) {
+    // SAFETY: see above; the output contract is the caller's.
+    unsafe { super::gemm_w8a16::gemm_w8a16_panels(a, w, panels, out) }
 }
 
 /// # Safety

@@ -108,7 +108,7 @@ unsafe fn quantize_row_offset(x: &[f32], q: &mut [u8]) -> f32 {
 }
 
 /// The lanes of the first `left` (up to 16) values.
-fn tail_mask(left: usize) -> __mmask16 {
+pub(super) fn tail_mask(left: usize) -> __mmask16 {
     if left >= 16 {
         0xffff
     } else {

@@ -1,0 +1,134 @@
+//! `crate::gemm_w8a16`'s product with AVX2: tiles of up to [`MR`] rows by
+//! one panel of 16 features. Each step broadcasts two 16-bit activations
+//! of a row and multiplies them by the two inputs' weights of the 16
+//! features with `vpmaddwd` (pairs of products added into 32-bit lanes,
+//! exact: a group's sum stays below `2^31`); at the end of each group of
+//! `GROUP` inputs the sums are converted, multiplied by the group's scales and
+//! added in f32, the scalar reference's steps in its order.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use crate::gemm::{Acts, OutPtr, NR};
+use crate::gemm_i8::for_each_tile;
+use crate::gemm_w8a16::{PackedW8, GROUP, ROWS16};
+
+/// Most rows per tile.
+const MR: usize = 4;
+
+/// As `crate::gemm_w8a16::gemm_w8a16_panels` (shapes checked by it).
+///
+/// # Safety
+/// AVX2 and FMA; the output contract of `gemm_w8a16_panels`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usize>, out: OutPtr) {
+    ROWS16.with(|rows| {
+        let mut rows = rows.borrow_mut();
+        rows.fill(a, w);
+        let groups = w.groups();
+        // `for_each_tile` sizes its blocks for 4-byte words of int8
+        // weights; these are twice as large, so count twice the groups.
+        for_each_tile(a.m, panels, 2 * groups, MR, 1, |tile_rows, tile_panels| {
+            let (i, p) = (tile_rows.start, tile_panels.start);
+            let t = Tile {
+                a: rows.values[i * rows.ld..].as_ptr(),
+                ld: rows.ld,
+                sa: &rows.scales[i..tile_rows.end],
+                b: w.panel(p).as_ptr(),
+                groups,
+                sw: w.panel_scales(p).as_ptr(),
+                // SAFETY: row i, feature p * NR: inside the output by the
+                // caller's contract.
+                c: unsafe { out.ptr.add(i * out.ld + p * NR) },
+                ldc: out.ld,
+                cols: (w.n() - p * NR).min(NR),
+                bias: out.bias.map(|b| &b[p * NR..]),
+                act: out.act,
+            };
+            // SAFETY: the tile's rows have `groups * GROUP` values each in
+            // `rows`, the panel as many lines' worth; the output places are
+            // the caller's; AVX2 by this function's contract.
+            unsafe {
+                match tile_rows.len() {
+                    4 => tile::<4>(&t),
+                    3 => tile::<3>(&t),
+                    2 => tile::<2>(&t),
+                    _ => tile::<1>(&t),
+                }
+            }
+        });
+    });
+}
+
+/// One micro-kernel call's operands.
+struct Tile<'a> {
+    /// The tile's first activation row; row `r` at `a + r * ld`.
+    a: *const i16,
+    ld: usize,
+    /// The rows' scales.
+    sa: &'a [f32],
+    /// The panel's first line.
+    b: *const i16,
+    groups: usize,
+    /// The panel's scales, 16 per group.
+    sw: *const f32,
+    /// First result; row `r` at `c + r * ldc`, `cols` values each.
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    bias: Option<&'a [f32]>,
+    act: Option<crate::math::Activation>,
+}
+
+/// `R` rows by one panel, over every group of inputs.
+///
+/// # Safety
+/// AVX2; `t.a` readable for `R` rows of `t.groups * GROUP` values, `t.b`
+/// for `t.groups * GROUP / 2` lines of 32 values, `t.sw` for `t.groups`
+/// lines of 16 scales, `t.c` writable for `R` rows of `t.cols` values.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile<const R: usize>(t: &Tile) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    // SAFETY: rows 0..R are in the activations by the contract.
+    let rows: [*const i16; R] = std::array::from_fn(|r| unsafe { t.a.add(r * t.ld) });
+    for g in 0..t.groups {
+        let mut sums = [[_mm256_setzero_si256(); 2]; R];
+        for s in g * GROUP / 2..(g + 1) * GROUP / 2 {
+            // SAFETY: line s of the panel and values 2s, 2s + 1 of each
+            // row are in bounds by the contract.
+            unsafe {
+                let line = t.b.add(s * 2 * NR);
+                let w = [
+                    _mm256_loadu_si256(line.cast()),
+                    _mm256_loadu_si256(line.add(16).cast()),
+                ];
+                for (sum_r, row) in sums.iter_mut().zip(&rows) {
+                    let x = _mm256_set1_epi32(row.add(2 * s).cast::<i32>().read_unaligned());
+                    for h in 0..2 {
+                        sum_r[h] = _mm256_add_epi32(sum_r[h], _mm256_madd_epi16(x, w[h]));
+                    }
+                }
+            }
+        }
+        // SAFETY: group g's 16 scales are in bounds by the contract.
+        let sw = unsafe {
+            [
+                _mm256_loadu_ps(t.sw.add(g * NR)),
+                _mm256_loadu_ps(t.sw.add(g * NR + 8)),
+            ]
+        };
+        for (acc_r, sum_r) in acc.iter_mut().zip(&sums) {
+            for h in 0..2 {
+                let v = _mm256_mul_ps(_mm256_cvtepi32_ps(sum_r[h]), sw[h]);
+                acc_r[h] = _mm256_add_ps(acc_r[h], v);
+            }
+        }
+    }
+    let values: [[__m256; 2]; R] = std::array::from_fn(|r| {
+        let s = _mm256_set1_ps(t.sa[r]);
+        [_mm256_mul_ps(acc[r][0], s), _mm256_mul_ps(acc[r][1], s)]
+    });
+    // SAFETY: the output places as this function's contract says.
+    unsafe { super::gemm::finish_tile(values, t.c, t.ldc, t.cols, t.bias, t.act) };
+}

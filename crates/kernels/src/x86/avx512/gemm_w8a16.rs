@@ -1,0 +1,128 @@
+//! `crate::gemm_w8a16`'s product with AVX-512 VNNI: tiles of up to [`MR`]
+//! rows by one panel of 16 features. Each step broadcasts two 16-bit
+//! activations of a row and adds their products with the two inputs' weights
+//! of the 16 features into each feature's 32-bit sum with one `vpdpwssd`
+//! (exact: a group's sum stays below `2^31`); at the end of each group the
+//! sums are converted, multiplied by the group's scales and added in f32,
+//! the scalar reference's steps in its order.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::gemm_i8::tail_mask;
+use crate::gemm::{Acts, OutPtr, NR};
+use crate::gemm_i8::for_each_tile;
+use crate::gemm_w8a16::{PackedW8, GROUP, ROWS16};
+
+/// Most rows per tile (12 sums, 12 f32 results, a weight line and a
+/// broadcast: 26 of the 32 registers).
+const MR: usize = 12;
+
+/// As `crate::gemm_w8a16::gemm_w8a16_panels` (shapes checked by it).
+///
+/// # Safety
+/// AVX512F/BW/VL and VNNI; the output contract of `gemm_w8a16_panels`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usize>, out: OutPtr) {
+    ROWS16.with(|rows| {
+        let mut rows = rows.borrow_mut();
+        rows.fill(a, w);
+        let groups = w.groups();
+        // `for_each_tile` sizes its blocks for 4-byte words of int8
+        // weights; these are four times as large per word.
+        for_each_tile(a.m, panels, 4 * groups, MR, 1, |tile_rows, tile_panels| {
+            let (i, p) = (tile_rows.start, tile_panels.start);
+            let t = Tile {
+                a: rows.values[i * rows.ld..].as_ptr(),
+                ld: rows.ld,
+                sa: &rows.scales[i..tile_rows.end],
+                b: w.panel(p).as_ptr(),
+                groups,
+                sw: w.panel_scales(p).as_ptr(),
+                // SAFETY: row i, feature p * NR: inside the output by the
+                // caller's contract.
+                c: unsafe { out.ptr.add(i * out.ld + p * NR) },
+                ldc: out.ld,
+                cols: (w.n() - p * NR).min(NR),
+                bias: out.bias.map(|b| &b[p * NR..]),
+                act: out.act,
+            };
+            // SAFETY: the tile's rows have `groups * GROUP` values each in
+            // `rows`, the panel as many lines' worth; the output places are
+            // the caller's; AVX-512 VNNI by this function's contract.
+            unsafe { tile_rows_of::<1>(tile_rows.len(), &t) };
+        });
+    });
+}
+
+/// One micro-kernel call's operands.
+struct Tile<'a> {
+    /// The tile's first activation row; row `r` at `a + r * ld`.
+    a: *const i16,
+    ld: usize,
+    /// The rows' scales.
+    sa: &'a [f32],
+    /// The panel's first line.
+    b: *const i16,
+    groups: usize,
+    /// The panel's scales, 16 per group.
+    sw: *const f32,
+    /// First result; row `r` at `c + r * ldc`, `cols` values each.
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    bias: Option<&'a [f32]>,
+    act: Option<crate::math::Activation>,
+}
+
+/// `rows` (1..=MR) rows by one panel (`P` is 1).
+///
+/// # Safety
+/// As [`tile`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+unsafe fn tile_rows_of<const P: usize>(rows: usize, t: &Tile) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { tile_of_rows!(tile, P, rows, t) }
+}
+
+/// `R` rows by one panel, over every group of inputs.
+///
+/// # Safety
+/// AVX512F/BW/VL and VNNI; `t.a` readable for `R` rows of `t.groups *
+/// GROUP` values, `t.b` for `t.groups * GROUP / 2` lines of 32 values,
+/// `t.sw` for `t.groups` lines of 16 scales, `t.c` writable for `R` rows
+/// of `t.cols` values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+#[inline]
+unsafe fn tile<const R: usize, const P: usize>(t: &Tile) {
+    let mut acc = [[_mm512_setzero_ps(); P]; R];
+    // SAFETY: rows 0..R are in the activations by the contract.
+    let rows: [*const i16; R] = std::array::from_fn(|r| unsafe { t.a.add(r * t.ld) });
+    for g in 0..t.groups {
+        let mut sums = [_mm512_setzero_si512(); R];
+        for s in g * GROUP / 2..(g + 1) * GROUP / 2 {
+            // SAFETY: line s of the panel and values 2s, 2s + 1 of each
+            // row are in bounds by the contract.
+            unsafe {
+                let b = _mm512_loadu_si512(t.b.add(s * 2 * NR).cast());
+                for (sum, row) in sums.iter_mut().zip(&rows) {
+                    let x = _mm512_set1_epi32(row.add(2 * s).cast::<i32>().read_unaligned());
+                    *sum = _mm512_dpwssd_epi32(*sum, x, b);
+                }
+            }
+        }
+        // SAFETY: group g's 16 scales are in bounds by the contract.
+        let sw = unsafe { _mm512_loadu_ps(t.sw.add(g * NR)) };
+        for (acc_r, sum) in acc.iter_mut().zip(&sums) {
+            let v = _mm512_mul_ps(_mm512_cvtepi32_ps(*sum), sw);
+            acc_r[0] = _mm512_add_ps(acc_r[0], v);
+        }
+    }
+    let values: [[__m512; P]; R] = std::array::from_fn(|r| {
+        let s = _mm512_set1_ps(t.sa[r]);
+        std::array::from_fn(|q| _mm512_mul_ps(acc[r][q], s))
+    });
+    let masks: [__mmask16; P] = std::array::from_fn(|q| tail_mask(t.cols.saturating_sub(q * NR)));
+    // SAFETY: the output places as this function's contract says.
+    unsafe { super::gemm::finish_tile(values, masks, t.c, t.ldc, t.cols, t.bias, t.act) };
+}
