@@ -5,7 +5,7 @@
     cargo build --release -p ferrite-cli            # NEW
     git worktree add /tmp/base REV && (cd /tmp/base && cargo build --release -p ferrite-cli)
     scripts/bench-before-after.py /tmp/base/target/release/ferrite target/release/ferrite \
-        [--rounds 3] [--threads 1 2] [--only decode,embed,translate]
+        [--rounds 3] [--threads 1 2] [--only decode,embed,translate] [--kernels avx2]
 
 Each round runs every test once with BASE, then once with NEW (the order
 flips every round, so a slow drift of the machine's load falls on both);
@@ -26,6 +26,7 @@ Needs python3 (stdlib only) and the models (scripts/fetch-models.sh).
 """
 import argparse
 import json
+import os
 import pathlib
 import re
 import statistics
@@ -78,7 +79,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", default="decode,embed,translate")
+    ap.add_argument("--kernels", help="a kernel set both binaries use (FERRITE_KERNELS)")
     a = ap.parse_args()
+    if a.kernels:
+        os.environ["FERRITE_KERNELS"] = a.kernels
     parts = set(a.only.split(","))
     tmp = tempfile.TemporaryDirectory()
     lines = (ROOT / "testdata/translation/corpus.en").read_text().splitlines()[:32]

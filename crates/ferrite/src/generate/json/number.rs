@@ -9,7 +9,7 @@
 //!   parts). That restricts what may be written, never what is valid.
 //! - The bounds are compared with the text's exact decimal value. A bound
 //!   is read from its shortest decimal form and rounded inward to
-//!   [`SCALE`] fraction digits when it has more.
+//!   `SCALE` fraction digits when it has more.
 //! - A validator reads the text as an `f64`. Because rounding to `f64`
 //!   keeps order, a text `>=` a bound's decimal reads as `>=` the bound.
 //!   Because two different decimals of at most 15 significant digits never
