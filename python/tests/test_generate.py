@@ -113,7 +113,8 @@ def test_json_schema_equals_cli(ferrite_bin, gen, tmp_path):
 
 def test_json_schema_refused(gen):
     with pytest.raises(ValueError, match="pattern"):
-        gen.complete("x", json_schema={"type": "string", "pattern": "a+"})
+        gen.complete("x", json_schema={"type": "object", "properties": {
+            "a": {"type": "string", "pattern": "(a)\\1"}}})
     with pytest.raises(ferrite.InputError, match="not JSON"):
         gen.complete("x", json_schema="{not json")
 
