@@ -168,16 +168,23 @@ impl LayerKv {
             .expect("KV cache read of a position never stored")
     }
 
+    /// The block holding position `pos`, ready to be written (allocated on
+    /// first use, copied first when other caches share it), with the
+    /// offsets of its key row and value row.
+    fn writable(&mut self, pos: usize) -> (&mut KvBlock, usize, usize) {
+        let (kv_dim, ty) = (self.kv_dim, self.ty);
+        let (b, r) = self.locate(pos);
+        let pool = &self.pool;
+        let block = self.blocks[b].get_or_insert_with(|| Arc::new(KvBlock::new(kv_dim, ty, pool)));
+        (Arc::make_mut(block), r * kv_dim, (KV_BLOCK + r) * kv_dim)
+    }
+
     /// Stores the key and value of position `pos` (`kv_dim` values each),
     /// allocating its block, or copying it first when other caches share
     /// it.
     pub fn store(&mut self, pos: usize, k: &[f32], v: &[f32]) {
         let (kv_dim, ty) = (self.kv_dim, self.ty);
-        let (b, r) = self.locate(pos);
-        let pool = &self.pool;
-        let block = self.blocks[b].get_or_insert_with(|| Arc::new(KvBlock::new(kv_dim, ty, pool)));
-        let block = Arc::make_mut(block);
-        let (kr, vr) = (r * kv_dim, (KV_BLOCK + r) * kv_dim);
+        let (block, kr, vr) = self.writable(pos);
         if ty == KvType::F32 {
             block.f32[kr..kr + kv_dim].copy_from_slice(&k[..kv_dim]);
             block.f32[vr..vr + kv_dim].copy_from_slice(&v[..kv_dim]);
@@ -273,11 +280,7 @@ impl LayerKv {
     /// Panics unless `k` and `v` are [`LayerKv::row_bytes`] long.
     pub fn store_raw(&mut self, pos: usize, k: &[u8], v: &[u8]) {
         let (kv_dim, ty) = (self.kv_dim, self.ty);
-        let (b, r) = self.locate(pos);
-        let pool = &self.pool;
-        let block = self.blocks[b].get_or_insert_with(|| Arc::new(KvBlock::new(kv_dim, ty, pool)));
-        let block = Arc::make_mut(block);
-        let (kr, vr) = (r * kv_dim, (KV_BLOCK + r) * kv_dim);
+        let (block, kr, vr) = self.writable(pos);
         if ty == KvType::F32 {
             f32_bytes_mut(&mut block.f32[kr..kr + kv_dim]).copy_from_slice(k);
             f32_bytes_mut(&mut block.f32[vr..vr + kv_dim]).copy_from_slice(v);
