@@ -661,6 +661,9 @@ def dequantized_reference(directory, gguf_path):
         state[key] = torch.tensor(np.ascontiguousarray(w), dtype=torch.float32)
     model.load_state_dict(state)
 
+    def f16(t):  # the f16 cache
+        return t.half().float()
+
     def round_q8_0(module, args):  # each matrix input as ggml's quantize_row_q8_0:
         (x,) = args                 # q = round(x / d) with d in f32, value q * f16(d)
         blocks = x.reshape(-1, 32)
@@ -672,14 +675,14 @@ def dequantized_reference(directory, gguf_path):
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear):
             module.register_forward_pre_hook(round_q8_0)
-        if name.endswith("v_proj"):  # the f16 KV cache: values ...
-            module.register_forward_hook(lambda m, a, out: out.half().float())
+        if name.endswith(".v_proj"):  # the f16 KV cache: values ... (not Phi-3's qkv_proj)
+            module.register_forward_hook(lambda m, a, out: f16(out))
         if name.endswith("qkv_proj"):  # (Phi-3's fused projection: its value part)
             kv = cfg.num_key_value_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
             module.register_forward_hook(
-                lambda m, a, out, kv=kv: torch.cat([out[..., :-kv], out[..., -kv:].half().float()], dim=-1))
+                lambda m, a, out, kv=kv: torch.cat([out[..., :-kv], f16(out[..., -kv:])], dim=-1))
         if name.endswith("k_proj") and cfg.model_type == "smollm3" and not cfg.no_rope_layers[int(name.split(".")[2])]:
-            module.register_forward_hook(lambda m, a, out: out.half().float())  # keys of NoPE layers
+            module.register_forward_hook(lambda m, a, out: f16(out))  # keys of NoPE layers
     # ... and keys after RoPE (the modeling module's apply_rotary_pos_emb).
     modeling = sys.modules[type(model).__module__]
     if not hasattr(modeling, "_ferrite_rope"):
@@ -687,11 +690,37 @@ def dequantized_reference(directory, gguf_path):
 
         def rope_then_f16(q, k, *args, **kwargs):
             q, k = modeling._ferrite_rope(q, k, *args, **kwargs)
-            return q, (k.half().float() if getattr(modeling, "_ferrite_f16_keys", False) else k)
+            return q, (f16(k) if getattr(modeling, "_ferrite_f16_keys", False) else k)
 
         modeling.apply_rotary_pos_emb = rope_then_f16
     modeling._ferrite_f16_keys = True
     return model
+
+
+def q8_0_reference(name, directory, q8_file, n_vocab, sequences, cases):
+    """The q8_0 file's own reference (HF on its dequantized weights, see
+    `dequantized_reference`): writes its logits for `sequences` and returns
+    the goldens entry, with greedy runs from the prompts of `cases`."""
+    qmodel = dequantized_reference(directory, OUT / q8_file)
+    qfile = f"logits-{name}.q8_0.f32"
+    qchunks, qseqs, qoff = [], [], 0
+    for seq in sequences:
+        l = logits_of(qmodel, seq["ids"])
+        qchunks.append(l.astype("<f4").tobytes())
+        qseqs.append(dict(seq, offset=qoff))
+        qoff += l.size
+    (OUT / qfile).write_bytes(b"".join(qchunks))
+    qcases = [{"prompt": c["prompt"], "prompt_ids": c["prompt_ids"],
+               "new_ids": greedy(qmodel, c["prompt_ids"])} for c in cases]
+    qgaps = [top_gap(logits_of(qmodel, c["prompt_ids"] + c["new_ids"][:-1])[len(c["prompt_ids"]) - 1:])
+             for c in qcases]
+    sys.modules[type(qmodel).__module__]._ferrite_f16_keys = False
+    log(f"  q8_0 reference: smallest greedy gap {min(qgaps):.3f}")
+    return {
+        "logits": {"file": qfile, "dtype": "f32", "byte_order": "little",
+                   "n_vocab": n_vocab, "sequences": qseqs},
+        "greedy": qcases, "min_greedy_gap": min(qgaps),
+    }
 
 
 def rope_goldens():
@@ -800,27 +829,8 @@ def main():
                 convert(directory, outtype, path)
                 files[outtype] = path.name
             goldens["models"][name]["gguf"] = files
-            # The q8_0 file's own reference: HF on its dequantized weights.
-            qmodel = dequantized_reference(directory, OUT / files["q8_0"])
-            qfile = f"logits-{name}.q8_0.f32"
-            qchunks, qseqs, qoff = [], [], 0
-            for seq in sequences:
-                l = logits_of(qmodel, seq["ids"])
-                qchunks.append(l.astype("<f4").tobytes())
-                qseqs.append(dict(seq, offset=qoff))
-                qoff += l.size
-            (OUT / qfile).write_bytes(b"".join(qchunks))
-            qcases = [{"prompt": c["prompt"], "prompt_ids": c["prompt_ids"],
-                       "new_ids": greedy(qmodel, c["prompt_ids"])} for c in cases]
-            qgaps = [top_gap(logits_of(qmodel, c["prompt_ids"] + c["new_ids"][:-1])[len(c["prompt_ids"]) - 1:])
-                     for c in qcases]
-            sys.modules[type(qmodel).__module__]._ferrite_f16_keys = False
-            goldens["models"][name]["q8_0_reference"] = {
-                "logits": {"file": qfile, "dtype": "f32", "byte_order": "little",
-                           "n_vocab": n_vocab, "sequences": qseqs},
-                "greedy": qcases, "min_greedy_gap": min(qgaps),
-            }
-            log(f"  q8_0 reference: smallest greedy gap {min(qgaps):.3f}")
+            goldens["models"][name]["q8_0_reference"] = q8_0_reference(name, directory, files["q8_0"],
+                                                                       n_vocab, sequences, cases)
         log(f"  {n_vocab} vocab, shards {shards}, logits std {float(l.std()):.2f}, "
             f"smallest greedy top-1/top-2 gap {min(gaps):.3f}")
     write_json(OUT / "goldens.json", goldens)
@@ -832,5 +842,22 @@ def main():
             log(f"  {p.relative_to(OUT)} {p.stat().st_size} {hashlib.sha256(p.read_bytes()).hexdigest()[:12]}")
 
 
+def q8_0_references_only():
+    """`--q8-references`: recomputes only the q8_0 references of the
+    committed fixtures (their directories, GGUF files and sequences kept)."""
+    import torch
+
+    torch.set_num_threads(2)
+    goldens = json.loads((OUT / "goldens.json").read_text(encoding="utf-8"))
+    for name, entry in goldens["models"].items():
+        if "q8_0_reference" not in entry:
+            continue
+        log(name)
+        sequences = entry["logits"]["sequences"]
+        entry["q8_0_reference"] = q8_0_reference(name, OUT / name, entry["gguf"]["q8_0"], entry["n_vocab"],
+                                                 sequences, entry["greedy"])
+    write_json(OUT / "goldens.json", goldens)
+
+
 if __name__ == "__main__":
-    main()
+    q8_0_references_only() if sys.argv[1:] == ["--q8-references"] else main()
