@@ -79,29 +79,35 @@ pub enum Seed {
     Fixed(u64),
 }
 
-fn parse_seed(s: &str) -> Result<Seed, String> {
+fn parse_seed(s: &str) -> Result<Seed, ferrite::Error> {
     match s.trim() {
         "-1" => Ok(Seed::Random),
-        t => t
-            .parse()
-            .map(Seed::Fixed)
-            .map_err(|_| format!("'{s}' is not a seed (0 to 2^64-1, or -1 for a random one)")),
+        t => t.parse().map(Seed::Fixed).map_err(|_| {
+            input(format!(
+                "'{s}' is not a seed (0 to 2^64-1, or -1 for a random one)"
+            ))
+        }),
     }
 }
 
-fn parse_logit_bias(s: &str) -> Result<(u32, f32), String> {
+/// A value parser's error.
+fn input(message: String) -> ferrite::Error {
+    ferrite::Error::Input(message)
+}
+
+fn parse_logit_bias(s: &str) -> Result<(u32, f32), ferrite::Error> {
     let split = s
         .find(['=', '+', '-'])
-        .ok_or_else(|| format!("'{s}' is not ID=BIAS"))?;
+        .ok_or_else(|| input(format!("'{s}' is not ID=BIAS")))?;
     let (id, rest) = s.split_at(split);
     let id: u32 = id
         .trim()
         .parse()
-        .map_err(|_| format!("bad token id in '{s}'"))?;
+        .map_err(|_| input(format!("bad token id in '{s}'")))?;
     let bias_text = rest.strip_prefix('=').unwrap_or(rest).trim();
     let bias = match bias_text {
         "-inf" | "-infinity" => f32::NEG_INFINITY,
-        t => t.parse().map_err(|_| format!("bad bias in '{s}'"))?,
+        t => t.parse().map_err(|_| input(format!("bad bias in '{s}'")))?,
     };
     Ok((id, bias))
 }

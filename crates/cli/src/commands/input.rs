@@ -13,13 +13,13 @@ pub const MAX_THREADS: usize = 512;
 
 /// The value parser of every `-t/--threads`: a count from 1 to
 /// [`MAX_THREADS`]. Leaving the option out means one thread per core.
-pub fn parse_threads(s: &str) -> Result<usize, String> {
+pub fn parse_threads(s: &str) -> Result<usize, ferrite::Error> {
     match s.trim().parse::<usize>() {
         Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
-        _ => Err(format!(
+        _ => Err(ferrite::Error::Input(format!(
             "give 1 to {MAX_THREADS} threads (leave -t out for one per core: {} here)",
             available_cores()
-        )),
+        ))),
     }
 }
 
@@ -196,7 +196,7 @@ mod tests {
 
     #[test]
     fn thread_counts() {
-        assert_eq!(parse_threads("3"), Ok(3));
+        assert_eq!(parse_threads("3").ok(), Some(3));
         assert!(parse_threads("0").is_err());
         assert!(parse_threads("513").is_err());
         assert!(parse_threads("-1").is_err());

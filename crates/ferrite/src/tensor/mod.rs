@@ -199,8 +199,15 @@ impl Loader {
         let start = bytes.range.start;
         let release = |r: Range<usize>| self.file.release(start + r.start..start + r.end);
         let int8_groups = self.int8_groups(ty, cols)?;
-        Linear::new(name, ty, bytes, (rows, cols), release, int8_groups)
-            .map_err(|e| Error::model(self.source(), e))
+        Linear::new(
+            &self.source(),
+            name,
+            ty,
+            bytes,
+            (rows, cols),
+            release,
+            int8_groups,
+        )
     }
 
     /// As [`Loader::linear`], plus the bias vector `bias` (`rows` values)
@@ -378,19 +385,25 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// A `rows x cols` matrix of type `ty` over `bytes` (of tensor `name`),
-    /// repacked for the active kernels where they read a repacked copy;
-    /// `release(range)` is told which of `bytes` were copied.
+    /// A `rows x cols` matrix of type `ty` over `bytes` (of tensor `name`
+    /// in `source`, for messages), repacked for the active kernels where
+    /// they read a repacked copy; `release(range)` is told which of `bytes`
+    /// were copied.
     fn new(
+        source: &str,
         name: &str,
         ty: GgmlType,
         bytes: TensorBytes,
         (rows, cols): (usize, usize),
         release: impl Fn(Range<usize>),
         int8_groups: Option<usize>,
-    ) -> Result<Linear, String> {
-        let kernels = RowKernels::for_type(ty)
-            .ok_or_else(|| format!("tensor '{name}': no matmul kernel for type {ty}"))?;
+    ) -> Result<Linear, Error> {
+        let kernels = RowKernels::for_type(ty).ok_or_else(|| {
+            Error::model(
+                source,
+                format!("tensor '{name}': no matmul kernel for type {ty}"),
+            )
+        })?;
         let row_bytes = bytes.bytes().len() / rows.max(1);
         let matrix = Matrix {
             ty,
@@ -443,7 +456,7 @@ impl Linear {
             range: 0..data.len(),
             src: Source::Owned(data.into()),
         };
-        Linear::new(name, ty, bytes, (rows, cols), |_| {}, None).map_err(err)
+        Linear::new(name, name, ty, bytes, (rows, cols), |_| {}, None)
     }
 
     /// The matrix as the kernels' matmul reads it.

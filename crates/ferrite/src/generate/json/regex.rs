@@ -24,6 +24,25 @@
 
 use std::collections::{HashMap, VecDeque};
 
+/// Why a pattern is refused: the feature or the fault, in words that finish
+/// "pattern ... is not supported: ..." (the schema compiler names the
+/// keyword and the pattern).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RegexError(String);
+
+impl From<&str> for RegexError {
+    fn from(s: &str) -> Self {
+        RegexError(s.to_string())
+    }
+}
+
+impl From<String> for RegexError {
+    fn from(s: String) -> Self {
+        RegexError(s)
+    }
+}
+
 /// Most NFA states one pattern may take (repetition counts multiply).
 const MAX_NFA: usize = 4096;
 /// Means no state.
@@ -45,7 +64,7 @@ pub struct Dfa {
 impl Dfa {
     /// The DFA of `pattern`; `budget` is the DFA states still allowed (it
     /// is charged for this one). The error says what is not supported.
-    pub fn compile(pattern: &str, budget: &mut usize) -> Result<Dfa, String> {
+    pub fn compile(pattern: &str, budget: &mut usize) -> Result<Dfa, RegexError> {
         let ast = Parser {
             chars: pattern.chars().collect(),
             at: 0,
@@ -167,10 +186,10 @@ impl Parser {
 
     /// The whole pattern: each top-level alternative with its anchors, or
     /// `.*` where it has none.
-    fn top(mut self) -> Result<Ast, String> {
+    fn top(mut self) -> Result<Ast, RegexError> {
         let alt = self.alt()?;
         if self.at < self.chars.len() {
-            return Err(format!("unbalanced ')' at character {}", self.at));
+            return Err(format!("unbalanced ')' at character {}", self.at).into());
         }
         let any = || Ast::Repeat(Box::new(Ast::Set(Set::of(|_| true).wide())), 0, None);
         let alts = match alt {
@@ -208,7 +227,7 @@ impl Parser {
         Ok(Ast::Alt(out))
     }
 
-    fn alt(&mut self) -> Result<Ast, String> {
+    fn alt(&mut self) -> Result<Ast, RegexError> {
         let mut alts = vec![self.concat()?];
         while self.eat('|') {
             alts.push(self.concat()?);
@@ -220,7 +239,7 @@ impl Parser {
         })
     }
 
-    fn concat(&mut self) -> Result<Ast, String> {
+    fn concat(&mut self) -> Result<Ast, RegexError> {
         let mut items = Vec::new();
         while let Some(c) = self.peek() {
             if c == '|' || c == ')' {
@@ -242,7 +261,7 @@ impl Parser {
         s.parse().ok()
     }
 
-    fn quantified(&mut self, atom: Ast) -> Result<Ast, String> {
+    fn quantified(&mut self, atom: Ast) -> Result<Ast, RegexError> {
         let mut atom = atom;
         loop {
             let (min, max) = match self.peek() {
@@ -278,10 +297,12 @@ impl Parser {
                     }
                     self.at -= 1;
                     if max.is_some_and(|m| m < min) {
-                        return Err(format!("the quantifier {{{min},{max:?}}} is out of order"));
+                        return Err(
+                            format!("the quantifier {{{min},{max:?}}} is out of order").into()
+                        );
                     }
                     if min.max(max.unwrap_or(0)) > MAX_COUNT {
-                        return Err(format!("repetition counts above {MAX_COUNT}"));
+                        return Err(format!("repetition counts above {MAX_COUNT}").into());
                     }
                     (min, max)
                 }
@@ -297,7 +318,7 @@ impl Parser {
         }
     }
 
-    fn atom(&mut self) -> Result<Ast, String> {
+    fn atom(&mut self) -> Result<Ast, RegexError> {
         let c = self.peek().ok_or("unexpected end")?;
         self.at += 1;
         Ok(match c {
@@ -328,24 +349,24 @@ impl Parser {
             '^' => Ast::Start,
             '$' => Ast::End,
             '\\' => Ast::Set(self.escape(false)?.0),
-            '*' | '+' | '?' => return Err(format!("nothing to repeat before '{c}'")),
+            '*' | '+' | '?' => return Err(format!("nothing to repeat before '{c}'").into()),
             ')' => return Err("unbalanced ')'".into()),
             c => Ast::Set(Set::char(c)),
         })
     }
 
     /// An escape after `\`; whether it was a class escape (`\d`, `\W`, ...).
-    fn escape(&mut self, in_class: bool) -> Result<(Set, bool), String> {
+    fn escape(&mut self, in_class: bool) -> Result<(Set, bool), RegexError> {
         let c = self.peek().ok_or("a trailing '\\'")?;
         self.at += 1;
-        let hex = |p: &mut Parser, n: usize| -> Result<char, String> {
+        let hex = |p: &mut Parser, n: usize| -> Result<char, RegexError> {
             let s: String = p.chars.iter().skip(p.at).take(n).collect();
             p.at += n;
             u32::from_str_radix(&s, 16)
                 .ok()
                 .filter(|_| s.len() == n)
                 .and_then(char::from_u32)
-                .ok_or_else(|| format!("a bad \\x / \\u escape '{s}'"))
+                .ok_or_else(|| format!("a bad \\x / \\u escape '{s}'").into())
         };
         let set = match c {
             'd' => return Ok((Set::of(|b| b.is_ascii_digit()), true)),
@@ -366,13 +387,13 @@ impl Parser {
             'b' | 'B' => return Err("word boundaries ('\\b', '\\B')".into()),
             '1'..='9' | 'k' => return Err("backreferences".into()),
             'p' | 'P' => return Err("Unicode property escapes ('\\p{...}')".into()),
-            c if c.is_ascii_alphanumeric() => return Err(format!("the escape '\\{c}'")),
+            c if c.is_ascii_alphanumeric() => return Err(format!("the escape '\\{c}'").into()),
             c => Set::char(c),
         };
         Ok((set, false))
     }
 
-    fn class(&mut self) -> Result<Set, String> {
+    fn class(&mut self) -> Result<Set, RegexError> {
         let negated = self.eat('^');
         let mut set = Set::empty();
         let mut narrow = false;
@@ -410,7 +431,7 @@ impl Parser {
                     return Err("a class range with a class escape as an end".into());
                 };
                 if a > b {
-                    return Err(format!("the class range '{a}-{b}' is out of order"));
+                    return Err(format!("the class range '{a}-{b}' is out of order").into());
                 }
                 if !b.is_ascii() {
                     return Err("class ranges between non-ASCII characters".into());
@@ -474,11 +495,9 @@ struct Nfa {
 }
 
 impl Nfa {
-    fn state(&mut self) -> Result<u32, String> {
+    fn state(&mut self) -> Result<u32, RegexError> {
         if self.eps.len() >= MAX_NFA {
-            return Err(format!(
-                "it is too large (more than {MAX_NFA} automaton states)"
-            ));
+            return Err(format!("it is too large (more than {MAX_NFA} automaton states)").into());
         }
         self.eps.push(Vec::new());
         self.trans.push(Vec::new());
@@ -486,7 +505,7 @@ impl Nfa {
     }
 
     /// A path of byte ranges from `from` to `to`.
-    fn path(&mut self, from: u32, ranges: &[(u8, u8)], to: u32) -> Result<(), String> {
+    fn path(&mut self, from: u32, ranges: &[(u8, u8)], to: u32) -> Result<(), RegexError> {
         let mut at = from;
         for (i, &(lo, hi)) in ranges.iter().enumerate() {
             let next = if i + 1 == ranges.len() {
@@ -500,7 +519,7 @@ impl Nfa {
         Ok(())
     }
 
-    fn build(&mut self, a: &Ast, from: u32, to: u32) -> Result<(), String> {
+    fn build(&mut self, a: &Ast, from: u32, to: u32) -> Result<(), RegexError> {
         match a {
             Ast::Set(s) => {
                 let mut b = 0usize;
@@ -603,7 +622,7 @@ fn plain(b: u8) -> bool {
     b >= 0x20 && b != b'"' && b != b'\\'
 }
 
-fn determinize(nfa: &Nfa, start: u32, accept: u32, budget: &mut usize) -> Result<Dfa, String> {
+fn determinize(nfa: &Nfa, start: u32, accept: u32, budget: &mut usize) -> Result<Dfa, RegexError> {
     // Byte classes: bytes no transition (nor JSON) tells apart.
     let mut cut = [false; 257];
     for &b in &[0x20usize, 0x22, 0x23, 0x5c, 0x5d, 0x80] {
@@ -776,7 +795,7 @@ mod tests {
         assert!(d.step(1, b'"').is_none() && d.step(1, b'\\').is_none());
         assert!(d.step(1, b'\n').is_none());
         let err = Dfa::compile(r#"^"$"#, &mut 100).unwrap_err();
-        assert!(err.contains("escapes"), "{err}");
+        assert!(err.to_string().contains("escapes"), "{err}");
     }
 
     #[test]
@@ -794,11 +813,11 @@ mod tests {
             (r"(a{1000}){1000}", "too large"),
         ] {
             let err = Dfa::compile(p, &mut 100_000).unwrap_err();
-            assert!(err.contains(what), "{p}: {err}");
+            assert!(err.to_string().contains(what), "{p}: {err}");
         }
         // A large but legal pattern is refused by the state budget.
         let err = Dfa::compile(r"^[ab]*a[ab]{12}$", &mut 1000).unwrap_err();
-        assert!(err.contains("budget"), "{err}");
+        assert!(err.to_string().contains("budget"), "{err}");
         // `{` that is no quantifier is a literal.
         assert!(matches(&dfa("^a{b}$"), "a{b}"));
     }
