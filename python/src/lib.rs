@@ -9,14 +9,9 @@
 
 use std::sync::{mpsc, Arc, Mutex};
 
-use ferrite::embed::Products;
-use ferrite::generate::json::Grammar;
-use ferrite::generate::sampler::random_seed;
-use ferrite::open::WeightFormat;
-use ferrite::translate::MAX_BEAMS;
 use ferrite::{
-    EmbedOptions, ErrorKind, GenerateOptions, Message, OpenOptions, Pooling, SamplerOptions,
-    StopReason, Task, Threads, TranslateOptions,
+    random_seed, EmbedOptions, ErrorKind, GenerateOptions, Grammar, Message, OpenOptions, Pooling,
+    Products, SamplerOptions, StopReason, Task, Threads, TranslateOptions, WeightFormat, MAX_BEAMS,
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -62,11 +57,11 @@ fn bad_input(message: impl Into<String>) -> PyErr {
 /// The thread pool for `threads` (`None`: one per core).
 fn threads(n: Option<i64>) -> PyResult<Threads> {
     match n {
-        None => Threads::try_new(ferrite::parallel::available_cores()).map_err(lib_err),
+        None => Threads::try_new(ferrite::available_cores()).map_err(lib_err),
         Some(n) if (1..=MAX_THREADS).contains(&n) => Threads::try_new(n as usize).map_err(lib_err),
         Some(n) => Err(bad_input(format!(
             "threads={n}: give 1 to {MAX_THREADS} (None: one per core, {} here)",
-            ferrite::parallel::available_cores()
+            ferrite::available_cores()
         ))),
     }
 }
@@ -335,11 +330,7 @@ impl Generator {
     /// Whether the model's file has a chat template (`chat` needs one).
     #[getter]
     fn has_chat_template(&self) -> bool {
-        self.inner
-            .file
-            .metadata()
-            .get_str(ferrite::generate::chat::TEMPLATE_KEY)
-            .is_some()
+        self.inner.has_chat_template()
     }
 
     /// Generates after `prompt` (a str) or, with `chat`, the reply to the

@@ -30,8 +30,8 @@ pub enum CliError {
 }
 
 /// A file the library could not parse is the library's error.
-impl From<ferrite::formats::FormatError> for CliError {
-    fn from(e: ferrite::formats::FormatError) -> Self {
+impl From<ferrite::tools::FormatError> for CliError {
+    fn from(e: ferrite::tools::FormatError) -> Self {
         CliError::Library(e.into())
     }
 }

@@ -6,9 +6,9 @@ mod common;
 
 use common::{ferrite, ok, testdata};
 
-use ferrite::formats::gguf::GgufFile;
-use ferrite::generate::chat::{model_template, turn_end_tokens};
-use ferrite::tokenize::Tokenizer;
+use ferrite::serving::{model_template, turn_end_tokens};
+use ferrite::tools::GgufFile;
+use ferrite::tools::Tokenizer;
 use serde_json::Value as Json;
 
 /// One `prompt: ... | generated: ... | stop: ...` line of `--verbose`.
@@ -41,7 +41,7 @@ const NOTICE: &str = "the context (256 tokens) is full";
 
 /// `--logit-bias ID=-inf` for every token that could end a reply.
 fn forbid_every_end() -> Vec<String> {
-    let path = ferrite::model_path::resolve("qwen2.5-0.5b").unwrap_or_else(|e| {
+    let path = ferrite::tools::resolve("qwen2.5-0.5b").unwrap_or_else(|e| {
         panic!("{e}\n(the test suite needs the real models: run scripts/fetch-models.sh)")
     });
     let file = GgufFile::open(path).unwrap();

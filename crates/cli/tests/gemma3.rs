@@ -4,8 +4,8 @@ mod common;
 
 use common::{ferrite, ok};
 
-use ferrite::formats::gguf::GgufFile;
-use ferrite::tokenize::Tokenizer;
+use ferrite::tools::GgufFile;
+use ferrite::tools::Tokenizer;
 
 /// The numbers in a `prompt: N tokens (M new), ...` statistics line.
 fn prompt_stats(stderr: &str) -> Vec<Vec<usize>> {
@@ -53,7 +53,7 @@ fn run_greedy_continues_the_prompt() {
 
 #[test]
 fn chat_template_gemma_gives_gemma_turns_to_a_file_without_one() {
-    let path = ferrite::model_path::resolve("gemma3-270m").unwrap();
+    let path = ferrite::tools::resolve("gemma3-270m").unwrap();
     let file = GgufFile::open(&path).unwrap();
     assert!(file.metadata().get_str("tokenizer.chat_template").is_none());
     let tok = Tokenizer::from_gguf(file.metadata()).unwrap();

@@ -165,7 +165,7 @@ fn unsupported_architecture_is_a_one_line_error() {
     use ferrite::formats::gguf::{write_gguf, GgufFile, Metadata, Value};
     // SmolLM2's metadata (so the tokenizer loads), renamed to an
     // architecture we do not run, and no tensors.
-    let real = GgufFile::open(ferrite::model_path::resolve("smollm2").unwrap()).unwrap();
+    let real = GgufFile::open(ferrite::tools::resolve("smollm2").unwrap()).unwrap();
     let mut meta = Metadata::default();
     for (k, v) in real.metadata().iter() {
         let v = if k == "general.architecture" {

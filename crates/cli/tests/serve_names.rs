@@ -44,7 +44,7 @@ fn a_model_loaded_by_short_name_answers_to_its_file_name_too() {
 
 #[test]
 fn one_model_given_twice_under_its_two_names_is_refused() {
-    let path = ferrite::model_path::resolve("minilm").unwrap();
+    let path = ferrite::tools::resolve("minilm").unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ferrite"))
         .args(["serve", "minilm", path.to_str().unwrap(), "--port", "0"])
         .env("FERRITE_LOG", "error")

@@ -49,48 +49,47 @@
 //! CLI and server use them, and they change without notice).
 // Generation with a context size, and chat replies (used by python/).
 mod chat_api;
-// The parts the library is built from. They are `pub` because ferrite's
-// own CLI, server, Python binding and integration tests are separate
-// crates that reach into them, and hidden from the documentation because
-// they are not the library's interface: the re-exports below are.
-#[doc(hidden)]
-pub mod convert;
-#[doc(hidden)]
-pub mod embed;
 mod error;
-#[doc(hidden)]
-pub mod formats;
-#[doc(hidden)]
-pub mod generate;
-#[doc(hidden)]
-pub mod inspect;
-#[doc(hidden)]
-pub mod layers;
-#[doc(hidden)]
-pub mod model_path;
-#[doc(hidden)]
-pub mod models;
-#[doc(hidden)]
-pub mod open;
-#[doc(hidden)]
-pub mod parallel;
-#[doc(hidden)]
-pub mod quantize;
 mod temp_output;
 mod tensor;
-#[doc(hidden)]
-pub mod tokenize;
-#[doc(hidden)]
-pub mod translate;
 
-pub use embed::{EmbedOptions, Embedder, Embedding, Pooling, Task};
+/// Declares the modules the library is built from: `pub(crate)`, or `pub`
+/// (hidden from the documentation) with the cargo feature `internals`,
+/// which the library's own integration tests, examples and the fuzz
+/// target turn on to test the parts one by one. The interface is the
+/// items re-exported below and the modules [`serving`] and [`tools`];
+/// ferrite's CLI, server and Python package use only those (they do not
+/// turn the feature on, so their build fails if they reach further).
+macro_rules! internal_modules {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = "internals")]
+            #[doc(hidden)]
+            pub mod $name;
+            #[cfg(not(feature = "internals"))]
+            pub(crate) mod $name;
+        )*
+    };
+}
+
+internal_modules!(
+    convert, embed, formats, generate, inspect, layers, model_path, models, open, parallel,
+    quantize, tokenize, translate,
+);
+
+pub mod serving;
+pub mod tools;
+
+pub use embed::{EmbedOptions, Embedder, Embedding, Pooling, Products, Task};
 pub use error::{Error, ErrorKind};
 pub use generate::chat::Message;
-pub use generate::sampler::SamplerOptions;
+pub use generate::json::Grammar;
+pub use generate::sampler::{random_seed, SamplerOptions};
 pub use generate::session::{GenerateOptions, StopReason};
-pub use open::{open, open_with, Generator, Model, ModelKind, OpenOptions};
-pub use parallel::Threads;
-pub use translate::{TranslateOptions, Translator};
+pub use open::{open, open_with, Generator, Model, ModelKind, OpenOptions, WeightFormat};
+pub use parallel::{available_cores, Threads};
+pub use quantize::FileType;
+pub use translate::{TranslateOptions, Translator, MAX_BEAMS};
 
 /// The README's Rust examples, compiled as doctests.
 #[cfg(doctest)]

@@ -143,6 +143,15 @@ impl Generator {
         Ok((self.tokenizer.decode(text_ids, false), ids))
     }
 
+    /// Whether the model's file carries a chat template (without one, chat
+    /// replies use a built-in template for the architecture, or ChatML).
+    pub fn has_chat_template(&self) -> bool {
+        self.file
+            .metadata()
+            .get_str(crate::generate::chat::TEMPLATE_KEY)
+            .is_some()
+    }
+
     /// Bytes of the key/value cache of one sequence of `n_ctx` positions
     /// (what a state from [`CausalLm::new_state`] allocates).
     pub fn kv_bytes(&self, n_ctx: usize) -> usize {

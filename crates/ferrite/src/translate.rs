@@ -114,7 +114,7 @@ pub struct TranslateOptions {
     pub max_length: Option<usize>,
     pub length_penalty: Option<f32>,
     pub no_repeat_ngram_size: Option<usize>,
-    /// Inputs per batch (default [`DEFAULT_BATCH`]).
+    /// Inputs per batch (default `DEFAULT_BATCH`).
     pub batch: Option<usize>,
     /// Once set, the translation stops at its next step with
     /// `Error::Cancelled` (a server request whose client went away).

@@ -189,3 +189,39 @@ fn oversized_or_empty_batches_are_errors() {
         .unwrap_err();
     assert!(err.to_string().contains("do not fit"), "{err}");
 }
+
+/// `Decoder::kv_bytes` is what a full cache holds: whole blocks of
+/// `KV_BLOCK` positions, in full layers and in sliding-window rings
+/// (Gemma 3's hold 767 positions, not a whole number of blocks), as the
+/// pool counts them. `kv_block_bytes` of the first positions is exactly
+/// what storing them allocates, and of a later range at least what it
+/// adds (what the server reserves for a reply).
+#[test]
+fn kv_bytes_is_what_a_full_cache_allocates() {
+    for (short_name, n_ctx) in [("gemma3-270m", 1001), ("smollm2", 1001), ("smollm2", 64)] {
+        let (_file, lm) = open_causal_lm(&common::real_model(short_name)).unwrap();
+        let model = lm.decoder();
+        let pool = ferrite::generate::kv_cache::KvPool::new();
+        let mut cache = model.new_cache_in(n_ctx, &pool).unwrap();
+        let mut fill = |range: std::ops::Range<usize>| {
+            for layer in &mut cache.layers {
+                let dim = layer.row_bytes() / if layer.is_f32() { 4 } else { 2 };
+                let row = vec![0.5f32; dim];
+                for pos in range.clone() {
+                    layer.store(pos, &row, &row);
+                }
+            }
+        };
+        let split = n_ctx / 3 + 1;
+        fill(0..split);
+        let first = pool.bytes();
+        assert_eq!(first, model.kv_block_bytes(0..split, n_ctx), "{short_name}");
+        fill(split..n_ctx);
+        assert_eq!(
+            pool.bytes(),
+            model.kv_bytes(n_ctx),
+            "{short_name} n_ctx {n_ctx}"
+        );
+        assert!(pool.bytes() - first <= model.kv_block_bytes(split..n_ctx, n_ctx));
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ferrite::embed::Products;
+use ferrite::Products;
 
 /// Everything `ferrite serve` can be told.
 #[derive(Clone, Debug)]
@@ -53,7 +53,7 @@ pub struct Limits {
     /// Hugging Face decoder directories' matrices quantized at load
     /// (`ferrite serve --weights TYPE`), as `ferrite convert --outtype
     /// TYPE` would write them; GGUF models are refused with it.
-    pub decoder_weights: Option<ferrite::quantize::FileType>,
+    pub decoder_weights: Option<ferrite::FileType>,
     /// A connection must deliver a complete request head within this of
     /// starting to wait for one (so an idle keep-alive connection is
     /// closed after it too).
@@ -69,7 +69,7 @@ pub struct Limits {
     pub max_embed_work: usize,
     /// Trusted callers only: control-token text inside chat messages
     /// becomes control tokens, as in the template's own markup. Off: it is
-    /// tokenized as text (`ferrite::generate::chat::guarded_prompt_tokens`).
+    /// tokenized as text (`ferrite::serving::guarded_prompt_tokens`).
     pub parse_special_in_messages: bool,
 }
 

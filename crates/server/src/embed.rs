@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrite::embed::{EmbedOptions, Embedder};
-use ferrite::parallel::Threads;
+use ferrite::Threads;
+use ferrite::{EmbedOptions, Embedder};
 use tokio::sync::oneshot;
 
 use crate::config::Limits;

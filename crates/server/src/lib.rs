@@ -27,7 +27,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
-use ferrite::parallel::Threads;
+use ferrite::Threads;
 use tokio::sync::oneshot;
 
 pub use config::{Limits, ServerConfig};

@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ferrite::model_path::KNOWN_MODELS;
-use ferrite::models::seq2seq::weights::WeightFormat;
-use ferrite::open::Found;
-use ferrite::parallel::Threads;
-use ferrite::translate::Translator;
+use ferrite::tools::Found;
+use ferrite::tools::KNOWN_MODELS;
+use ferrite::Threads;
+use ferrite::Translator;
+use ferrite::WeightFormat;
 
 use crate::config::Limits;
 use crate::embed::{self, EmbedModel};
@@ -91,7 +91,7 @@ impl Registry {
     ) -> Result<Registry, ServeError> {
         let mut models: Vec<Served> = Vec::new();
         for arg in names {
-            let path: PathBuf = ferrite::open::resolve(arg)?;
+            let path: PathBuf = ferrite::tools::resolve(arg)?;
             let name = api_name(arg, &path);
             let alias = Some(file_name(arg, &path)).filter(|a| *a != name);
             for n in std::iter::once(&name).chain(&alias) {
@@ -106,7 +106,7 @@ impl Registry {
                 decoder_weights: limits.decoder_weights,
                 ..Default::default()
             };
-            let found = ferrite::open::find(&path, &opts)?;
+            let found = ferrite::tools::find(&path, &opts)?;
             let kind = match found {
                 Found::Generator(file) => {
                     let m = Arc::new(GenModel::load(&name, &path, file, limits, mm)?);

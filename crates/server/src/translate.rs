@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrite::translate::{TranslateOptions, Translator};
+use ferrite::{TranslateOptions, Translator};
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
@@ -95,9 +95,9 @@ pub fn spawn(model: Arc<TranslateModel>) -> std::io::Result<std::thread::JoinHan
 mod tests {
     use super::*;
     use crate::queue::Refused;
-    use ferrite::generate::cancel::Cancel;
-    use ferrite::models::seq2seq::weights::WeightFormat;
-    use ferrite::parallel::Threads;
+    use ferrite::serving::Cancel;
+    use ferrite::Threads;
+    use ferrite::WeightFormat;
 
     fn tiny(max_waiting: usize) -> Arc<TranslateModel> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

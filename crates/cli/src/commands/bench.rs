@@ -14,8 +14,8 @@ use crate::error::{CliError, CliResult};
 use std::io::{self, Write};
 use std::time::Instant;
 
-use ferrite::models::decoder::{DecoderState, Logits};
-use ferrite::models::CausalLm;
+use ferrite::serving::CausalLm;
+use ferrite::serving::{DecoderState, Logits};
 use ferrite_kernels::dispatch::kernel_set_name;
 
 use super::common::load;

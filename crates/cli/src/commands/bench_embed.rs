@@ -10,7 +10,7 @@ use crate::error::{CliError, CliResult};
 use std::io::{self, Write};
 use std::time::Instant;
 
-use ferrite::embed::{EmbedOptions, Products};
+use ferrite::{EmbedOptions, Products};
 use ferrite_kernels::dispatch::kernel_set_name;
 
 use super::embed::{batch_size, load, read_lines};

@@ -13,12 +13,11 @@
 use crate::error::{CliError, CliResult};
 use std::io::{self, BufRead, IsTerminal};
 
-use ferrite::generate::chat::{
-    fit_prompt, model_template, turn_end_tokens, ChatTemplate, Message, PromptBudget, PromptError,
-    TEMPLATE_KEY,
+use ferrite::serving::{
+    fit_prompt, model_template, turn_end_tokens, ChatTemplate, PromptBudget, PromptError, Sampler,
+    Session, TEMPLATE_KEY,
 };
-use ferrite::generate::sampler::Sampler;
-use ferrite::generate::session::{GenerateOptions, Session, StopReason};
+use ferrite::{GenerateOptions, Message, StopReason};
 
 use super::common::{
     generate_to_stdout, load_with, max_tokens, show_stats, ModelArgs, SamplingArgs,

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ferrite::convert::{convert_dir, ConvertOptions, Target};
-use ferrite::quantize::FILE_TYPES;
+use ferrite::tools::FILE_TYPES;
+use ferrite::tools::{convert_dir, ConvertOptions, Target};
 
 use super::input::parse_threads;
 use crate::error::{CliError, CliResult};
@@ -50,9 +50,7 @@ pub fn run(args: Args) -> CliResult {
         target,
         pre_tokenizer: args.pre_tokenizer,
         force: args.force,
-        threads: args
-            .threads
-            .unwrap_or_else(ferrite::parallel::available_cores),
+        threads: args.threads.unwrap_or_else(ferrite::available_cores),
     };
     let start = Instant::now();
     let s = convert_dir(&args.dir, &args.output, &opts)?;

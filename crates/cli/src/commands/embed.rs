@@ -6,8 +6,8 @@ use crate::error::{CliError, CliResult};
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 
-use ferrite::embed::{EmbedOptions, Embedder, Embedding, Pooling, Products, Task};
-use ferrite::model_path;
+use ferrite::tools;
+use ferrite::{EmbedOptions, Embedder, Embedding, Pooling, Products, Task};
 
 use super::input;
 
@@ -140,7 +140,7 @@ pub fn batch_size(n: usize) -> CliResult<usize> {
 /// Loads an embedding model by path or short name, for `products`.
 pub fn load(model: Option<&str>, products: Products) -> CliResult<Embedder> {
     input::refuse_text_file(model, "embed")?;
-    let path = model_path::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL))?;
+    let path = tools::resolve(model.unwrap_or(DEFAULT_EMBED_MODEL))?;
     let mut embedder = Embedder::open(&path)?;
     embedder.use_products(products)?;
     Ok(embedder)

@@ -5,7 +5,7 @@ use crate::error::{CliError, CliResult};
 use std::io::{self, Read};
 use std::path::Path;
 
-use ferrite::parallel::{available_cores, Threads};
+use ferrite::{available_cores, Threads};
 
 /// The most threads `-t` takes (as ggml's `GGML_MAX_N_THREADS`): far more
 /// than a CPU has cores, and few enough for any OS to start.

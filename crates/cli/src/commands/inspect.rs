@@ -5,9 +5,9 @@ use crate::error::CliResult;
 use std::io::{self, BufWriter, Write};
 use std::sync::Arc;
 
-use ferrite::formats::gguf::GgufFile;
-use ferrite::inspect::{inspect, inspect_gguf, tensor_values, Report};
-use ferrite::model_path;
+use ferrite::tools;
+use ferrite::tools::GgufFile;
+use ferrite::tools::{inspect, inspect_gguf, tensor_values, Report};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,7 +29,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let path = model_path::resolve(&args.model)?;
+    let path = tools::resolve(&args.model)?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if let Some(name) = &args.tensor {
@@ -46,8 +46,8 @@ pub fn run(args: Args) -> CliResult {
     let is_gguf = path.is_file() && path.extension().is_none_or(|e| e != "safetensors");
     let (report, gguf) = if is_gguf {
         // A GGUF file, or a llama2.c checkpoint read as one (`ferrite::open`'s rules).
-        let file = match ferrite::open::find(&path, &Default::default()) {
-            Ok(ferrite::open::Found::Generator(file)) => file,
+        let file = match ferrite::tools::find(&path, &Default::default()) {
+            Ok(ferrite::tools::Found::Generator(file)) => file,
             Ok(_) => Arc::new(GgufFile::open(&path)?),
             Err(e) => return Err(e.into()),
         };
@@ -146,7 +146,7 @@ fn print_text(
         writeln!(out, "\nmetadata ({} keys)", file.metadata().len())?;
         for (k, v) in file.metadata().iter() {
             let shown = if full {
-                ferrite::inspect::value_to_json(v).to_string()
+                ferrite::tools::value_to_json(v).to_string()
             } else {
                 let s = v.to_string();
                 truncate_chars(&s, 120)

@@ -6,7 +6,8 @@ use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ferrite::quantize::{quantize_file, FileType, QuantizeOptions, FILE_TYPES};
+use ferrite::tools::{quantize_file, QuantizeOptions, FILE_TYPES};
+use ferrite::FileType;
 
 use super::input::parse_threads;
 use crate::error::{CliError, CliResult};
@@ -44,9 +45,7 @@ pub fn run(args: Args) -> CliResult {
             names.join(", ")
         ))
     })?;
-    let threads = args
-        .threads
-        .unwrap_or_else(ferrite::parallel::available_cores);
+    let threads = args.threads.unwrap_or_else(ferrite::available_cores);
     let opts = QuantizeOptions {
         ftype,
         pure: args.pure,

@@ -6,12 +6,8 @@ use crate::error::{CliError, CliResult};
 use std::io::Write;
 use std::sync::Arc;
 
-use ferrite::generate::beam::SearchOptions;
-use ferrite::Generator;
-
-use ferrite::generate::json::Grammar;
-use ferrite::generate::sampler::Sampler;
-use ferrite::generate::session::{GenerateOptions, Session};
+use ferrite::serving::{Sampler, SearchOptions, Session};
+use ferrite::{GenerateOptions, Generator, Grammar};
 
 use super::common::{
     generate_to_stdout, load_with, max_tokens, show_stats, ModelArgs, SamplingArgs,

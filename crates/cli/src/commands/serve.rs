@@ -115,7 +115,7 @@ pub fn run(args: Args) -> CliResult {
         args.models
     };
     let defaults = Limits::default();
-    let max_chunk = ferrite::models::decoder::MAX_CHUNK;
+    let max_chunk = ferrite::serving::MAX_CHUNK;
     if args.max_seqs == 0 || args.max_seqs > max_chunk {
         return Err(CliError::usage(format!(
             "--max-seqs must be in 1..={max_chunk}"
@@ -126,9 +126,7 @@ pub fn run(args: Args) -> CliResult {
             "--batch-tokens must be in --max-seqs..={max_chunk} (a pass holds every running sequence)"
         )));
     }
-    let threads = args
-        .threads
-        .unwrap_or_else(ferrite::parallel::available_cores);
+    let threads = args.threads.unwrap_or_else(ferrite::available_cores);
     let config = ServerConfig {
         models,
         host: args.host,
@@ -147,7 +145,7 @@ pub fn run(args: Args) -> CliResult {
             embed_products: super::embed::products(args.bf16, args.int8),
             decoder_weights: match &args.weights {
                 None => None,
-                Some(w) => Some(ferrite::quantize::FileType::from_name(w).ok_or_else(|| {
+                Some(w) => Some(ferrite::FileType::from_name(w).ok_or_else(|| {
                     CliError::usage(format!(
                         "--weights '{w}': not a quantize type (Q8_0, Q4_K_M, Q4_0, Q6_K, ...)"
                     ))

@@ -6,9 +6,9 @@
 use crate::error::{CliError, CliResult};
 use std::io::{self, Write};
 
-use ferrite::embed::tokenizer::EmbedTokenizer;
-use ferrite::open::{wrong_kind, Found};
-use ferrite::tokenize::Tokenizer;
+use ferrite::serving::Tokenizer;
+use ferrite::tools::EmbedTokenizer;
+use ferrite::tools::{wrong_kind, Found};
 use ferrite::ModelKind;
 
 use super::input;
@@ -40,10 +40,10 @@ fn encoder_tokens(tok: &EmbedTokenizer, text: &str) -> Result<(Vec<u32>, Vec<Str
 }
 
 pub fn run(args: Args) -> CliResult {
-    let path = ferrite::open::resolve(&args.model)?;
+    let path = ferrite::tools::resolve(&args.model)?;
     // What the model is: `ferrite::open`'s rules (a decoder may be a GGUF
     // file, a Hugging Face directory or a llama2.c checkpoint).
-    let found = ferrite::open::find(&path, &Default::default())?;
+    let found = ferrite::tools::find(&path, &Default::default())?;
     let file = match found {
         Found::Generator(file) => file,
         Found::Embedder => {

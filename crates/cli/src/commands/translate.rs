@@ -11,8 +11,8 @@ use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ferrite::models::seq2seq::weights::WeightFormat;
-use ferrite::translate::{TranslateOptions, Translator, MAX_BEAMS};
+use ferrite::WeightFormat;
+use ferrite::{TranslateOptions, Translator, MAX_BEAMS};
 
 use super::output_result;
 

@@ -176,16 +176,16 @@ pub struct Embedder {
 }
 
 impl Embedder {
-    /// Switches to bf16 products (`--bf16`): see [`Encoder::use_bf16`].
+    /// Switches to bf16 products (`--bf16`): see `Encoder::use_bf16`.
     /// Measured on all-MiniLM-L6-v2 and all-mpnet-base-v2 against
     /// sentence-transformers in f32: cosine >= 0.9999 (tests/embed_bf16.rs).
     pub fn use_bf16(&mut self) -> Result<(), Error> {
         self.encoder.use_bf16()
     }
 
-    /// Switches to int8 products (`--int8`): see [`Encoder::use_int8`],
+    /// Switches to int8 products (`--int8`): see `Encoder::use_int8`,
     /// the inputs' ranges measured by the f32 model on
-    /// [`CALIBRATION_TEXTS`]. Measured against sentence-transformers
+    /// `CALIBRATION_TEXTS`. Measured against sentence-transformers
     /// (all-MiniLM-L6-v2, all-mpnet-base-v2) and llama.cpp
     /// (nomic-embed-text-v1.5) in f32 in tests/embed_int8.rs.
     pub fn use_int8(&mut self) -> Result<(), Error> {

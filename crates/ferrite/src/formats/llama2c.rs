@@ -55,11 +55,6 @@ const HEADER: usize = 256;
 /// Largest size a hyper-parameter may take.
 const MAX_SIZE: i64 = 1 << 20;
 
-/// Whether `bytes` start like a llama2.c checkpoint rather than a GGUF file.
-pub fn looks_like_checkpoint(bytes: &[u8]) -> bool {
-    bytes.len() >= 28 && !bytes.starts_with(b"GGUF")
-}
-
 /// The hyper-parameters of a checkpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {

@@ -73,14 +73,3 @@ pub fn ffn_down(layer: usize) -> String {
 pub fn post_ffw_norm(layer: usize) -> String {
     blk(layer, "post_ffw_norm")
 }
-
-/// Metadata keys of an architecture's hyper-parameters: `{arch}.{what}`.
-pub struct ArchKeys<'a> {
-    pub arch: &'a str,
-}
-
-impl ArchKeys<'_> {
-    pub fn key(&self, what: &str) -> String {
-        format!("{}.{what}", self.arch)
-    }
-}

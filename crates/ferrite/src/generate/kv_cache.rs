@@ -388,7 +388,7 @@ impl KvCache {
     /// in layer `layer`, or `None` when the cache does not hold them: not
     /// written yet, or overwritten in a ring layer. Copying positions
     /// `0..n` of every layer into an empty cache of the same model with
-    /// [`LayerKv::store_raw`], in position order, then setting `len = n`,
+    /// `LayerKv::store_raw`, in position order, then setting `len = n`,
     /// gives the cache that running those `n` tokens would (what the
     /// server's prefix cache does).
     pub fn stored_rows(&self, layer: usize, pos: usize) -> Option<(&[u8], &[u8])> {

@@ -31,12 +31,6 @@ pub fn rms(w: &Loader, name: &str, n: usize, eps: f32) -> Result<Norm, Error> {
     })
 }
 
-/// An RMS norm if the file has `name`.
-pub fn opt_rms(w: &Loader, name: &str, n: usize, eps: f32) -> Result<Option<Norm>, Error> {
-    Ok(w.opt_vector(name, n)?
-        .map(|weight| Norm::Rms { weight, eps }))
-}
-
 /// A layer norm of `n` weights stored as `name`, with its bias.
 pub fn layer_norm(w: &Loader, name: &str, n: usize, eps: f32) -> Result<Norm, Error> {
     Ok(Norm::Layer {

@@ -105,6 +105,7 @@ pub struct Gemma3Config {
 }
 
 impl Gemma3Config {
+    #[cfg(test)]
     pub fn from_gguf(file: &GgufFile) -> Result<Gemma3Config, Error> {
         Gemma3Config::of_variant(file, &GEMMA3)
     }

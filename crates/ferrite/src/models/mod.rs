@@ -157,7 +157,7 @@ pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static Encod
 }
 
 /// Opens a GGUF file, or a Hugging Face decoder directory (read into an
-/// in-memory GGUF file by [`crate::formats::hf_decoder`]), and loads its
+/// in-memory GGUF file by `formats::hf_decoder`), and loads its
 /// decoder model.
 pub fn open_causal_lm(path: &Path) -> Result<(Arc<GgufFile>, Box<dyn CausalLm>), Error> {
     let file = Arc::new(if path.is_dir() {

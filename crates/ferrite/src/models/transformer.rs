@@ -229,15 +229,9 @@ impl Decoder {
 
     /// Bytes of the key/value cache of one sequence of `n_ctx` positions
     /// (what [`Decoder::new_cache`] allocates once every position is
-    /// stored).
+    /// stored): whole blocks, a ring layer's included.
     pub fn kv_bytes(&self, n_ctx: usize) -> usize {
-        let per_value = match self.kv_type() {
-            KvType::F16 => 2,
-            KvType::F32 => 4,
-        };
-        (0..self.blocks.len())
-            .map(|l| self.cache_capacity(l, n_ctx) * self.shape.kv_dim() * 2 * per_value)
-            .sum()
+        self.kv_block_bytes(0..n_ctx, n_ctx)
     }
 
     /// How far back a cache of `n_ctx` positions can be truncated: ring

@@ -79,10 +79,6 @@ impl Loader {
         Loader { file }
     }
 
-    pub fn file(&self) -> &GgufFile {
-        &self.file
-    }
-
     /// Whether the file has tensor `name`.
     pub fn has(&self, name: &str) -> bool {
         self.file.tensor(name).is_some()

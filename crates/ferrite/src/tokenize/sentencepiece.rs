@@ -415,11 +415,6 @@ impl SentencePiece {
             .map_err(|e| Error::Input(format!("segmentation failed: {e}")))
     }
 
-    /// Whether the model has piece `text`.
-    pub fn has_piece(&self, text: &str) -> bool {
-        self.index.contains_key(text)
-    }
-
     /// Pieces back to text: pieces joined, U+2581 turned back into spaces,
     /// the dummy prefix's space dropped, control pieces dropped, the
     /// unknown piece itself shown as " ⁇ " (a piece the model does not have

@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use axum::extract::State;
 use axum::response::Response;
-use ferrite::generate::chat::{guarded_json_prompt_tokens, with_bos, Message};
+use ferrite::serving::{guarded_json_prompt_tokens, with_bos};
+use ferrite::Message;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

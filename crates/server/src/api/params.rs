@@ -4,14 +4,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ferrite::generate::sampler::{random_seed, SamplerOptions};
+use ferrite::{random_seed, SamplerOptions};
 use serde::Deserialize;
 
 use crate::config::Limits;
 use crate::error::ApiError;
 use crate::generate::request::GenParams;
 use crate::generate::GenModel;
-use ferrite::generate::json::Grammar;
+use ferrite::serving::Grammar;
 
 /// `stop`: a string or a list of strings.
 #[derive(Deserialize, Debug)]

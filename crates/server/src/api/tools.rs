@@ -21,9 +21,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ferrite::generate::chat::ChatTemplate;
-use ferrite::generate::continuation::Trigger;
-use ferrite::generate::json::{CallSyntax, Grammar};
+use ferrite::serving::ChatTemplate;
+use ferrite::serving::Trigger;
+use ferrite::serving::{CallSyntax, Grammar};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -337,10 +337,7 @@ impl Splitter {
             self.sent = end;
             return out;
         }
-        let held = ferrite::generate::continuation::held_back(
-            &self.text[self.sent..],
-            &[OPEN.to_string()],
-        );
+        let held = ferrite::serving::held_back(&self.text[self.sent..], &[OPEN.to_string()]);
         // Trailing whitespace waits too: before a call it is dropped.
         let end = self.text[..self.text.len() - held]
             .trim_end()
@@ -448,7 +445,7 @@ mod tests {
         )];
         let g = Grammar::tool_calls(&f, &CallSyntax::llama3(), 0).unwrap();
         let call = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
-        let mut st = ferrite::generate::json::JsonState::new(&g);
+        let mut st = ferrite::serving::JsonState::new(&g);
         assert!(st.feed_all(&g, call.as_bytes()) && st.can_end());
         assert!(!st.clone().feed(&g, b'{'), "one call only");
         let (_, calls) = split(call).unwrap();

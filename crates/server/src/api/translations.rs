@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use ferrite::generate::cancel::{Cancel, CancelOnDrop};
-use ferrite::translate::{TranslateOptions, MAX_BEAMS};
+use ferrite::serving::{Cancel, CancelOnDrop};
+use ferrite::{TranslateOptions, MAX_BEAMS};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;

@@ -5,10 +5,10 @@
 
 use std::time::Instant;
 
-use ferrite::generate::continuation::{Continuation, Pick};
-use ferrite::generate::kv_cache::KvCache;
-use ferrite::generate::sampler::Sampler;
-use ferrite::tokenize::Tokenizer;
+use ferrite::serving::KvCache;
+use ferrite::serving::Sampler;
+use ferrite::serving::Tokenizer;
+use ferrite::serving::{Continuation, Pick};
 
 use super::request::{Event, FinishReason, GenParams, TokenLogprob};
 

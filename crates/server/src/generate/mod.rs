@@ -10,12 +10,12 @@ pub mod scheduler;
 use std::path::Path;
 use std::sync::Arc;
 
-use ferrite::formats::gguf::GgufFile;
-use ferrite::generate::chat::{model_template, turn_end_tokens, ChatTemplate};
-use ferrite::generate::kv_cache::KvPool;
-use ferrite::models::transformer::Decoder;
-use ferrite::models::{load_causal_lm, CausalLm};
-use ferrite::tokenize::Tokenizer;
+use ferrite::serving::Decoder;
+use ferrite::serving::KvPool;
+use ferrite::serving::Tokenizer;
+use ferrite::serving::{load_causal_lm, CausalLm};
+use ferrite::serving::{model_template, turn_end_tokens, ChatTemplate};
+use ferrite::tools::GgufFile;
 
 use crate::config::Limits;
 use crate::metrics::ModelMetrics;

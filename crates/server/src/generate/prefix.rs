@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ferrite::generate::kv_cache::{KvBlock, KvCache, KV_BLOCK};
+use ferrite::serving::{KvBlock, KvCache, KV_BLOCK};
 
 /// Positions per block.
 pub const BLOCK: usize = KV_BLOCK;

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferrite::generate::sampler::SamplerOptions;
+use ferrite::SamplerOptions;
 use tokio::sync::mpsc::UnboundedSender;
 
-use ferrite::generate::continuation::Trigger;
-use ferrite::generate::json::Grammar;
+use ferrite::serving::Grammar;
+use ferrite::serving::Trigger;
 
 /// Options of one generation request, checked by the HTTP side.
 #[derive(Clone, Debug)]

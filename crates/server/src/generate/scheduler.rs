@@ -30,10 +30,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrite::generate::kv_cache::KvCache;
-use ferrite::models::decoder::{Logits, Workspace};
-use ferrite::models::transformer::BatchItem;
-use ferrite::parallel::Threads;
+use ferrite::serving::BatchItem;
+use ferrite::serving::KvCache;
+use ferrite::serving::{Logits, Workspace};
+use ferrite::Threads;
 
 use super::choice::{Choice, Ends};
 use super::prefix::PrefixCache;

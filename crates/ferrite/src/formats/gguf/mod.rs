@@ -18,8 +18,10 @@ use std::path::{Path, PathBuf};
 use ferrite_kernels::GgmlType;
 use memmap2::Mmap;
 
-pub use read::{parse_header, MAX_ARRAY_NESTING, MAX_DIMS};
-pub use value::{Array, Value, ValueType};
+pub use read::parse_header;
+#[cfg(feature = "internals")]
+pub use read::MAX_ARRAY_NESTING;
+pub use value::{Array, Value};
 pub use write::{write_gguf, write_gguf_header, write_tensor_data, TensorHeader, TensorToWrite};
 
 use super::FormatError;

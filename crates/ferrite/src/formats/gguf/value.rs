@@ -112,6 +112,7 @@ pub enum Array {
     F32(Vec<f32>),
     Bool(Vec<bool>),
     String(Vec<String>),
+    #[allow(clippy::enum_variant_names)] // `Array`, as GGUF names the type
     Array(Vec<Array>),
     U64(Vec<u64>),
     I64(Vec<i64>),

@@ -76,7 +76,7 @@ pub struct SearchOptions {
     pub forced_eos: Option<u32>,
     /// Log-softmax again after the processors.
     pub renormalize: bool,
-    /// Checked before every step: once set, [`generate`] returns
+    /// Checked before every step: once set, `generate` returns
     /// `Error::Cancelled`.
     pub cancel: Cancel,
 }

@@ -128,7 +128,7 @@ pub struct Encoder {
 
 /// How an encoder's weight matrices multiply: in f32 (the default, the
 /// reference's results), or by one of the optional faster products that
-/// round their inputs ([`Encoder::use_bf16`], [`Encoder::use_int8`]).
+/// round their inputs (`Encoder::use_bf16`, `Encoder::use_int8`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Products {
     #[default]

@@ -38,6 +38,7 @@ impl ProjLoader<'_> {
     }
 
     /// A matrix given as values (e.g. a tied embedding table).
+    #[allow(clippy::wrong_self_convention)] // `self` holds the weight format
     pub fn from_values(
         &self,
         name: &str,
