@@ -10,7 +10,10 @@
 
 mod common;
 
-use common::decoder_goldens::{damaged_copy, greedy, load_edited_gguf, max_logit_error_in};
+use common::batching::assert_batch_independent;
+use common::decoder_goldens::{
+    check_greedy_cases, damaged_copy, greedy, load_edited_gguf, max_logit_error_in,
+};
 use common::ids;
 
 use std::path::PathBuf;
@@ -20,8 +23,6 @@ use ferrite::generate::chat::{model_template, prompt_tokens};
 use ferrite::generate::kv_cache::{KvType, LayerKv};
 use ferrite::layers::attention::{attention, attention_scratch_len, AttnShape, Positions};
 use ferrite::layers::rope::{scaled_inv_freq, Scaling};
-use ferrite::models::decoder::Logits;
-use ferrite::models::transformer::BatchItem;
 use ferrite::models::{open_causal_lm, CausalLm};
 use ferrite::parallel::Threads;
 use ferrite::tokenize::Tokenizer;
@@ -39,14 +40,6 @@ fn golden() -> Json {
 
 fn model_entry() -> Json {
     golden()["models"][NAME].clone()
-}
-
-fn check_greedy(model: &dyn CausalLm, cases: &Json, what: &str) {
-    for case in cases.as_array().unwrap() {
-        let want = ids(&case["new_ids"]);
-        let got = greedy(model, &ids(&case["prompt_ids"]), want.len());
-        assert_eq!(got, want, "{what}: {}", case["prompt"]);
-    }
 }
 
 /// The float32 model against transformers, bounded by transformers' own
@@ -100,7 +93,7 @@ fn gguf_file_matches_hf() {
     let path = dir().join(m["gguf"]["f32"].as_str().unwrap());
     let (_file, model) = open_causal_lm(&path).unwrap();
     check_against_hf(model.as_ref(), "f32 GGUF");
-    check_greedy(model.as_ref(), &m["greedy"], "f32 GGUF");
+    check_greedy_cases(model.as_ref(), &m["greedy"], "f32 GGUF");
 }
 
 /// The HF directory (read into the converter's layout by
@@ -111,7 +104,7 @@ fn hf_directory_matches_hf() {
     let m = model_entry();
     let (file, model) = open_causal_lm(&dir().join(NAME)).unwrap();
     check_against_hf(model.as_ref(), "HF directory");
-    check_greedy(model.as_ref(), &m["greedy"], "HF directory");
+    check_greedy_cases(model.as_ref(), &m["greedy"], "HF directory");
     let tok = Tokenizer::from_gguf(file.metadata()).unwrap();
     for case in m["greedy"].as_array().unwrap() {
         let prompt = case["prompt"].as_str().unwrap();
@@ -302,8 +295,9 @@ fn the_golden_test_sees_a_dropped_sink_and_a_truncated_yarn() {
 }
 
 /// Rows of several sequences in one forward pass give each sequence
-/// exactly the logits it gets alone, bit for bit, from the f32 and q8_0
-/// files and the HF directory; and one thread gives two threads' bits.
+/// exactly the logits it gets alone, bit for bit, from the f32, q8_0 and
+/// MXFP4 files and the HF directory; one thread gives two threads' bits;
+/// and decoding token by token gives the bits of one chunk.
 #[test]
 fn batched_rows_are_bit_identical_to_alone() {
     for path in [
@@ -313,67 +307,11 @@ fn batched_rows_are_bit_identical_to_alone() {
         "tiny-gpt-oss",
     ] {
         let (_file, model) = open_causal_lm(&dir().join(path)).unwrap();
-        let d = model.decoder();
-        let threads = Threads::new(2);
         // Longer than the window of 8, so the sliding layers slide.
         let long: Vec<u32> = (0..23).map(|i| (i * 37 + 5) % 400).collect();
         let seqs: [&[u32]; 3] = [&long, &[300], &[12, 12, 250, 8]];
-        let run = |items: &mut [BatchItem], ws: &mut _| {
-            let mut out = Vec::new();
-            d.forward_batch(items, ws, &threads, &mut out).unwrap();
-            out
-        };
-        let alone: Vec<Vec<f32>> = seqs
-            .iter()
-            .map(|s| {
-                let mut cache = d.new_cache(64).unwrap();
-                let mut ws = d.new_workspace(64, 2);
-                let items = &mut [BatchItem {
-                    tokens: s,
-                    cache: &mut cache,
-                    logits: Logits::All,
-                }];
-                run(items, &mut ws)
-            })
-            .collect();
-        let mut caches: Vec<_> = seqs.iter().map(|_| d.new_cache(64).unwrap()).collect();
-        let mut ws = d.new_workspace(64, 2);
-        let mut items: Vec<BatchItem> = seqs
-            .iter()
-            .zip(caches.iter_mut())
-            .map(|(s, cache)| BatchItem {
-                tokens: s,
-                cache,
-                logits: Logits::All,
-            })
-            .collect();
-        let out = run(&mut items, &mut ws);
-        let together: Vec<f32> = alone.concat();
-        assert_eq!(out.len(), together.len());
-        assert!(
-            out.iter()
-                .zip(&together)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "{path}: batched logits differ from each sequence alone"
-        );
-        let one = all_logits_threads(model.as_ref(), &long, 1);
-        let two = all_logits_threads(model.as_ref(), &long, 2);
-        assert!(
-            one.iter()
-                .zip(&two)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "{path}: one thread against two"
-        );
+        assert_batch_independent(model.as_ref(), &seqs, path);
     }
-}
-
-fn all_logits_threads(model: &dyn CausalLm, tokens: &[u32], n: usize) -> Vec<f32> {
-    let mut st = model.new_state(64, Threads::new(n)).unwrap();
-    let mut out = Vec::new();
-    model
-        .forward(tokens, &mut st, Logits::All, &mut out)
-        .unwrap();
-    out
 }
 
 /// Hostile config.json values: an error naming the field, never a panic.

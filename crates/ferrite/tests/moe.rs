@@ -8,16 +8,14 @@
 
 mod common;
 
-use common::decoder_goldens::{greedy, load_edited_gguf, max_logit_error_in};
+use common::batching::assert_batch_independent;
+use common::decoder_goldens::{check_greedy_cases, greedy, load_edited_gguf, max_logit_error_in};
 use common::ids;
 
 use std::path::PathBuf;
 
 use ferrite::formats::gguf::Value;
-use ferrite::models::decoder::Logits;
-use ferrite::models::transformer::BatchItem;
 use ferrite::models::{open_causal_lm, CausalLm};
-use ferrite::parallel::Threads;
 use serde_json::Value as Json;
 
 fn dir() -> PathBuf {
@@ -31,14 +29,6 @@ fn golden() -> Json {
 /// [`max_logit_error_in`] for the goldens of testdata/hf-moe.
 fn max_logit_error(model: &dyn CausalLm, entry: &Json, tie: f32) -> f32 {
     max_logit_error_in(model, entry, &dir(), tie)
-}
-
-fn check_greedy(model: &dyn CausalLm, cases: &Json, what: &str) {
-    for case in cases.as_array().unwrap() {
-        let want = ids(&case["new_ids"]);
-        let got = greedy(model, &ids(&case["prompt_ids"]), want.len());
-        assert_eq!(got, want, "{what}: {}", case["prompt"]);
-    }
 }
 
 /// Bound on |ferrite - HF| for the float32 models (logits about 1.5 in
@@ -63,7 +53,7 @@ fn gguf_files_match_hf() {
         let err = max_logit_error(model.as_ref(), &m["logits"], 0.0);
         eprintln!("{name} f32 GGUF: max |logit - HF| = {err:.2e} (bound {F32_MAX:.0e})");
         assert!(err <= F32_MAX, "{name}: {err}");
-        check_greedy(model.as_ref(), &m["greedy"], name);
+        check_greedy_cases(model.as_ref(), &m["greedy"], name);
         checked += 1;
     }
     assert_eq!(checked, 2);
@@ -82,7 +72,7 @@ fn hf_directories_match_hf() {
         let err = max_logit_error(model.as_ref(), &m["logits"], 0.0);
         eprintln!("{name} HF directory: max |logit - HF| = {err:.2e} (bound {F32_MAX:.0e})");
         assert!(err <= F32_MAX, "{name}: {err}");
-        check_greedy(model.as_ref(), &m["greedy"], name);
+        check_greedy_cases(model.as_ref(), &m["greedy"], name);
     }
     assert_eq!(g["models"].as_object().unwrap().len(), 3);
 }
@@ -142,8 +132,10 @@ fn q8_0_gguf_matches_its_dequantized_reference() {
 
 /// Rows of several sequences in one forward pass (so experts run over rows
 /// of different sequences gathered together) give each sequence exactly
-/// the logits it gets alone, bit for bit; and a prompt fed as one chunk
-/// gives the same last-position logits whatever else shares the batch.
+/// the logits it gets alone, bit for bit; one thread gives two threads'
+/// bits; and a prompt decoded token by token (each pass one row: the
+/// decoding path, all of a row's experts in one step) gives the bits of
+/// the prompt fed as one chunk (rows grouped by expert).
 #[test]
 fn batched_rows_are_bit_identical_to_alone() {
     for path in [
@@ -154,65 +146,9 @@ fn batched_rows_are_bit_identical_to_alone() {
         "tiny-qwen3-moe-nonorm",
     ] {
         let (_file, model) = open_causal_lm(&dir().join(path)).unwrap();
-        let d = model.decoder();
-        let threads = Threads::new(2);
         let seqs: [&[u32]; 3] = [&[5, 17, 200, 3, 99, 41, 7], &[300], &[12, 12, 250, 8]];
-        let alone: Vec<Vec<f32>> = seqs
-            .iter()
-            .map(|s| {
-                let mut cache = d.new_cache(64).unwrap();
-                let mut ws = d.new_workspace(64, 2);
-                let mut out = Vec::new();
-                let items = &mut [BatchItem {
-                    tokens: s,
-                    cache: &mut cache,
-                    logits: Logits::All,
-                }];
-                d.forward_batch(items, &mut ws, &threads, &mut out).unwrap();
-                out
-            })
-            .collect();
-        let mut caches: Vec<_> = seqs.iter().map(|_| d.new_cache(64).unwrap()).collect();
-        let mut ws = d.new_workspace(64, 2);
-        let mut out = Vec::new();
-        let mut items: Vec<BatchItem> = seqs
-            .iter()
-            .zip(caches.iter_mut())
-            .map(|(s, cache)| BatchItem {
-                tokens: s,
-                cache,
-                logits: Logits::All,
-            })
-            .collect();
-        d.forward_batch(&mut items, &mut ws, &threads, &mut out)
-            .unwrap();
-        let together: Vec<f32> = alone.concat();
-        assert_eq!(out.len(), together.len());
-        let same = out
-            .iter()
-            .zip(&together)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(
-            same,
-            "{path}: batched logits differ from each sequence alone"
-        );
-        // And one thread against two: the same bits.
-        let one = all_logits_threads(model.as_ref(), seqs[0], 1);
-        let two = all_logits_threads(model.as_ref(), seqs[0], 2);
-        assert!(one
-            .iter()
-            .zip(&two)
-            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert_batch_independent(model.as_ref(), &seqs, path);
     }
-}
-
-fn all_logits_threads(model: &dyn CausalLm, tokens: &[u32], n: usize) -> Vec<f32> {
-    let mut st = model.new_state(64, Threads::new(n)).unwrap();
-    let mut out = Vec::new();
-    model
-        .forward(tokens, &mut st, Logits::All, &mut out)
-        .unwrap();
-    out
 }
 
 /// `path`'s GGUF file rewritten with metadata `set` and the dims of tensor

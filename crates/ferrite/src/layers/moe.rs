@@ -27,7 +27,7 @@
 use ferrite_kernels::math::{exp, silu_mul};
 
 use crate::parallel::Threads;
-use crate::tensor::{matmul_many, Linear, MatmulJob, QuantizedActs};
+use crate::tensor::{matmul_each, matmul_many, Linear, MatmulJob, QuantizedActs};
 use crate::Error;
 
 /// How router logits become the picked experts' weights.
@@ -132,8 +132,13 @@ impl Moe {
         let n_exp = self.experts.len();
         let mut logits = vec![0.0f32; n * n_exp];
         self.router.matmul(x, &mut logits, acts, threads)?;
-        let mut by_expert: Vec<Routed> = vec![Vec::new(); n_exp];
         let mut picked = Vec::with_capacity(self.top_k);
+        if n == 1 {
+            self.route(&logits, &mut picked);
+            self.experts_one(x, &mut picked, out, acts, threads)?;
+            return self.add_shared(x, out, gate, up, acts, threads);
+        }
+        let mut by_expert: Vec<Routed> = vec![Vec::new(); n_exp];
         for (t, row) in logits.chunks_exact(n_exp).enumerate() {
             self.route(row, &mut picked);
             for &(e, w) in &picked {
@@ -160,9 +165,91 @@ impl Moe {
                 }
             }
         }
+        self.add_shared(x, out, gate, up, acts, threads)
+    }
+
+    /// The experts of one row `x` (decoding): `picked` are its experts and
+    /// weights (sorted here into ascending expert order), their sum goes
+    /// to `out`. The same values as [`Moe::forward`]'s grouped path, which
+    /// runs each expert on this row alone: every expert's gate and up
+    /// projections take the one quantized `x` in one parallel step, and
+    /// all down projections run in a second one, each on its expert's own
+    /// hidden values; then the outputs are added in ascending expert order
+    /// from zero, as there.
+    fn experts_one(
+        &self,
+        x: &[f32],
+        picked: &mut [(usize, f32)],
+        out: &mut [f32],
+        acts: &mut QuantizedActs,
+        threads: &Threads,
+    ) -> Result<(), Error> {
+        let dim = x.len();
+        picked.sort_by_key(|p| p.0);
+        let experts: Vec<&Expert> = picked.iter().map(|&(e, _)| &self.experts[e]).collect();
+        let ffn = experts.iter().map(|e| e.gate.rows).max().unwrap_or(0);
+        let k = experts.len();
+        let (mut gate, mut up) = (vec![0.0f32; k * ffn], vec![0.0f32; k * ffn]);
+        let uniform = experts
+            .iter()
+            .all(|e| e.gate.rows == ffn && e.up.rows == ffn && e.down.cols == ffn);
+        if !uniform {
+            // Experts of different widths: one at a time (the same values).
+            let mut y = vec![0.0f32; dim];
+            out[..dim].fill(0.0);
+            for (e, &(_, w)) in experts.iter().zip(picked.iter()) {
+                self.mlp(e, x, &mut y, &mut gate, &mut up, acts, threads)?;
+                out.iter_mut().zip(&y).for_each(|(o, &v)| *o += v * w);
+            }
+            return Ok(());
+        }
+        let mut jobs: Vec<MatmulJob> = Vec::with_capacity(2 * k);
+        for ((e, g), u) in experts
+            .iter()
+            .zip(gate.chunks_exact_mut(ffn))
+            .zip(up.chunks_exact_mut(ffn))
+        {
+            jobs.push(MatmulJob::new(&e.gate, g));
+            jobs.push(MatmulJob::new(&e.up, u));
+        }
+        matmul_many(&mut jobs, x, acts, threads)?;
+        drop(jobs);
+        for (g, u) in gate.chunks_exact(ffn).zip(up.chunks_exact_mut(ffn)) {
+            self.act.apply(g, u);
+        }
+        let mut y = vec![0.0f32; k * dim];
+        let mut jobs: Vec<MatmulJob> = experts
+            .iter()
+            .zip(y.chunks_exact_mut(dim))
+            .map(|(e, y)| MatmulJob::new(&e.down, y))
+            .collect();
+        matmul_each(&mut jobs, &up, acts, threads)?;
+        drop(jobs);
+        out[..dim].fill(0.0);
+        for (y, &(_, w)) in y.chunks_exact(dim).zip(picked.iter()) {
+            for (o, &v) in out.iter_mut().zip(y) {
+                *o += v * w;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the shared expert's scaled output for the rows of `x` to `out`
+    /// (nothing without one).
+    fn add_shared(
+        &self,
+        x: &[f32],
+        out: &mut [f32],
+        gate: &mut [f32],
+        up: &mut [f32],
+        acts: &mut QuantizedActs,
+        threads: &Threads,
+    ) -> Result<(), Error> {
+        let dim = self.router.cols;
+        let n = x.len() / dim;
         if let Some(shared) = &self.shared {
-            let y = &mut y[..n * dim];
-            self.mlp(&shared.mlp, x, y, gate, up, acts, threads)?;
+            let mut y = vec![0.0f32; n * dim];
+            self.mlp(&shared.mlp, x, &mut y, gate, up, acts, threads)?;
             let mut scale = vec![1.0f32; n];
             if let Some(g) = &shared.gate {
                 g.matmul(x, &mut scale, acts, threads)?;

@@ -216,6 +216,17 @@ impl QuantizedActs {
         unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), len) }
     }
 
+    /// Row `t` alone, as the kernels' matmul reads it (without panels:
+    /// the kernels' values do not depend on them).
+    pub(super) fn row_view(&self, t: usize) -> ActRows<'_> {
+        ActRows {
+            data: &self.bytes()[t * self.row_bytes..(t + 1) * self.row_bytes],
+            row_bytes: self.row_bytes,
+            n: 1,
+            panels: &[],
+        }
+    }
+
     /// The first `n` rows as the kernels' matmul reads them.
     pub(super) fn view(&self, n: usize) -> ActRows<'_> {
         ActRows {

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use ferrite_kernels::math::Activation;
-use ferrite_kernels::matmul::{products, Layout};
+use ferrite_kernels::matmul::{products, ActRows, Layout};
 use ferrite_kernels::GgmlType;
 
 use crate::parallel::{DisjointSlice, Threads};
@@ -15,7 +15,7 @@ use super::{Linear, QuantizedActs};
 
 /// Most products [`matmul_many`] runs in one parallel step (more are run
 /// in groups of this many).
-const MAX_JOBS: usize = 4;
+const MAX_JOBS: usize = 16;
 
 /// One product of a [`matmul_many`] call: weights and where the result goes
 /// (`n_tokens x w.rows`).
@@ -112,28 +112,82 @@ pub fn matmul_many(
     let n_tokens = x.len() / cols;
     debug_assert_eq!(x.len(), n_tokens * cols);
     first.w.quantize_input(x, acts, threads)?;
-    let view = acts.view(n_tokens);
-    // (weights, output) of each job, and the first global unit of each; on
-    // the stack, so that decoding allocates nothing. Threads split units
-    // of a job's group rows (the last unit of a job may be shorter), so
-    // that work boundaries fall on the groups of interleaved weights.
+    run_jobs(jobs, |_| acts.view(n_tokens), threads);
+    Ok(())
+}
+
+/// Several one-token products, each of its own weights and its own input
+/// row: job `i` takes row `i` of `x` (`jobs.len() x cols`) and writes its
+/// `w.rows` values to its `out` (e.g. the down projections of a token's
+/// experts, each on that expert's hidden values). The rows are quantized
+/// in one pass and all output rows are split across the threads in one
+/// parallel step. Each output value is the same single dot product as in
+/// [`Linear::matmul`] of that row alone.
+pub fn matmul_each(
+    jobs: &mut [MatmulJob],
+    x: &[f32],
+    acts: &mut QuantizedActs,
+    threads: &Threads,
+) -> Result<(), Error> {
+    let Some(first) = jobs.first() else {
+        return Ok(());
+    };
+    let cols = first.w.cols;
+    if x.len() != jobs.len() * cols {
+        return Err(Error::Input(format!(
+            "{} input values for {} products of {cols} columns",
+            x.len(),
+            jobs.len()
+        )));
+    }
+    let same_input = |j: &MatmulJob| {
+        j.w.cols == cols
+            && j.w.kernels.act_type() == first.w.kernels.act_type()
+            && j.w.int8_groups == first.w.int8_groups
+    };
+    if jobs.len() > MAX_JOBS || !jobs.iter().all(same_input) {
+        // One product at a time (the same values).
+        for (job, x) in jobs.iter_mut().zip(x.chunks_exact(cols)) {
+            job.w.matmul_act(x, job.out, job.act, acts, threads)?;
+        }
+        return Ok(());
+    }
+    first.w.quantize_input(x, acts, threads)?;
+    run_jobs(jobs, |i| acts.row_view(i), threads);
+    Ok(())
+}
+
+/// The parallel step of [`matmul_many`] and [`matmul_each`]: the output
+/// rows of every job (at most [`MAX_JOBS`]), against activation rows
+/// `input(i)` for job `i`, split across the threads.
+fn run_jobs<'v>(jobs: &mut [MatmulJob], input: impl Fn(usize) -> ActRows<'v>, threads: &Threads) {
+    debug_assert!(jobs.len() <= MAX_JOBS);
+    // (weights, input, output) of each job, and the first global unit of
+    // each; on the stack, so that decoding allocates nothing. Threads split
+    // units of a job's group rows (the last unit of a job may be shorter),
+    // so that work boundaries fall on the groups of interleaved weights.
     let mut starts = [0usize; MAX_JOBS + 1];
     let mut total = 0;
     for (i, job) in jobs.iter().enumerate() {
-        debug_assert_eq!(job.out.len(), n_tokens * job.w.rows);
+        debug_assert_eq!(job.out.len(), input(i).n * job.w.rows);
         starts[i] = total;
         total += job.w.rows.div_ceil(job.w.kernels.group_rows());
     }
     starts[jobs.len()] = total;
-    let mut outs = jobs.iter_mut();
-    type Target<'t> = (&'t Linear, DisjointSlice<'t, f32>, Option<Activation>);
+    let mut outs = jobs.iter_mut().enumerate();
+    type Target<'t, 'v> = (
+        &'t Linear,
+        ActRows<'v>,
+        DisjointSlice<'t, f32>,
+        Option<Activation>,
+    );
     let targets: [Option<Target>; MAX_JOBS] = std::array::from_fn(|_| {
         outs.next()
-            .map(|j| (j.w, DisjointSlice::new(&mut *j.out), j.act))
+            .map(|(i, j)| (j.w, input(i), DisjointSlice::new(&mut *j.out), j.act))
     });
     threads.split(total, |range| {
         // Walk this thread's units job by job, in blocks of rows.
-        for (i, (w, out, act)) in targets.iter().flatten().enumerate() {
+        for (i, (w, view, out, act)) in targets.iter().flatten().enumerate() {
             let lo = range.start.max(starts[i]);
             let hi = range.end.min(starts[i + 1]);
             if lo >= hi {
@@ -147,10 +201,9 @@ pub fn matmul_many(
             };
             // SAFETY: threads get disjoint ranges of units, so these rows
             // of this job's output are written by this thread only.
-            unsafe { products(&w.view(), (lo - starts[i]) * unit..end, &view, out, layout) };
+            unsafe { products(&w.view(), (lo - starts[i]) * unit..end, view, out, layout) };
         }
     });
-    Ok(())
 }
 
 /// Weight rows per tile of [`Linear::matmul_tiles`] (a multiple of every

@@ -22,7 +22,7 @@ mod acts;
 mod matmul;
 
 pub use acts::QuantizedActs;
-pub use matmul::{matmul_many, MatmulJob, TILE_ROWS};
+pub use matmul::{matmul_each, matmul_many, MatmulJob, TILE_ROWS};
 
 /// The bytes of an f32 slice (little-endian on every platform we build
 /// for), as the kernels' f32 dot product takes them.

@@ -84,6 +84,16 @@ pub fn greedy(model: &dyn CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
     generated
 }
 
+/// Asserts that greedy decoding of each golden case (`prompt_ids`,
+/// `new_ids`, `prompt`) continues with its `new_ids`.
+pub fn check_greedy_cases(model: &dyn CausalLm, cases: &Json, what: &str) {
+    for case in cases.as_array().unwrap() {
+        let want = ids(&case["new_ids"]);
+        let got = greedy(model, &ids(&case["prompt_ids"]), want.len());
+        assert_eq!(got, want, "{what}: {}", case["prompt"]);
+    }
+}
+
 /// A copy of the fixture directory `src` in a fresh temporary directory
 /// (named after `tag`), with `edit` applied to its config.json.
 pub fn damaged_copy(src: &Path, tag: &str, edit: impl FnOnce(&mut Json)) -> PathBuf {

@@ -275,6 +275,7 @@ impl<'a> Walker<'a> {
     }
 }
 
+pub mod batching;
 pub mod decoder_goldens;
 pub mod embed;
 pub mod parity;
