@@ -42,7 +42,7 @@ use crate::gemm_i8::TINY;
 pub const GROUP: usize = 16;
 
 /// Largest activation magnitude after rounding.
-const QA: f32 = 32767.0;
+pub(crate) const QA: f32 = 32767.0;
 
 /// A weight matrix rounded to int8 per feature and group of [`GROUP`]
 /// inputs (values kept as i16 for the products), in panels of [`NR`]
@@ -173,6 +173,25 @@ pub fn quantize_row_i16(x: &[f32], q: &mut [i16]) -> f32 {
     amax / QA
 }
 
+/// `x` times `mul` (element by element, if given; at least as long as
+/// `x`) rounded by [`quantize_row_i16`], `scratch` holding the product:
+/// the reference for the kernel sets' quantizers.
+pub fn quantize_row_i16_scaled(
+    x: &[f32],
+    mul: Option<&[f32]>,
+    q: &mut [i16],
+    scratch: &mut Vec<f32>,
+) -> f32 {
+    match mul {
+        Some(mul) => {
+            scratch.clear();
+            scratch.extend(x.iter().zip(mul).map(|(&v, &c)| v * c));
+            quantize_row_i16(scratch, q)
+        }
+        None => quantize_row_i16(x, q),
+    }
+}
+
 /// A product's activations rounded row by row: row `i`'s values at
 /// `i * ld` (`ld` the padded `k`, the padding zero), its scale
 /// `scales[i]`.
@@ -186,8 +205,24 @@ pub(crate) struct QuantRows16 {
 
 impl QuantRows16 {
     /// Quantizes every row of `a` (times `w`'s activation factors, if
-    /// any).
+    /// any) with [`quantize_row_i16_scaled`].
     pub fn fill(&mut self, a: Acts, w: &PackedW8) {
+        let mut scaled = std::mem::take(&mut self.scaled);
+        self.fill_with(a, w, |x, mul, q| {
+            quantize_row_i16_scaled(x, mul, q, &mut scaled)
+        });
+        self.scaled = scaled;
+    }
+
+    /// As [`QuantRows16::fill`] with a kernel set's quantizer, which must
+    /// give [`quantize_row_i16_scaled`]'s bits: `quantize(x, mul, q)`
+    /// writes `q[..x.len()]` and returns the scale.
+    pub fn fill_with(
+        &mut self,
+        a: Acts,
+        w: &PackedW8,
+        mut quantize: impl FnMut(&[f32], Option<&[f32]>, &mut [i16]) -> f32,
+    ) {
         let k = w.k;
         self.ld = w.groups() * GROUP;
         self.values.resize(a.m * self.ld, 0);
@@ -199,14 +234,7 @@ impl QuantRows16 {
             .enumerate()
         {
             let x = &a.a[i * a.lda..i * a.lda + k];
-            *scale = match &w.act_mul {
-                Some(mul) => {
-                    self.scaled.clear();
-                    self.scaled.extend(x.iter().zip(mul).map(|(&v, &c)| v * c));
-                    quantize_row_i16(&self.scaled, &mut row[..k])
-                }
-                None => quantize_row_i16(x, &mut row[..k]),
-            };
+            *scale = quantize(x, w.act_mul.as_deref(), &mut row[..k]);
             row[k..].fill(0);
         }
     }
@@ -295,6 +323,70 @@ pub unsafe fn gemm_w8a16_panels_scalar(a: Acts, w: &PackedW8, panels: Range<usiz
             }
         }
     });
+}
+
+/// Rows for checking a kernel set's quantizer against
+/// [`quantize_row_i16_scaled`]: every length 0..=70 and some longer, with
+/// and without factors; zeros, denormals, ties after scaling, values near
+/// the largest, an infinity, a NaN, factors that overflow or vanish.
+#[cfg(test)]
+pub(crate) fn quantizer_cases() -> Vec<(Vec<f32>, Option<Vec<f32>>)> {
+    let mut next = crate::xorshift(0x51ED_2701);
+    let mut value = move || ((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+    let mut cases = Vec::new();
+    for n in (0..=70).chain([127, 384, 385, 1536]) {
+        let x: Vec<f32> = (0..n).map(|_| value() * 8.0).collect();
+        let mul: Vec<f32> = (0..n).map(|_| 4f32.powf(value())).collect();
+        cases.push((x.clone(), None));
+        cases.push((x, Some(mul)));
+    }
+    let special: [&dyn Fn(usize) -> f32; 7] = [
+        &|_| 0.0,
+        &|i| f32::from_bits(1 + i as u32) * if i % 2 == 0 { 1.0 } else { -1.0 },
+        // Largest 32767 * 2 (factor 0.5): every value a tie k + 0.5.
+        &|i| {
+            if i == 0 {
+                65534.0
+            } else {
+                (i as f32 % 200.0) - 99.0
+            }
+        },
+        &|i| if i % 3 == 0 { -3e38 } else { 1e30 },
+        &|i| if i == 17 { f32::INFINITY } else { 1.0 },
+        &|i| if i == 5 { f32::NAN } else { -2.0 },
+        &|i| if i == 40 { 1e-29 } else { 1e-31 },
+    ];
+    for f in special {
+        for n in [1, 7, 8, 9, 15, 16, 17, 33, 41, 100] {
+            let x: Vec<f32> = (0..n).map(f).collect();
+            cases.push((x.clone(), None));
+            // Factors 2 (overflowing 3e38), 0.5 and 1e-10 (vanishing).
+            let mul: Vec<f32> = (0..n).map(|i| [2.0, 0.5, 1e-10][i % 3]).collect();
+            cases.push((x, Some(mul)));
+        }
+    }
+    cases
+}
+
+/// Checks `quantize` (a kernel set's quantizer) against
+/// [`quantize_row_i16_scaled`] on [`quantizer_cases`], every value and the
+/// scale bit for bit.
+#[cfg(test)]
+pub(crate) fn check_quantizer(quantize: impl Fn(&[f32], Option<&[f32]>, &mut [i16]) -> f32) {
+    let mut scratch = Vec::new();
+    for (x, mul) in quantizer_cases() {
+        let n = x.len();
+        let mut want = vec![7i16; n + 3];
+        let mut got = want.clone();
+        let s_want = quantize_row_i16_scaled(&x, mul.as_deref(), &mut want, &mut scratch);
+        let s_got = quantize(&x, mul.as_deref(), &mut got);
+        assert_eq!(
+            s_got.to_bits(),
+            s_want.to_bits(),
+            "scale, {n} values {mul:?}"
+        );
+        assert_eq!(got, want, "{n} values {x:?} {mul:?}");
+    }
 }
 
 #[cfg(test)]
