@@ -10,9 +10,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::gemm::{Acts, OutPtr, NR};
-use crate::gemm_i8::for_each_tile;
-use crate::gemm_i8::TINY;
-use crate::gemm_w8a16::{PackedW8, GROUP, QA, ROWS16};
+use crate::gemm_w8a16::{for_each_tile, PackedW8, GROUP, QA, ROWS16, TINY};
 
 /// Most rows per tile.
 const MR: usize = 4;
@@ -28,10 +26,8 @@ pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usiz
         // SAFETY: AVX2 by this function's contract.
         rows.fill_with(a, w, |x, mul, q| unsafe { quantize_row(x, mul, q) });
         let groups = w.groups();
-        // `for_each_tile` sizes its blocks for 4-byte words of int8
-        // weights; these are twice as large, so count twice the groups.
-        for_each_tile(a.m, panels, 2 * groups, MR, 1, |tile_rows, tile_panels| {
-            let (i, p) = (tile_rows.start, tile_panels.start);
+        for_each_tile(a.m, w, panels, MR, |tile_rows, p| {
+            let i = tile_rows.start;
             let t = Tile {
                 a: rows.values[i * rows.ld..].as_ptr(),
                 ld: rows.ld,

@@ -9,11 +9,8 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::gemm_i8::tail_mask;
 use crate::gemm::{Acts, OutPtr, NR};
-use crate::gemm_i8::for_each_tile;
-use crate::gemm_i8::TINY;
-use crate::gemm_w8a16::{PackedW8, GROUP, QA, ROWS16};
+use crate::gemm_w8a16::{for_each_tile, PackedW8, GROUP, QA, ROWS16, TINY};
 
 /// Most rows per tile (12 sums, 12 f32 results, a weight line and a
 /// broadcast: 26 of the 32 registers).
@@ -30,10 +27,8 @@ pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usiz
         // SAFETY: AVX-512 by this function's contract.
         rows.fill_with(a, w, |x, mul, q| unsafe { quantize_row(x, mul, q) });
         let groups = w.groups();
-        // `for_each_tile` sizes its blocks for 4-byte words of int8
-        // weights; these are four times as large per word.
-        for_each_tile(a.m, panels, 4 * groups, MR, 1, |tile_rows, tile_panels| {
-            let (i, p) = (tile_rows.start, tile_panels.start);
+        for_each_tile(a.m, w, panels, MR, |tile_rows, p| {
+            let i = tile_rows.start;
             let t = Tile {
                 a: rows.values[i * rows.ld..].as_ptr(),
                 ld: rows.ld,
@@ -55,6 +50,15 @@ pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usiz
             unsafe { tile_rows_of::<1>(tile_rows.len(), &t) };
         });
     });
+}
+
+/// The lanes of the first `left` (up to 16) values.
+pub(super) fn tail_mask(left: usize) -> __mmask16 {
+    if left >= 16 {
+        0xffff
+    } else {
+        ((1u32 << left) - 1) as __mmask16
+    }
 }
 
 /// Values `i..` (the lanes of `mask`) of `x`, times `mul`'s if given,
