@@ -3,15 +3,16 @@
 //! `cargo run --release -p ferrite-kernels --example gemm_bench`
 //! (MiniLM's shapes), `... --example gemm_bench -- mpnet` (768 wide,
 //! all-mpnet-base-v2 and nomic-embed-text's shapes); beside each shape's,
-//! the optional int8 product's figures (GFLOP/s counting its integer
-//! multiply-adds as two operations) and, with AVX512-BF16, the bf16
+//! the optional int8 product's figures (`gemm_w8a16`, GFLOP/s counting
+//! its integer multiply-adds as two operations, activation rounding
+//! included) and, with AVX512-BF16, the bf16
 //! product's.
 
 use std::time::Instant;
 
 use ferrite_kernels::gemm::{gemm, Acts, OutPtr, PackedWeights};
 use ferrite_kernels::gemm_bf16::{self, PackedBf16};
-use ferrite_kernels::gemm_i8::{self, PackedI8};
+use ferrite_kernels::gemm_w8a16::{self, PackedW8};
 
 fn main() {
     println!(
@@ -89,10 +90,10 @@ fn main() {
         } else {
             String::new()
         };
-        let packed = PackedI8::from_rows(n, k, row);
+        let packed = PackedW8::from_rows(n, k, None, row);
         // SAFETY: as above.
         let f = |out: OutPtr<'_>| unsafe {
-            gemm_i8::gemm_i8_panels(acts, &packed, 0..packed.n_panels(), out)
+            gemm_w8a16::gemm_w8a16_panels(acts, &packed, 0..packed.n_panels(), out)
         };
         let int8 = format!("  int8 {}", time(&f));
         println!(

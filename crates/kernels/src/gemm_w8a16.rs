@@ -3,7 +3,8 @@
 //! activations with one f32 scale per row (token), exact integer sums per
 //! group, scaled and added in f32.
 //!
-//! Why not int8 activations (`crate::gemm_i8`): measured on
+//! Why not int8 activations (an int8 × int8 product, removed after
+//! session 17): measured on
 //! all-MiniLM-L6-v2 and all-mpnet-base-v2 against sentence-transformers,
 //! per-token int8 activations lose too much for issue 34's bar of 0.9995
 //! (MiniLM's min cosine 0.9912 with per-row int8 weights, 0.9990 with
@@ -36,13 +37,17 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use crate::gemm::{Acts, OutPtr, NR};
-use crate::gemm_i8::TINY;
 
 /// Inputs per weight scale.
 pub const GROUP: usize = 16;
 
+/// Rows (and groups of weights) whose largest magnitude is below this
+/// round to zeros with scale 0: the factor `QA / max|x|` must stay
+/// finite.
+pub const TINY: f32 = 1e-30;
+
 /// Largest activation magnitude after rounding.
-const QA: f32 = 32767.0;
+pub(crate) const QA: f32 = 32767.0;
 
 /// A weight matrix rounded to int8 per feature and group of [`GROUP`]
 /// inputs (values kept as i16 for the products), in panels of [`NR`]
@@ -64,8 +69,9 @@ pub struct PackedW8 {
 impl PackedW8 {
     /// Quantizes and packs the `n x k` matrix whose row `j` `row(j, out)`
     /// writes, input `kk`'s weights first multiplied by `smooth[kk]` and
-    /// the activations' input `kk` by `1 / smooth[kk]` (SmoothQuant, as
-    /// `crate::gemm_i8::PackedI8::from_rows_smoothed`), if given.
+    /// the activations' input `kk` by `1 / smooth[kk]` (SmoothQuant: the
+    /// products unchanged in exact arithmetic, the activations' outlying
+    /// inputs tamed), if given.
     ///
     /// # Panics
     /// If `smooth` is given and not `k` long.
@@ -93,7 +99,7 @@ impl PackedW8 {
             let (p, lane) = (j / NR, j % NR);
             for (g, chunk) in buf.chunks(GROUP).enumerate() {
                 scales[(p * groups + g) * NR + lane] =
-                    crate::gemm_i8::quantize_row(chunk, &mut q[..chunk.len()]);
+                    quantize_row_i8(chunk, &mut q[..chunk.len()]);
                 for (b, &v) in q[..chunk.len()].iter().enumerate() {
                     let kk = g * GROUP + b;
                     let at = ((p * pairs + kk / 2) * NR + lane) * 2 + kk % 2;
@@ -147,6 +153,31 @@ impl PackedW8 {
     }
 }
 
+/// `x` rounded to int8 (a group of weights; see the module): writes
+/// `q[..x.len()]`, returns the scale `max|x| / 127` (0 below [`TINY`], NaN
+/// for a non-finite `x`, the values zeros then).
+pub fn quantize_row_i8(x: &[f32], q: &mut [i8]) -> f32 {
+    let amax_bits = x
+        .iter()
+        .map(|v| v.to_bits() & 0x7fff_ffff)
+        .max()
+        .unwrap_or(0);
+    if amax_bits >= 0x7f80_0000 {
+        q[..x.len()].fill(0);
+        return f32::NAN;
+    }
+    let amax = f32::from_bits(amax_bits);
+    if amax < TINY {
+        q[..x.len()].fill(0);
+        return 0.0;
+    }
+    let inv = 127.0 / amax;
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+    }
+    amax / 127.0
+}
+
 /// `x` rounded to 16-bit integers (see the module): writes `q[..x.len()]`,
 /// returns the row's scale.
 pub fn quantize_row_i16(x: &[f32], q: &mut [i16]) -> f32 {
@@ -173,6 +204,25 @@ pub fn quantize_row_i16(x: &[f32], q: &mut [i16]) -> f32 {
     amax / QA
 }
 
+/// `x` times `mul` (element by element, if given; at least as long as
+/// `x`) rounded by [`quantize_row_i16`], `scratch` holding the product:
+/// the reference for the kernel sets' quantizers.
+pub fn quantize_row_i16_scaled(
+    x: &[f32],
+    mul: Option<&[f32]>,
+    q: &mut [i16],
+    scratch: &mut Vec<f32>,
+) -> f32 {
+    match mul {
+        Some(mul) => {
+            scratch.clear();
+            scratch.extend(x.iter().zip(mul).map(|(&v, &c)| v * c));
+            quantize_row_i16(scratch, q)
+        }
+        None => quantize_row_i16(x, q),
+    }
+}
+
 /// A product's activations rounded row by row: row `i`'s values at
 /// `i * ld` (`ld` the padded `k`, the padding zero), its scale
 /// `scales[i]`.
@@ -186,8 +236,24 @@ pub(crate) struct QuantRows16 {
 
 impl QuantRows16 {
     /// Quantizes every row of `a` (times `w`'s activation factors, if
-    /// any).
+    /// any) with [`quantize_row_i16_scaled`].
     pub fn fill(&mut self, a: Acts, w: &PackedW8) {
+        let mut scaled = std::mem::take(&mut self.scaled);
+        self.fill_with(a, w, |x, mul, q| {
+            quantize_row_i16_scaled(x, mul, q, &mut scaled)
+        });
+        self.scaled = scaled;
+    }
+
+    /// As [`QuantRows16::fill`] with a kernel set's quantizer, which must
+    /// give [`quantize_row_i16_scaled`]'s bits: `quantize(x, mul, q)`
+    /// writes `q[..x.len()]` and returns the scale.
+    pub fn fill_with(
+        &mut self,
+        a: Acts,
+        w: &PackedW8,
+        mut quantize: impl FnMut(&[f32], Option<&[f32]>, &mut [i16]) -> f32,
+    ) {
         let k = w.k;
         self.ld = w.groups() * GROUP;
         self.values.resize(a.m * self.ld, 0);
@@ -199,14 +265,7 @@ impl QuantRows16 {
             .enumerate()
         {
             let x = &a.a[i * a.lda..i * a.lda + k];
-            *scale = match &w.act_mul {
-                Some(mul) => {
-                    self.scaled.clear();
-                    self.scaled.extend(x.iter().zip(mul).map(|(&v, &c)| v * c));
-                    quantize_row_i16(&self.scaled, &mut row[..k])
-                }
-                None => quantize_row_i16(x, &mut row[..k]),
-            };
+            *scale = quantize(x, w.act_mul.as_deref(), &mut row[..k]);
             row[k..].fill(0);
         }
     }
@@ -215,6 +274,49 @@ impl QuantRows16 {
 thread_local! {
     /// The activations of the current product on this thread.
     pub(crate) static ROWS16: RefCell<QuantRows16> = RefCell::new(QuantRows16::default());
+}
+
+/// Bytes of weights in a block of panels that stays in the L2 cache while
+/// every row goes past it.
+// Used by the x86 kernels only (other targets run the scalar reference).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const B_BLOCK_BYTES: usize = 512 * 1024;
+
+/// Calls `tile(rows, p)` for every panel `p` of `panels` and every tile of
+/// `m` rows, the tiles of nearly equal height (at most `max_rows`, e.g. 25
+/// rows as 9 + 8 + 8), a block of panels of `w` at a time (GotoBLAS's
+/// order: the block's weights stay in the L2 cache while every row goes
+/// past them). The order changes no bit: each value is computed by one
+/// tile alone.
+// Used by the x86 kernels only (other targets run the scalar reference).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn for_each_tile(
+    m: usize,
+    w: &PackedW8,
+    panels: Range<usize>,
+    max_rows: usize,
+    mut tile: impl FnMut(Range<usize>, usize),
+) {
+    if m == 0 || panels.is_empty() {
+        return;
+    }
+    let n_tiles = m.div_ceil(max_rows);
+    let (base, extra) = (m / n_tiles, m % n_tiles);
+    let panel_bytes = std::mem::size_of_val(w.panel(0));
+    let block = (B_BLOCK_BYTES / panel_bytes.max(1)).max(1);
+    let mut p0 = panels.start;
+    while p0 < panels.end {
+        let p1 = (p0 + block).min(panels.end);
+        let mut i = 0;
+        for t in 0..n_tiles {
+            let h = base + usize::from(t < extra);
+            for p in p0..p1 {
+                tile(i..i + h, p);
+            }
+            i += h;
+        }
+        p0 = p1;
+    }
 }
 
 /// `C = A · Wᵀ` with the products of the module for the output features of
@@ -295,6 +397,70 @@ pub unsafe fn gemm_w8a16_panels_scalar(a: Acts, w: &PackedW8, panels: Range<usiz
             }
         }
     });
+}
+
+/// Rows for checking a kernel set's quantizer against
+/// [`quantize_row_i16_scaled`]: every length 0..=70 and some longer, with
+/// and without factors; zeros, denormals, ties after scaling, values near
+/// the largest, an infinity, a NaN, factors that overflow or vanish.
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) fn quantizer_cases() -> Vec<(Vec<f32>, Option<Vec<f32>>)> {
+    let mut next = crate::xorshift(0x51ED_2701);
+    let mut value = move || ((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+    let mut cases = Vec::new();
+    for n in (0..=70).chain([127, 384, 385, 1536]) {
+        let x: Vec<f32> = (0..n).map(|_| value() * 8.0).collect();
+        let mul: Vec<f32> = (0..n).map(|_| 4f32.powf(value())).collect();
+        cases.push((x.clone(), None));
+        cases.push((x, Some(mul)));
+    }
+    let special: [&dyn Fn(usize) -> f32; 7] = [
+        &|_| 0.0,
+        &|i| f32::from_bits(1 + i as u32) * if i % 2 == 0 { 1.0 } else { -1.0 },
+        // Largest 32767 * 2 (factor 0.5): every value a tie k + 0.5.
+        &|i| {
+            if i == 0 {
+                65534.0
+            } else {
+                (i as f32 % 200.0) - 99.0
+            }
+        },
+        &|i| if i % 3 == 0 { -3e38 } else { 1e30 },
+        &|i| if i == 17 { f32::INFINITY } else { 1.0 },
+        &|i| if i == 5 { f32::NAN } else { -2.0 },
+        &|i| if i == 40 { 1e-29 } else { 1e-31 },
+    ];
+    for f in special {
+        for n in [1, 7, 8, 9, 15, 16, 17, 33, 41, 100] {
+            let x: Vec<f32> = (0..n).map(f).collect();
+            cases.push((x.clone(), None));
+            // Factors 2 (overflowing 3e38), 0.5 and 1e-10 (vanishing).
+            let mul: Vec<f32> = (0..n).map(|i| [2.0, 0.5, 1e-10][i % 3]).collect();
+            cases.push((x, Some(mul)));
+        }
+    }
+    cases
+}
+
+/// Checks `quantize` (a kernel set's quantizer) against
+/// [`quantize_row_i16_scaled`] on [`quantizer_cases`], every value and the
+/// scale bit for bit.
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) fn check_quantizer(quantize: impl Fn(&[f32], Option<&[f32]>, &mut [i16]) -> f32) {
+    let mut scratch = Vec::new();
+    for (x, mul) in quantizer_cases() {
+        let n = x.len();
+        let mut want = vec![7i16; n + 3];
+        let mut got = want.clone();
+        let s_want = quantize_row_i16_scaled(&x, mul.as_deref(), &mut want, &mut scratch);
+        let s_got = quantize(&x, mul.as_deref(), &mut got);
+        assert_eq!(
+            s_got.to_bits(),
+            s_want.to_bits(),
+            "scale, {n} values {mul:?}"
+        );
+        assert_eq!(got, want, "{n} values {x:?} {mul:?}");
+    }
 }
 
 #[cfg(test)]
@@ -379,7 +545,7 @@ mod tests {
                 let mut acc = 0f32;
                 for (xg, wg) in qa.chunks(GROUP).zip(wr.chunks(GROUP)) {
                     let mut qw = vec![0i8; wg.len()];
-                    let sw = crate::gemm_i8::quantize_row(wg, &mut qw);
+                    let sw = quantize_row_i8(wg, &mut qw);
                     let sum: i32 = xg
                         .iter()
                         .zip(&qw)
@@ -506,6 +672,32 @@ mod tests {
                 }
             }
             check_all_sets(&a, &w, (m, n, k), None, b, act);
+        }
+    }
+
+    /// The weights' quantizer: the largest magnitude maps to ±127, ties
+    /// round to even, the scale is max|x| / 127; zeros, denormal groups and
+    /// non-finite groups give zeros.
+    #[test]
+    fn quantize_row_i8_rounds_to_nearest_even_in_range() {
+        let mut q = [0i8; 6];
+        // Factor 127 / 127 = 1: 2.5 -> 2, 3.5 -> 4, -0.5 -> 0.
+        let s = quantize_row_i8(&[2.5, 3.5, -0.5, -127.0, 126.5, 1.49], &mut q);
+        assert_eq!(s, 1.0);
+        assert_eq!(q, [2, 4, 0, -127, 126, 1]);
+        let s = quantize_row_i8(&[0.0, -0.0, 1e-31, 0.0, 0.0, 0.0], &mut q);
+        assert_eq!((s, q), (0.0, [0; 6]));
+        let s = quantize_row_i8(&[1.0, f32::INFINITY, 2.0, 0.0, 0.0, 0.0], &mut q);
+        assert!(s.is_nan());
+        assert_eq!(q, [0; 6]);
+        let x = values(1000, 3);
+        let mut q = vec![0i8; 1000];
+        let s = quantize_row_i8(&x, &mut q);
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(s, amax / 127.0);
+        assert!(q.iter().any(|&v| v.abs() == 127) && !q.contains(&i8::MIN));
+        for (&v, &qv) in x.iter().zip(&q) {
+            assert!((v - f32::from(qv) * s).abs() <= s * 0.5001, "{v} {qv}");
         }
     }
 

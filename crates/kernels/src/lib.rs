@@ -16,7 +16,6 @@ pub mod dot;
 pub mod gemm;
 pub mod gemm_bf16;
 pub mod gemm_f16;
-pub mod gemm_i8;
 pub mod gemm_w8a16;
 pub mod math;
 pub mod matmul;

@@ -11,7 +11,7 @@
 //! Every entry gives the scalar reference's bits (see the modules of the
 //! public wrappers: `crate::math`, `crate::attend`, `crate::attend_f32`,
 //! `crate::columns`, `crate::gemm`,
-//! `crate::gemm_f16`, `crate::gemm_i8`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
+//! `crate::gemm_f16`, `crate::gemm_w8a16`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -20,7 +20,6 @@ use crate::attend::F16Rows;
 use crate::dispatch::{active_kernel_set, KernelSet};
 use crate::gemm::{Acts, OutPtr, PackedWeights};
 use crate::gemm_f16::PackedF16;
-use crate::gemm_i8::PackedI8;
 use crate::gemm_w8a16::PackedW8;
 use crate::math::Activation;
 use crate::quant::{BlockQ8K, QK, QK_K};
@@ -37,9 +36,6 @@ pub type GemmPanelsFn = unsafe fn(Acts, &PackedWeights, Range<usize>, OutPtr);
 /// `crate::gemm_f16::gemm_f16_panels`' contract (arguments checked by the
 /// wrapper).
 pub type GemmF16PanelsFn = unsafe fn(Acts, &PackedF16, Range<usize>, OutPtr);
-/// `crate::gemm_i8::gemm_i8_panels`' contract (arguments checked by the
-/// wrapper).
-pub type GemmI8PanelsFn = unsafe fn(Acts, &PackedI8, Range<usize>, OutPtr);
 /// `crate::gemm_w8a16::gemm_w8a16_panels`' contract (arguments checked by
 /// the wrapper).
 pub type GemmW8A16PanelsFn = unsafe fn(Acts, &PackedW8, Range<usize>, OutPtr);
@@ -79,7 +75,6 @@ pub struct KernelTable {
     pub set: KernelSet,
     pub gemm_panels: Entry<GemmPanelsFn>,
     pub gemm_f16_panels: Entry<GemmF16PanelsFn>,
-    pub gemm_i8_panels: Entry<GemmI8PanelsFn>,
     pub gemm_w8a16_panels: Entry<GemmW8A16PanelsFn>,
     pub scores_f16: Entry<ScoresFn>,
     pub weighted_sum_f16: Entry<WeightedSumFn>,
@@ -102,7 +97,6 @@ pub struct KernelTable {
 pub enum Kernel {
     GemmPanels,
     GemmF16Panels,
-    GemmI8Panels,
     GemmW8A16Panels,
     ScoresF16,
     WeightedSumF16,
@@ -121,10 +115,9 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 18] = [
+    pub const ALL: [Kernel; 17] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
-        Kernel::GemmI8Panels,
         Kernel::GemmW8A16Panels,
         Kernel::ScoresF16,
         Kernel::WeightedSumF16,
@@ -149,7 +142,6 @@ impl KernelTable {
         match k {
             Kernel::GemmPanels => self.gemm_panels.by,
             Kernel::GemmF16Panels => self.gemm_f16_panels.by,
-            Kernel::GemmI8Panels => self.gemm_i8_panels.by,
             Kernel::GemmW8A16Panels => self.gemm_w8a16_panels.by,
             Kernel::ScoresF16 => self.scores_f16.by,
             Kernel::WeightedSumF16 => self.weighted_sum_f16.by,
@@ -179,10 +171,6 @@ impl KernelTable {
             },
             gemm_f16_panels: Entry {
                 f: crate::gemm_f16::gemm_f16_panels_scalar,
-                by,
-            },
-            gemm_i8_panels: Entry {
-                f: crate::gemm_i8::gemm_i8_panels_scalar,
                 by,
             },
             gemm_w8a16_panels: Entry {

@@ -22,7 +22,6 @@ mod columns;
 pub(crate) mod convert;
 mod float;
 pub(crate) mod gemm;
-mod gemm_i8;
 mod gemm_w8a16;
 mod k_quants;
 mod legacy;

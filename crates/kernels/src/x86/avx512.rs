@@ -48,7 +48,6 @@ macro_rules! tile_of_rows {
 mod columns;
 mod gemm;
 mod gemm_bf16;
-mod gemm_i8;
 mod gemm_w8a16;
 mod math;
 mod quantize;
@@ -65,7 +64,6 @@ use crate::GgmlType;
 pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::GemmPanels,
     Kernel::GemmF16Panels,
-    Kernel::GemmI8Panels,
     Kernel::GemmW8A16Panels,
     Kernel::ScoresF16,
     Kernel::WeightedSumF16,
@@ -91,10 +89,6 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     t.gemm_panels = Entry { f: gemm_panels, by };
     t.gemm_f16_panels = Entry {
         f: gemm_f16_panels,
-        by,
-    };
-    t.gemm_i8_panels = Entry {
-        f: gemm_i8_panels,
         by,
     };
     t.gemm_w8a16_panels = Entry {
@@ -231,15 +225,6 @@ unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: Out
     // which its caller does only on a CPU with AVX-512 (and AVX2, FMA);
     // the output contract is the caller's.
     unsafe { gemm::gemm_panels(a, w, panels, out) }
-}
-
-/// # Safety
-/// As `crate::gemm_i8::gemm_i8_panels` (checked by it).
-unsafe fn gemm_i8_panels(a: Acts, w: &crate::gemm_i8::PackedI8, panels: Range<usize>, out: OutPtr) {
-    // SAFETY: reachable only through a table `override_table` filled,
-    // which its caller does only on a CPU with AVX-512 and VNNI; the
-    // output contract is the caller's.
-    unsafe { gemm_i8::gemm_i8_panels(a, w, panels, out) }
 }
 
 /// # Safety

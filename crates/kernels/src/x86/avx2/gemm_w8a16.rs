@@ -10,8 +10,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::gemm::{Acts, OutPtr, NR};
-use crate::gemm_i8::for_each_tile;
-use crate::gemm_w8a16::{PackedW8, GROUP, ROWS16};
+use crate::gemm_w8a16::{for_each_tile, PackedW8, GROUP, QA, ROWS16, TINY};
 
 /// Most rows per tile.
 const MR: usize = 4;
@@ -24,12 +23,11 @@ const MR: usize = 4;
 pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usize>, out: OutPtr) {
     ROWS16.with(|rows| {
         let mut rows = rows.borrow_mut();
-        rows.fill(a, w);
+        // SAFETY: AVX2 by this function's contract.
+        rows.fill_with(a, w, |x, mul, q| unsafe { quantize_row(x, mul, q) });
         let groups = w.groups();
-        // `for_each_tile` sizes its blocks for 4-byte words of int8
-        // weights; these are twice as large, so count twice the groups.
-        for_each_tile(a.m, panels, 2 * groups, MR, 1, |tile_rows, tile_panels| {
-            let (i, p) = (tile_rows.start, tile_panels.start);
+        for_each_tile(a.m, w, panels, MR, |tile_rows, p| {
+            let i = tile_rows.start;
             let t = Tile {
                 a: rows.values[i * rows.ld..].as_ptr(),
                 ld: rows.ld,
@@ -58,6 +56,91 @@ pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usiz
             }
         });
     });
+}
+
+/// `x[i]` times `mul[i]`, if given.
+#[inline(always)]
+fn scaled1(x: &[f32], mul: Option<&[f32]>, i: usize) -> f32 {
+    match mul {
+        Some(m) => x[i] * m[i],
+        None => x[i],
+    }
+}
+
+/// Values `i..i + 8` of `x`, times `mul`'s if given.
+///
+/// # Safety
+/// AVX; `i + 8` within `x` and `mul`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn scaled8(x: &[f32], mul: Option<&[f32]>, i: usize) -> __m256 {
+    // SAFETY: in bounds by the contract.
+    unsafe {
+        let v = _mm256_loadu_ps(x.as_ptr().add(i));
+        match mul {
+            Some(m) => _mm256_mul_ps(v, _mm256_loadu_ps(m.as_ptr().add(i))),
+            None => v,
+        }
+    }
+}
+
+/// `crate::gemm_w8a16::quantize_row_i16_scaled`'s bits, 8 values a step
+/// and the last `len % 8` one by one: the largest magnitude as the largest
+/// of the values' bits without the sign (as the reference), then each
+/// value times the factor rounded to nearest even (`vroundps`), clamped
+/// and stored as i16 (exact: an integer within ±32767).
+///
+/// # Safety
+/// AVX2; `mul`, if given, at least as long as `x`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn quantize_row(x: &[f32], mul: Option<&[f32]>, q: &mut [i16]) -> f32 {
+    let n = x.len();
+    assert!(q.len() >= n && mul.is_none_or(|m| m.len() >= n));
+    let full = n / 8 * 8;
+    let mut max = _mm256_setzero_si256();
+    let abs = _mm256_set1_epi32(0x7fff_ffff);
+    for i in (0..full).step_by(8) {
+        // SAFETY: i + 8 <= full <= n, checked above.
+        let v = unsafe { scaled8(x, mul, i) };
+        max = _mm256_max_epu32(max, _mm256_and_si256(_mm256_castps_si256(v), abs));
+    }
+    let mut lanes = [0u32; 8];
+    // SAFETY: 8 lanes into 8 places.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), max) };
+    let amax_bits = (full..n)
+        .map(|i| scaled1(x, mul, i).to_bits() & 0x7fff_ffff)
+        .chain(lanes)
+        .max()
+        .unwrap_or(0);
+    if amax_bits >= 0x7f80_0000 {
+        q[..n].fill(0);
+        return f32::NAN;
+    }
+    let amax = f32::from_bits(amax_bits);
+    if amax < TINY {
+        q[..n].fill(0);
+        return 0.0;
+    }
+    let inv = QA / amax;
+    let inv8 = _mm256_set1_ps(inv);
+    let (lo, hi) = (_mm256_set1_ps(-QA), _mm256_set1_ps(QA));
+    for i in (0..full).step_by(8) {
+        // SAFETY: i + 8 <= full <= n, within `x`, `mul` and `q` (checked
+        // above).
+        unsafe {
+            let y = _mm256_mul_ps(scaled8(x, mul, i), inv8);
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
+            let r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+            let v = _mm256_cvtps_epi32(r);
+            let packed =
+                _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            _mm_storeu_si128(q.as_mut_ptr().add(i).cast(), packed);
+        }
+    }
+    for (i, o) in q[..n].iter_mut().enumerate().skip(full) {
+        *o = (scaled1(x, mul, i) * inv).round_ties_even().clamp(-QA, QA) as i16;
+    }
+    amax / QA
 }
 
 /// One micro-kernel call's operands.
@@ -131,4 +214,19 @@ unsafe fn tile<const R: usize>(t: &Tile) {
     });
     // SAFETY: the output places as this function's contract says.
     unsafe { super::gemm::finish_tile(values, t.c, t.ldc, t.cols, t.bias, t.act) };
+}
+
+#[cfg(test)]
+mod tests {
+    /// The AVX2 quantizer gives the reference's bits on every length and
+    /// on extreme values (`crate::gemm_w8a16::quantizer_cases`).
+    #[test]
+    fn quantizer_gives_the_references_bits() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("SKIPPED: the CPU has no AVX2");
+            return;
+        }
+        // SAFETY: the CPU has the features (checked above).
+        crate::gemm_w8a16::check_quantizer(|x, mul, q| unsafe { super::quantize_row(x, mul, q) });
+    }
 }

@@ -9,7 +9,6 @@ use crate::attend::F16Rows;
 use crate::dispatch::KernelSet;
 use crate::gemm::{Acts, OutPtr, PackedWeights};
 use crate::gemm_f16::PackedF16;
-use crate::gemm_i8::PackedI8;
 use crate::gemm_w8a16::PackedW8;
 use crate::math::Activation;
 use crate::quant::{BlockQ8K, QK, QK_K};
@@ -25,10 +24,6 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     t.gemm_panels = Entry { f: gemm_panels, by };
     t.gemm_f16_panels = Entry {
         f: gemm_f16_panels,
-        by,
-    };
-    t.gemm_i8_panels = Entry {
-        f: gemm_i8_panels,
         by,
     };
     t.gemm_w8a16_panels = Entry {
@@ -115,13 +110,6 @@ fn store_columns(part: &[[f32; 16]], span: usize, out: &mut [f32], width: usize,
 unsafe fn gemm_panels(a: Acts, w: &PackedWeights, panels: Range<usize>, out: OutPtr) {
     // SAFETY: see above; the output contract is the caller's.
     unsafe { super::gemm::gemm_panels(a, w, panels, out) }
-}
-
-/// # Safety
-/// As `crate::gemm_i8::gemm_i8_panels` (checked by it).
-unsafe fn gemm_i8_panels(a: Acts, w: &PackedI8, panels: Range<usize>, out: OutPtr) {
-    // SAFETY: see above; the output contract is the caller's.
-    unsafe { super::gemm_i8::gemm_i8_panels(a, w, panels, out) }
 }
 
 /// # Safety

@@ -9,10 +9,8 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::gemm_i8::tail_mask;
 use crate::gemm::{Acts, OutPtr, NR};
-use crate::gemm_i8::for_each_tile;
-use crate::gemm_w8a16::{PackedW8, GROUP, ROWS16};
+use crate::gemm_w8a16::{for_each_tile, PackedW8, GROUP, QA, ROWS16, TINY};
 
 /// Most rows per tile (12 sums, 12 f32 results, a weight line and a
 /// broadcast: 26 of the 32 registers).
@@ -26,12 +24,11 @@ const MR: usize = 12;
 pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usize>, out: OutPtr) {
     ROWS16.with(|rows| {
         let mut rows = rows.borrow_mut();
-        rows.fill(a, w);
+        // SAFETY: AVX-512 by this function's contract.
+        rows.fill_with(a, w, |x, mul, q| unsafe { quantize_row(x, mul, q) });
         let groups = w.groups();
-        // `for_each_tile` sizes its blocks for 4-byte words of int8
-        // weights; these are four times as large per word.
-        for_each_tile(a.m, panels, 4 * groups, MR, 1, |tile_rows, tile_panels| {
-            let (i, p) = (tile_rows.start, tile_panels.start);
+        for_each_tile(a.m, w, panels, MR, |tile_rows, p| {
+            let i = tile_rows.start;
             let t = Tile {
                 a: rows.values[i * rows.ld..].as_ptr(),
                 ld: rows.ld,
@@ -53,6 +50,106 @@ pub(crate) unsafe fn gemm_w8a16_panels(a: Acts, w: &PackedW8, panels: Range<usiz
             unsafe { tile_rows_of::<1>(tile_rows.len(), &t) };
         });
     });
+}
+
+/// The lanes of the first `left` (up to 16) values.
+pub(super) fn tail_mask(left: usize) -> __mmask16 {
+    if left >= 16 {
+        0xffff
+    } else {
+        ((1u32 << left) - 1) as __mmask16
+    }
+}
+
+/// Values `i..` (the lanes of `mask`) of `x`, times `mul`'s if given,
+/// zero in the other lanes.
+///
+/// # Safety
+/// AVX512F; the lanes of `mask` in bounds of `x` and `mul`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scaled(x: &[f32], mul: Option<&[f32]>, i: usize, mask: __mmask16) -> __m512 {
+    // SAFETY: the masked lanes are in bounds by the contract.
+    unsafe {
+        let v = _mm512_maskz_loadu_ps(mask, x.as_ptr().add(i));
+        match mul {
+            Some(m) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, m.as_ptr().add(i))),
+            None => v,
+        }
+    }
+}
+
+/// `crate::gemm_w8a16::quantize_row_i16_scaled`'s bits, 16 values a
+/// step: the largest magnitude as the largest of the values' bits without
+/// the sign (as the reference), then each value times the factor rounded
+/// to nearest even (`vrndscaleps`), clamped and stored as i16 (exact: an
+/// integer within ±32767).
+///
+/// # Safety
+/// AVX512F/BW; `mul`, if given, at least as long as `x`.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn quantize_row(x: &[f32], mul: Option<&[f32]>, q: &mut [i16]) -> f32 {
+    let n = x.len();
+    assert!(q.len() >= n && mul.is_none_or(|m| m.len() >= n));
+    let mut max = _mm512_setzero_si512();
+    let abs = _mm512_set1_epi32(0x7fff_ffff);
+    for i in (0..n).step_by(16) {
+        let mask = tail_mask(n - i);
+        // SAFETY: the lanes of `mask` are in bounds (checked above).
+        let v = unsafe { scaled(x, mul, i, mask) };
+        max = _mm512_max_epu32(max, _mm512_and_si512(_mm512_castps_si512(v), abs));
+    }
+    let amax_bits = _mm512_reduce_max_epu32(max);
+    if amax_bits >= 0x7f80_0000 {
+        q[..n].fill(0);
+        return f32::NAN;
+    }
+    let amax = f32::from_bits(amax_bits);
+    if amax < TINY {
+        q[..n].fill(0);
+        return 0.0;
+    }
+    let inv = _mm512_set1_ps(QA / amax);
+    let (lo, hi) = (_mm512_set1_ps(-QA), _mm512_set1_ps(QA));
+    for i in (0..n).step_by(16) {
+        let mask = tail_mask(n - i);
+        // SAFETY: the lanes of `mask` are in bounds of `x`, `mul` and `q`
+        // (checked above).
+        unsafe {
+            let y = _mm512_mul_ps(scaled(x, mul, i, mask), inv);
+            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
+            let r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+            let v = _mm512_cvtps_epi32(r);
+            _mm512_mask_cvtsepi32_storeu_epi16(q.as_mut_ptr().add(i).cast(), mask, v);
+        }
+    }
+    amax / QA
+}
+
+/// `acc + vpdpwssd(b, broadcast of the two i16 at x)`, as one instruction
+/// with the broadcast from memory. Inline assembly because LLVM, tuning for
+/// a generic CPU, splits `_mm512_dpwssd_epi32` on an accumulator chain
+/// into `vpmaddwd` + `vpaddd` (twice the instructions of the inner loop);
+/// the sums are exact either way.
+///
+/// # Safety
+/// AVX512F and VNNI; `x` readable for 4 bytes.
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
+unsafe fn dpwssd_broadcast(acc: __m512i, b: __m512i, x: *const i16) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: reads 4 bytes at `x` (the contract); registers only
+    // otherwise.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {b}, dword ptr [{x}]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            b = in(zmm_reg) b,
+            x = in(reg) x,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
 }
 
 /// One micro-kernel call's operands.
@@ -106,8 +203,7 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile) {
             unsafe {
                 let b = _mm512_loadu_si512(t.b.add(s * 2 * NR).cast());
                 for (sum, row) in sums.iter_mut().zip(&rows) {
-                    let x = _mm512_set1_epi32(row.add(2 * s).cast::<i32>().read_unaligned());
-                    *sum = _mm512_dpwssd_epi32(*sum, x, b);
+                    *sum = dpwssd_broadcast(*sum, b, row.add(2 * s));
                 }
             }
         }
@@ -125,4 +221,19 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile) {
     let masks: [__mmask16; P] = std::array::from_fn(|q| tail_mask(t.cols.saturating_sub(q * NR)));
     // SAFETY: the output places as this function's contract says.
     unsafe { super::gemm::finish_tile(values, masks, t.c, t.ldc, t.cols, t.bias, t.act) };
+}
+
+#[cfg(test)]
+mod tests {
+    /// The AVX-512 quantizer gives the reference's bits on every length and
+    /// on extreme values (`crate::gemm_w8a16::quantizer_cases`).
+    #[test]
+    fn quantizer_gives_the_references_bits() {
+        if !(is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")) {
+            eprintln!("SKIPPED: the CPU has no AVX-512");
+            return;
+        }
+        // SAFETY: the CPU has the features (checked above).
+        crate::gemm_w8a16::check_quantizer(|x, mul, q| unsafe { super::quantize_row(x, mul, q) });
+    }
 }
