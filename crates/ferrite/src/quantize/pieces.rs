@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use ferrite_kernels::quant::{dequantize, quantize};
+use ferrite_kernels::GgmlType;
 
 use super::{PlannedTensor, Progress};
 use crate::formats::gguf::GgufFile;
@@ -245,16 +246,43 @@ fn convert_rows(
         out.copy_from_slice(src);
         return Ok(());
     }
-    f32s.resize(p.dims[0] as usize, 0.0);
+    let failed = |e| Error::Internal(format!("tensor {}: {e}", p.name));
+    let n_per_row = p.dims[0] as usize;
+    if p.from == GgmlType::F32 {
+        if let Some(values) = as_f32s(src) {
+            for (r_in, r_out) in values
+                .chunks_exact(n_per_row)
+                .zip(out.chunks_exact_mut(l.row_out))
+            {
+                quantize(p.to, r_in, r_out).map_err(failed)?;
+            }
+            return Ok(());
+        }
+    }
+    f32s.resize(n_per_row, 0.0);
     for (r_in, r_out) in src
         .chunks_exact(l.row_in)
         .zip(out.chunks_exact_mut(l.row_out))
     {
         dequantize(p.from, r_in, f32s)
             .and_then(|()| quantize(p.to, f32s, r_out))
-            .map_err(|e| Error::Internal(format!("tensor {}: {e}", p.name)))?;
+            .map_err(failed)?;
     }
     Ok(())
+}
+
+/// F32 tensor data read in place (no copy) where the CPU is
+/// little-endian, as GGUF data is, and the bytes are 4-byte aligned (GGUF
+/// aligns tensor data to 32 bytes; a mapped file starts on a page).
+fn as_f32s(bytes: &[u8]) -> Option<&[f32]> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    // SAFETY: every bit pattern is a valid f32, and `align_to` gives only
+    // the correctly aligned middle part; it is used only if it is all of
+    // `bytes`.
+    let (head, values, tail) = unsafe { bytes.align_to::<f32>() };
+    (head.is_empty() && tail.is_empty()).then_some(values)
 }
 
 /// Writes all of `buf` at byte `offset` of `f`.
