@@ -11,7 +11,8 @@
 //! Every entry gives the scalar reference's bits (see the modules of the
 //! public wrappers: `crate::math`, `crate::attend`, `crate::attend_f32`,
 //! `crate::columns`, `crate::gemm`,
-//! `crate::gemm_f16`, `crate::gemm_w8a16`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`).
+//! `crate::gemm_f16`, `crate::gemm_w8a16`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`,
+//! `crate::quant::quantize`).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -68,6 +69,8 @@ pub type QuantizeActsRowFn = fn(&[f32], &mut [u8], &mut [crate::quant::q8_0::Act
 pub type QuantizeQ8KFn = fn(&[f32; QK_K]) -> BlockQ8K;
 /// f16 -> f32 row conversion (`dst.len()` values, `src` long enough).
 pub type F16ToF32Fn = fn(&[u8], &mut [f32]);
+/// `crate::quant::quantize`'s body (type and lengths checked by it).
+pub type QuantizeRowFn = fn(crate::GgmlType, &[f32], &mut [u8]);
 
 /// The kernels of one set.
 #[derive(Clone, Copy, Debug)]
@@ -90,6 +93,7 @@ pub struct KernelTable {
     pub quantize_acts_row: Entry<QuantizeActsRowFn>,
     pub quantize_q8k: Entry<QuantizeQ8KFn>,
     pub f16_to_f32: Entry<F16ToF32Fn>,
+    pub quantize_row: Entry<QuantizeRowFn>,
 }
 
 /// The names of a table's entries, for [`KernelSet::claims`] and tests.
@@ -112,10 +116,11 @@ pub enum Kernel {
     QuantizeActsRow,
     QuantizeQ8K,
     F16ToF32,
+    QuantizeRow,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 17] = [
+    pub const ALL: [Kernel; 18] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
         Kernel::GemmW8A16Panels,
@@ -133,6 +138,7 @@ impl Kernel {
         Kernel::QuantizeActsRow,
         Kernel::QuantizeQ8K,
         Kernel::F16ToF32,
+        Kernel::QuantizeRow,
     ];
 }
 
@@ -157,6 +163,7 @@ impl KernelTable {
             Kernel::QuantizeActsRow => self.quantize_acts_row.by,
             Kernel::QuantizeQ8K => self.quantize_q8k.by,
             Kernel::F16ToF32 => self.f16_to_f32.by,
+            Kernel::QuantizeRow => self.quantize_row.by,
         }
     }
 
@@ -231,6 +238,10 @@ impl KernelTable {
             },
             f16_to_f32: Entry {
                 f: crate::quant::float::f16_to_f32,
+                by,
+            },
+            quantize_row: Entry {
+                f: crate::quant::quantize_row_scalar,
                 by,
             },
         }

@@ -225,8 +225,7 @@ pub fn quantize_on_load(
         allow_requantize: false,
         threads: threads.max(1),
     };
-    let mut out = Vec::with_capacity(f32_file.bytes().len() / 3);
-    crate::quantize::quantize_to(&f32_file, &mut out, &q, &shown, &mut |_, _, _| {})?;
+    let out = crate::quantize::quantize_to_vec(&f32_file, &q, &shown, &mut |_, _, _| {})?;
     drop(f32_file);
     Ok(GgufFile::from_vec(dir, out)?)
 }

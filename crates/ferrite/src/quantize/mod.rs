@@ -4,28 +4,27 @@
 //! [`mix::choose_types`] picks each tensor's type as llama.cpp would for the
 //! file type; the tensors are written in llama.cpp's order, each converted
 //! row by row with the reference quantizers of `ferrite_kernels::quant`
-//! (threads take chunks of rows; a row's bytes do not depend on which
-//! thread makes them). The metadata is copied with
+//! (`pieces`: every thread takes runs of rows of any tensor and writes
+//! them in place; a row's bytes do not depend on which thread makes them).
+//! The metadata is copied with
 //! `general.quantization_version` and `general.file_type` set last, as
 //! llama.cpp sets them. The output is written to a temporary file next to
 //! it and renamed into place at the end, so a failed run never leaves a
 //! partial output behind.
 
 pub mod mix;
+mod pieces;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
-use ferrite_kernels::quant::{dequantize, quantize};
 use ferrite_kernels::GgmlType;
 
-use crate::formats::gguf::{
-    write_gguf_header, write_tensor_data, GgufFile, Metadata, TensorHeader, Value,
-};
+use crate::formats::gguf::{write_gguf_header, GgufFile, Metadata, TensorHeader, Value};
 use crate::temp_output::TempOutput;
 use crate::Error;
+use pieces::Sink;
 
 pub use mix::{FileType, FILE_TYPES};
 
@@ -173,30 +172,69 @@ pub fn quantize_file(
     }
     let file = GgufFile::open(input)?;
     let shown = output.display().to_string();
-    let tmp = TempOutput::beside(output, "quantize")?;
-    let out_file = File::create(&tmp.path).map_err(|e| Error::io(&shown, e))?;
-    let mut w = BufWriter::with_capacity(1 << 22, out_file);
-    let summary = quantize_to(&file, &mut w, opts, &shown, progress)?;
     let io_err = |e: std::io::Error| Error::io(&shown, e);
-    let out_file = w.into_inner().map_err(|e| io_err(e.into_error()))?;
+    let planned = plan(&file, opts)?;
+    let (head, alignment) = header(&file, &planned, opts, &shown)?;
+    let tmp = TempOutput::beside(output, "quantize")?;
+    let mut out_file = File::create(&tmp.path).map_err(io_err)?;
+    out_file.write_all(&head).map_err(io_err)?;
+    pieces::write_data(
+        &file,
+        &planned,
+        alignment,
+        Sink::File {
+            file: &out_file,
+            data_start: head.len() as u64,
+        },
+        opts.threads,
+        &shown,
+        progress,
+    )?;
     out_file.sync_all().map_err(io_err)?;
     drop(out_file);
     tmp.commit(output)?;
-    Ok(summary)
+    Ok(summary(&planned))
 }
 
-/// Quantizes the GGUF `file` into `w` (see the module doc); `shown` names
-/// the output in errors.
-pub fn quantize_to<W: Write>(
+/// Quantizes the GGUF `file` into a new in-memory file (see the module
+/// doc); `shown` names the output in errors.
+pub fn quantize_to_vec(
     file: &GgufFile,
-    w: &mut W,
     opts: &QuantizeOptions,
     shown: &str,
     progress: Progress,
-) -> Result<Summary, Error> {
+) -> Result<Vec<u8>, Error> {
     let planned = plan(file, opts)?;
+    let (mut out, alignment) = header(file, &planned, opts, shown)?;
+    let start = out.len();
+    let data: u64 = planned
+        .iter()
+        .map(|p| {
+            let n: u64 = p.dims.iter().product();
+            p.to.bytes_for(n).unwrap_or(0).next_multiple_of(alignment)
+        })
+        .sum();
+    out.resize(start + data as usize, 0);
+    pieces::write_data(
+        file,
+        &planned,
+        alignment,
+        Sink::Memory(&mut out[start..]),
+        opts.threads,
+        shown,
+        progress,
+    )?;
+    Ok(out)
+}
+
+/// The output's header (metadata, tensor infos, padding) and alignment.
+fn header(
+    file: &GgufFile,
+    planned: &[PlannedTensor],
+    opts: &QuantizeOptions,
+    shown: &str,
+) -> Result<(Vec<u8>, u64), Error> {
     let md = output_metadata(file.metadata(), opts.ftype);
-    let io_err = |e: std::io::Error| Error::io(shown, e);
     let headers: Vec<TensorHeader> = planned
         .iter()
         .map(|p| TensorHeader {
@@ -205,88 +243,28 @@ pub fn quantize_to<W: Write>(
             ty: p.to,
         })
         .collect();
-    let alignment = write_gguf_header(w, 3, &md, &headers).map_err(io_err)?;
+    let mut head = Vec::new();
+    let alignment =
+        write_gguf_header(&mut head, 3, &md, &headers).map_err(|e| Error::io(shown, e))?;
+    Ok((head, alignment))
+}
 
-    let mut summary = Summary {
+/// What quantizing `file` as `planned` does.
+fn summary(planned: &[PlannedTensor]) -> Summary {
+    let mut s = Summary {
         tensors: planned.len(),
         ..Summary::default()
     };
-    let threads = opts.threads.max(1);
-    for (done, p) in planned.iter().enumerate() {
-        let view = file
-            .tensor(&p.name)
-            .ok_or_else(|| Error::Internal(format!("tensor {} vanished", p.name)))?;
-        summary.bytes_in += view.data.len() as u64;
-        if p.to == p.from {
-            write_tensor_data(w, view.data, alignment).map_err(io_err)?;
-            summary.bytes_out += view.data.len() as u64;
-        } else {
-            let converted = convert_rows(view.data, p, threads)?;
-            write_tensor_data(w, &converted, alignment).map_err(io_err)?;
-            summary.bytes_out += converted.len() as u64;
-            summary.converted += 1;
+    for p in planned {
+        let n: u64 = p.dims.iter().product();
+        s.bytes_in += p.from.bytes_for(n).unwrap_or(0);
+        s.bytes_out += p.to.bytes_for(n).unwrap_or(0);
+        if p.to != p.from {
+            s.converted += 1;
             if mix::is_quantized(p.from) {
-                summary.requantized += 1;
+                s.requantized += 1;
             }
         }
-        let start = view.data.as_ptr() as usize - file.bytes().as_ptr() as usize;
-        file.release(start..start + view.data.len());
-        progress(done + 1, planned.len(), &p.name);
     }
-    w.flush().map_err(io_err)?;
-    Ok(summary)
-}
-
-/// Values per chunk of rows a thread takes at a time (as llama.cpp's
-/// minimum chunk).
-const CHUNK_VALUES: usize = 32 * 512;
-
-/// Converts one tensor's rows from `p.from` to `p.to` on `threads` threads.
-fn convert_rows(src: &[u8], p: &PlannedTensor, threads: usize) -> Result<Vec<u8>, Error> {
-    let n_per_row = p.dims[0] as usize;
-    let n: u64 = p.dims.iter().product();
-    let rows = (n / p.dims[0]) as usize;
-    let (Some(row_in), Some(row_out)) = (
-        p.from.bytes_for(n_per_row as u64),
-        p.to.bytes_for(n_per_row as u64),
-    ) else {
-        return Err(Error::Internal(format!(
-            "tensor {}: rows of {n_per_row} are not whole blocks",
-            p.name
-        )));
-    };
-    let (row_in, row_out) = (row_in as usize, row_out as usize);
-    let mut out = vec![0u8; row_out * rows];
-    let rows_per_chunk = CHUNK_VALUES.div_ceil(n_per_row).max(1);
-    let chunks = Mutex::new(
-        src.chunks(row_in * rows_per_chunk)
-            .zip(out.chunks_mut(row_out * rows_per_chunk)),
-    );
-    let failure: Mutex<Option<String>> = Mutex::new(None);
-    let work = || {
-        let mut f32s = vec![0f32; n_per_row];
-        loop {
-            let next = chunks.lock().unwrap_or_else(|e| e.into_inner()).next();
-            let Some((src, dst)) = next else { break };
-            for (r_in, r_out) in src.chunks(row_in).zip(dst.chunks_mut(row_out)) {
-                let r =
-                    dequantize(p.from, r_in, &mut f32s).and_then(|()| quantize(p.to, &f32s, r_out));
-                if let Err(e) = r {
-                    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
-                    return;
-                }
-            }
-        }
-    };
-    let n_threads = threads.min(rows.div_ceil(rows_per_chunk)).max(1);
-    std::thread::scope(|s| {
-        for _ in 1..n_threads {
-            s.spawn(work);
-        }
-        work();
-    });
-    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(Error::Internal(format!("tensor {}: {e}", p.name)));
-    }
-    Ok(out)
+    s
 }

@@ -37,7 +37,7 @@ pub(crate) fn f16_le(b: [u8; 2]) -> f32 {
 }
 
 /// f32 to f16 little-endian bytes, rounding as [`f16_bits_from_f32`].
-#[inline]
+#[inline(always)]
 pub(crate) fn f16_le_from(x: f32) -> [u8; 2] {
     f16_bits_from_f32(x).to_le_bytes()
 }
@@ -46,6 +46,7 @@ pub(crate) fn f16_le_from(x: f32) -> [u8; 2] {
 /// nearest even, overflow to infinity, subnormals kept, and every NaN
 /// becomes the quiet NaN `0x7e00` with the sign kept (ggml drops the
 /// payload; `half` would keep part of it, hence the special case).
+#[inline(always)]
 pub fn f16_bits_from_f32(x: f32) -> u16 {
     if x.is_nan() {
         let sign = ((x.to_bits() >> 16) & 0x8000) as u16;
@@ -57,6 +58,7 @@ pub fn f16_bits_from_f32(x: f32) -> u16 {
 /// f32 to bf16 bits the way ggml's `ggml_compute_fp32_to_bf16` does: round
 /// to nearest even (subnormals kept), and a NaN keeps its top bits with the
 /// quiet bit forced on.
+#[inline(always)]
 pub fn bf16_bits_from_f32(x: f32) -> u16 {
     let u = x.to_bits();
     if u & 0x7fff_ffff > 0x7f80_0000 {
@@ -92,6 +94,7 @@ pub(crate) fn bf16_to_f32(src: &[u8], dst: &mut [f32]) {
 }
 
 /// f32 to little-endian F32 bytes.
+#[inline(always)]
 pub(crate) fn f32_from_f32(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.iter().zip(dst.chunks_exact_mut(4)) {
         b.copy_from_slice(&x.to_le_bytes());
@@ -99,6 +102,7 @@ pub(crate) fn f32_from_f32(src: &[f32], dst: &mut [u8]) {
 }
 
 /// f32 to F16 (`ggml_fp32_to_fp16_row`).
+#[inline(always)]
 pub(crate) fn f16_from_f32(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.iter().zip(dst.chunks_exact_mut(2)) {
         b.copy_from_slice(&f16_le_from(*x));
@@ -106,6 +110,7 @@ pub(crate) fn f16_from_f32(src: &[f32], dst: &mut [u8]) {
 }
 
 /// f32 to BF16 (`ggml_fp32_to_bf16_row_ref`).
+#[inline(always)]
 pub(crate) fn bf16_from_f32(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.iter().zip(dst.chunks_exact_mut(2)) {
         b.copy_from_slice(&bf16_bits_from_f32(*x).to_le_bytes());

@@ -86,6 +86,7 @@ pub(crate) fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f3
 /// Eight [`make_qx_quants_rmse1`] searches at once, one per lane (group
 /// `g`'s value `i` is `x[i][g]`), each lane running the scalar search's
 /// operations in the same order. Writes `l[i][g]` and returns the scales.
+#[inline(always)]
 pub(crate) fn make_qx_quants_rmse1_x8<const N: usize>(
     nmax: i32,
     x: &[[f32; 8]; N],
@@ -103,12 +104,19 @@ pub(crate) fn make_qx_quants_rmse1_x8<const N: usize>(
             }
         }
     }
-    let level = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    let sums = |iscale: &[f32; G], laux: &mut [[i8; G]; N]| {
-        let (mut sumlx, mut suml2) = ([0f32; G], [0f32; G]);
+    // A function, not a closure, so that it is inlined (and compiled with
+    // the caller's target features).
+    #[inline(always)]
+    fn sums<const N: usize>(
+        nmax: i32,
+        x: &[[f32; 8]; N],
+        iscale: &[f32; 8],
+        laux: &mut [[i8; 8]; N],
+    ) -> ([f32; 8], [f32; 8]) {
+        let (mut sumlx, mut suml2) = ([0f32; 8], [0f32; 8]);
         for (xi, li) in x.iter().zip(laux.iter_mut()) {
-            for g in 0..G {
-                let q = level(iscale[g], xi[g]);
+            for g in 0..8 {
+                let q = nearest_int(iscale[g] * xi[g]).clamp(-nmax, nmax - 1);
                 li[g] = (q + nmax) as i8;
                 let lf = q as f32;
                 let w = xi[g] * xi[g];
@@ -117,12 +125,12 @@ pub(crate) fn make_qx_quants_rmse1_x8<const N: usize>(
             }
         }
         (sumlx, suml2)
-    };
+    }
     let mut iscale = [0f32; G];
     for g in 0..G {
         iscale[g] = -(nmax as f32) / max[g];
     }
-    let (sumlx, suml2) = sums(&iscale, l);
+    let (sumlx, suml2) = sums(nmax, x, &iscale, l);
     let mut scale = [0f32; G];
     let mut best = [0f32; G];
     for g in 0..G {
@@ -141,7 +149,7 @@ pub(crate) fn make_qx_quants_rmse1_x8<const N: usize>(
         for g in 0..G {
             iscale[g] = -(nmax as f32 + 0.1 * is as f32) / max[g];
         }
-        let (sumlx, suml2) = sums(&iscale, &mut laux);
+        let (sumlx, suml2) = sums(nmax, x, &iscale, &mut laux);
         let mut take = [false; G];
         for g in 0..G {
             take[g] = suml2[g] > 0.0 && sumlx[g] * sumlx[g] > best[g] * suml2[g];
@@ -174,6 +182,7 @@ pub(crate) fn make_qx_quants_rmse1_x8<const N: usize>(
 /// values to the level that improves the weighted fit. Writes
 /// `L[i] = level + nmax` (all zeros for an all-zero group) and returns the
 /// scale.
+#[inline(always)]
 pub(crate) fn make_q3_quants_rmse(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
     let (amax, max) = signed_max(x);
     if amax < GROUP_MAX_EPS {
@@ -329,6 +338,7 @@ pub(crate) fn make_qkx2_quants(
 /// only share the loop structure, which lets the compiler use SIMD), so
 /// the results are the same bits; the `k-quant` goldens check it. Writes
 /// `l[i][g]` and returns the per-lane `(scale, the_min)`.
+#[inline(always)]
 pub(crate) fn make_qkx2_quants_x8<const N: usize>(
     p: &Qkx2,
     x: &[[f32; 8]; N],
@@ -454,6 +464,7 @@ pub(crate) fn make_qkx2_quants_x8<const N: usize>(
 /// Packs 2-bit values as Q2_K and Q3_K store them: in each half of 128
 /// values, byte `l` holds values `l`, `l + 32`, `l + 64`, `l + 96` at bit
 /// offsets 0, 2, 4, 6.
+#[inline(always)]
 pub(crate) fn pack_2bit(l: &[u8; 256], qs: &mut [u8; 64]) {
     for h in 0..2 {
         let l = &l[128 * h..];

@@ -395,7 +395,6 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantE
 /// reference quantizers that `llama-quantize` uses without an importance
 /// matrix).
 pub fn quantize(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    use GgmlType::*;
     if !t.can_quantize() {
         return Err(QuantError::Unsupported {
             ty: t,
@@ -403,6 +402,25 @@ pub fn quantize(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantErr
         });
     }
     checked_bytes(t, src.len(), dst.len())?;
+    (crate::table::active().quantize_row.f)(t, src, dst);
+    Ok(())
+}
+
+/// The scalar reference of the active set's `quantize_row` entry: the body
+/// of [`quantize`] once the type and lengths are checked.
+pub(crate) fn quantize_row_scalar(t: GgmlType, src: &[f32], dst: &mut [u8]) {
+    quantize_row_inline(t, src, dst)
+}
+
+/// [`quantize`]'s body, `#[inline(always)]` with every block quantizer it
+/// calls, so that a SIMD set gets all of it compiled with its features by
+/// wrapping it in a `#[target_feature]` function (`x86::avx2::table`): the
+/// same source, exactly rounded IEEE operations in the same order (Rust
+/// never fuses them), so the same bits. `t` is one `can_quantize` accepts
+/// and `dst` holds exactly `src.len()` values (checked by the caller).
+#[inline(always)]
+pub(crate) fn quantize_row_inline(t: GgmlType, src: &[f32], dst: &mut [u8]) {
+    use GgmlType::*;
     match t {
         F32 => float::f32_from_f32(src, dst),
         F16 => float::f16_from_f32(src, dst),
@@ -420,14 +438,9 @@ pub fn quantize(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantErr
         Q6K => blocks_from_f32(src, dst, BlockQ6K::from_f32),
         Q8K => blocks_from_f32(src, dst, BlockQ8K::from_f32),
         Mxfp4 => blocks_from_f32(src, dst, BlockMxfp4::from_f32),
-        _ => {
-            return Err(QuantError::Unsupported {
-                ty: t,
-                op: QuantOp::Quantize,
-            })
-        }
+        // `quantize` refused the others.
+        _ => {}
     }
-    Ok(())
 }
 
 /// Runs a block's `to_f32` over every block of `src`. The caller has checked
@@ -444,6 +457,7 @@ fn blocks_to_f32<B: Block, const N: usize>(src: &[u8], dst: &mut [f32], f: fn(&B
 
 /// Runs a block's `from_f32` over every block of `src`. The caller has
 /// checked that `dst` holds exactly `src.len() / N` blocks.
+#[inline(always)]
 fn blocks_from_f32<B: Block, const N: usize>(src: &[f32], dst: &mut [u8], f: fn(&[f32; N]) -> B) {
     let blocks = as_blocks_mut::<B>(dst).unwrap_or_default();
     debug_assert_eq!(blocks.len() * N, src.len());
@@ -452,6 +466,34 @@ fn blocks_from_f32<B: Block, const N: usize>(src: &[f32], dst: &mut [u8], f: fn(
         let x: &[f32; N] = x.try_into().expect("chunk of N values");
         *b = f(x);
     }
+}
+
+/// The largest magnitude of `x` and the first value that has it, as
+/// ggml's `if (amax < fabsf(v)) { amax = fabsf(v); max = v; }` loop finds
+/// them from zero (NaNs never taken; `(0, 0)` if every value is zero or
+/// NaN), but in two passes that vectorize: the maxima of eight lanes
+/// (with the same comparison), then the first value of that magnitude.
+#[inline(always)]
+pub(crate) fn first_largest_magnitude(x: &[f32; QK]) -> (f32, f32) {
+    let mut lanes = [0f32; 8];
+    for c in x.chunks_exact(8) {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            if *m < v.abs() {
+                *m = v.abs();
+            }
+        }
+    }
+    let mut amax = 0.0f32;
+    for m in lanes {
+        if amax < m {
+            amax = m;
+        }
+    }
+    if amax == 0.0 {
+        return (0.0, 0.0);
+    }
+    let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
+    (amax, max)
 }
 
 /// `v.round()` (halves away from zero, C's `roundf`), bit for bit, with no
@@ -511,5 +553,106 @@ mod rounding_tests {
             }
         }
         assert!(checked > 1_000_000);
+    }
+}
+
+#[cfg(test)]
+mod quantize_row_tests {
+    use super::*;
+    use crate::dispatch::KernelSet;
+
+    /// ggml's loop, as the quantizers had it.
+    fn first_largest_loop(x: &[f32; QK]) -> (f32, f32) {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in x {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        (amax, max)
+    }
+
+    /// Rows of `n` values: random magnitudes from subnormal to near
+    /// f32::MAX, ties, zeros of both signs, infinities and NaNs.
+    fn rows(n: usize, seed: u64) -> Vec<Vec<f32>> {
+        let mut next = crate::xorshift(seed);
+        let mut out = Vec::new();
+        for case in 0..60 {
+            let scale = [1e-40f32, 1e-30, 1e-3, 1.0, 7.0, 1e6, 1e30, 3e38][case % 8];
+            let mut x: Vec<f32> = (0..n)
+                .map(|_| ((next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * scale)
+                .collect();
+            match case % 10 {
+                // Ties of the largest magnitude, both signs.
+                1 => {
+                    for i in (0..n).step_by(7) {
+                        x[i] = if i % 2 == 0 { 2.5 } else { -2.5 };
+                    }
+                }
+                2 => x.fill(0.0),
+                3 => x.iter_mut().for_each(|v| *v = -0.0),
+                4 => x[n / 3] = f32::NAN,
+                5 => x[n - 1] = f32::INFINITY,
+                6 => x.iter_mut().step_by(5).for_each(|v| *v = -f32::NAN),
+                7 => x.iter_mut().for_each(|v| *v = v.abs() + 1.0),
+                8 => x
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v = (i % 16) as f32 - 7.5),
+                _ => {}
+            }
+            out.push(x);
+        }
+        out
+    }
+
+    #[test]
+    fn first_largest_magnitude_matches_the_loop() {
+        for x in rows(QK * 40, 11) {
+            for b in x.chunks_exact(QK) {
+                let b: &[f32; QK] = b.try_into().unwrap();
+                let (a, m) = first_largest_loop(b);
+                let (a2, m2) = first_largest_magnitude(b);
+                assert_eq!(
+                    (a.to_bits(), m.to_bits()),
+                    (a2.to_bits(), m2.to_bits()),
+                    "{b:?}"
+                );
+            }
+        }
+    }
+
+    /// Every kernel set's `quantize_row` writes the scalar reference's
+    /// bytes, for every type, on one block, several blocks and an odd
+    /// count of blocks, with extreme values.
+    #[test]
+    fn every_set_quantizes_rows_as_the_scalar_reference() {
+        use GgmlType::*;
+        let types = [
+            F32, F16, Bf16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K, Mxfp4,
+        ];
+        for set in KernelSet::ALL {
+            let Some(table) = set.table() else {
+                eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                continue;
+            };
+            for t in types {
+                for blocks in [1usize, 3, 7, 9] {
+                    let n = t.block_size() * blocks;
+                    for (case, x) in rows(n, 5 + blocks as u64).iter().enumerate() {
+                        let len = t.bytes_for(n as u64).unwrap() as usize;
+                        let (mut want, mut got) = (vec![0u8; len], vec![0u8; len]);
+                        quantize_row_scalar(t, x, &mut want);
+                        (table.quantize_row.f)(t, x, &mut got);
+                        assert!(
+                            want == got,
+                            "{} {t} {blocks} blocks, case {case}",
+                            set.name()
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -64,6 +64,7 @@ impl BlockMxfp4 {
     /// the sixteen whose `KVALUES[i] * d` is nearest. Values whose largest
     /// magnitude is below `2^-125` (where ggml's conversion of a negative
     /// exponent to `uint8_t` is undefined) get `e = 0`, and NaNs code 0.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK]) -> Self {
         let mut amax = 0.0f32;
         for &v in x {

@@ -51,6 +51,7 @@ impl BlockQ2K {
     /// search (absolute errors weighted by |x|) per group of 16, scales and
     /// mins rounded to 4 bits against their maxima, then the values rounded
     /// again against the rounded scales and mins.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK_K]) -> Self {
         const SEARCH: Qkx2 = Qkx2 {
             nmax: 3,

@@ -70,6 +70,7 @@ impl BlockQ3K {
     /// search per group of 16, the 16 scales rounded to 6 bits against the
     /// one of largest magnitude (which maps to -32), then the values
     /// rounded again against the rounded scales.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK_K]) -> Self {
         let mut l = [0i8; QK_K];
         let mut scales = [0f32; QK_K / 16];

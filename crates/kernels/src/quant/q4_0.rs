@@ -4,7 +4,7 @@
 //! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
 
 use super::float::{f16_le, f16_le_from};
-use super::{Block, QK};
+use super::{first_largest_magnitude, Block, QK};
 
 /// One Q4_0 block: 18 bytes.
 #[repr(C)]
@@ -42,15 +42,9 @@ impl BlockQ4_0 {
     /// Quantizes 32 values. The value of largest magnitude (the first one,
     /// on ties) maps to -8 exactly, so `d = max / -8`; the others round
     /// half up via `trunc(x / d + 8.5)`, clamped to 15.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK]) -> Self {
-        let mut amax = 0.0f32;
-        let mut max = 0.0f32;
-        for &v in x {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (_, max) = first_largest_magnitude(x);
         let d = max / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
 

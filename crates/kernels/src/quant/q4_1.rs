@@ -45,6 +45,7 @@ impl BlockQ4_1 {
 
     /// Quantizes 32 values: `d = (max - min) / 15`, `q = trunc((x - min) / d
     /// + 0.5)` clamped to 15.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK]) -> Self {
         let mut min = f32::MAX;
         let mut max = -f32::MAX;

@@ -49,6 +49,7 @@ pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 /// scales and mins rounded to 6 bits against their maxima and packed, and
 /// the values rounded again (to `0..=p.nmax`) against the rounded ones.
 /// Returns `(d, dmin, packed scales, levels)`.
+#[inline(always)]
 pub(crate) fn quantize_k4_groups(
     x: &[f32; QK_K],
     p: &Qkx2,
@@ -125,6 +126,7 @@ pub(crate) fn quantize_k4_groups(
 impl BlockQ4K {
     /// Quantizes 256 values as `quantize_row_q4_K_ref` (see
     /// [`quantize_k4_groups`]).
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK_K]) -> Self {
         const SEARCH: Qkx2 = Qkx2 {
             nmax: 15,

@@ -4,7 +4,7 @@
 //! <https://github.com/ggml-org/llama.cpp/tree/master/ggml/src>.
 
 use super::float::{f16_le, f16_le_from};
-use super::{Block, QK};
+use super::{first_largest_magnitude, Block, QK};
 
 /// One Q5_0 block: 22 bytes.
 #[repr(C)]
@@ -34,6 +34,7 @@ pub(crate) fn q5_pair(qs: &[u8; QK / 2], qh: u32, j: usize) -> (u8, u8) {
 }
 
 /// Packs 5-bit values `q` (only the low 5 bits are kept) into `(qs, qh)`.
+#[inline(always)]
 pub(crate) fn q5_pack(q: &[u8; QK]) -> ([u8; QK / 2], [u8; 4]) {
     let mut qs = [0u8; QK / 2];
     let mut qh = 0u32;
@@ -65,15 +66,9 @@ impl BlockQ5_0 {
 
     /// Quantizes 32 values: the value of largest magnitude maps to -16, so
     /// `d = max / -16`; `q = trunc(x / d + 16.5)` clamped to 31.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK]) -> Self {
-        let mut amax = 0.0f32;
-        let mut max = 0.0f32;
-        for &v in x {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (_, max) = first_largest_magnitude(x);
         let d = max / -16.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
 

@@ -50,6 +50,7 @@ impl BlockQ5_1 {
 
     /// Quantizes 32 values: `d = (max - min) / 31`,
     /// `q = trunc((x - min) / d + 0.5)`.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK]) -> Self {
         let mut min = f32::MAX;
         let mut max = -f32::MAX;

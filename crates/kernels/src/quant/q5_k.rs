@@ -50,6 +50,7 @@ impl BlockQ5K {
 
     /// Quantizes 256 values as `quantize_row_q5_K_ref` (the Q4_K scheme
     /// with 32 levels and its own search range).
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK_K]) -> Self {
         const SEARCH: Qkx2 = Qkx2 {
             nmax: 31,

@@ -54,6 +54,7 @@ impl BlockQ6K {
     /// gets its scale from the `make_qx_quants` search, the scales are
     /// rounded to i8 against the one of largest magnitude (which maps to
     /// -128), and the values are rounded again against the rounded scales.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK_K]) -> Self {
         // Two passes of eight groups, lane g of pass h holding group 8h + g.
         let mut l = [0i8; QK_K];

@@ -175,6 +175,7 @@ impl BlockQ8_0 {
 
     /// Quantizes 32 values: `d = amax / 127` and `q = round(x / d)`, halves
     /// away from zero (C's `roundf`).
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK]) -> Self {
         let (d, qs) = quantize_q8(x);
         BlockQ8_0 {

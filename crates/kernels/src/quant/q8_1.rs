@@ -50,6 +50,7 @@ impl BlockQ8_1 {
     }
 
     /// Quantizes 32 values exactly as Q8_0 does, and adds `s`.
+    #[inline(always)]
     pub fn from_f32(x: &[f32; QK]) -> Self {
         let (d, qs) = quantize_q8(x);
         let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();

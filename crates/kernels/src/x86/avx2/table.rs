@@ -52,6 +52,10 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         by,
     };
     t.f16_to_f32 = Entry { f: f16_to_f32, by };
+    t.quantize_row = Entry {
+        f: quantize_row,
+        by,
+    };
     t.attend_f32 = Entry { f: attend_f32, by };
     t.tile_stats = Entry { f: tile_stats, by };
     t.rescaled_sums = Entry {
@@ -62,6 +66,18 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         f: store_columns,
         by,
     };
+}
+
+/// As `crate::quant::quantize`: the same source compiled with AVX2 (the
+/// k-quant searches' eight lanes in one register).
+fn quantize_row(t: crate::GgmlType, src: &[f32], dst: &mut [u8]) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn body(t: crate::GgmlType, src: &[f32], dst: &mut [u8]) {
+        crate::quant::quantize_row_inline(t, src, dst)
+    }
+    // SAFETY: reachable only through a table `override_table` filled, which
+    // its caller does only on a CPU with AVX2, FMA and F16C.
+    unsafe { body(t, src, dst) }
 }
 
 /// As `crate::attend_f32::attend`, vectorized over 8 lanes.
