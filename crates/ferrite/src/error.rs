@@ -7,6 +7,7 @@ use crate::formats::FormatError;
 use crate::generate::chat::TemplateError;
 use crate::tokenize::TokenizerError;
 
+/// The library's one error type ([`Error::kind`] sorts it for callers).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file could not be parsed.
@@ -15,7 +16,12 @@ pub enum Error {
     /// A file parsed but does not describe a model we can run (wrong
     /// architecture, missing tensor, inconsistent hyper-parameters).
     #[error("{path}: {problem}")]
-    Model { path: String, problem: String },
+    Model {
+        /// The model file or directory.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// No model file or directory where one was named.
     #[error("{0}")]
     NotFound(String),
@@ -29,19 +35,30 @@ pub enum Error {
     /// which `used` of `n_ctx` are taken.
     #[error("{needed} tokens do not fit in the context: {used} of {n_ctx} positions are used")]
     ContextFull {
+        /// Positions asked for.
         needed: usize,
+        /// Positions already taken.
         used: usize,
+        /// The context size.
         n_ctx: usize,
     },
     /// A token id outside the model's vocabulary.
     #[error("token id {token} is outside the vocabulary of {n_vocab}")]
-    TokenOutOfRange { token: u32, n_vocab: usize },
+    TokenOutOfRange {
+        /// The token id.
+        token: u32,
+        /// The vocabulary's size.
+        n_vocab: usize,
+    },
     /// A model of one kind used where another is needed (an embedding
     /// model asked to generate text); `path` when it is known.
     #[error("{} is {}, not {}", path.as_deref().unwrap_or("this model"), is.describe(), wanted.describe())]
     WrongKind {
+        /// The model's path, when known.
         path: Option<String>,
+        /// What the model is.
         is: crate::open::ModelKind,
+        /// What was asked for.
         wanted: crate::open::ModelKind,
     },
     /// Any other request we cannot serve (bad option, empty input).
@@ -53,7 +70,9 @@ pub enum Error {
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: String,
+        /// What the OS said.
         #[source]
         source: std::io::Error,
     },

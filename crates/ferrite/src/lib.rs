@@ -44,9 +44,13 @@
 //! ```
 //!
 //! Errors are [`Error`]s; [`Error::kind`] says whether the input, the
-//! model file or the system is at fault. The items on this page are the
-//! library's interface; the modules they come from are not (ferrite's own
-//! CLI and server use them, and they change without notice).
+//! model file or the system is at fault.
+//!
+//! Beyond these one-shot calls, [`serving`] has what a program serving
+//! many requests at once needs (batched decode steps, the paged KV cache,
+//! per-sequence sampling and JSON-schema constraints, chat templates) and
+//! [`tools`] works on model files (quantize, convert, inspect, tokenize).
+//! ferrite's own CLI, server and Python package use nothing else.
 // Generation with a context size, and chat replies (used by python/).
 mod chat_api;
 mod error;

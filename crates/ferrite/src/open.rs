@@ -74,7 +74,9 @@ pub struct Generator {
     /// The file the model came from (a GGUF file, or one read into memory
     /// from a Hugging Face directory or a llama2.c checkpoint).
     pub file: Arc<GgufFile>,
+    /// The loaded decoder.
     pub model: Box<dyn CausalLm>,
+    /// The tokenizer the file describes.
     pub tokenizer: Tokenizer,
     /// Where it was loaded from.
     pub path: PathBuf,
@@ -161,8 +163,11 @@ impl Generator {
 
 /// A loaded model of any kind.
 pub enum Model {
+    /// A decoder: text generation.
     Generator(Box<Generator>),
+    /// An encoder: sentence embeddings.
     Embedder(Box<Embedder>),
+    /// An encoder-decoder: translation.
     Translator(Box<Translator>),
 }
 
@@ -199,6 +204,7 @@ impl Model {
         }
     }
 
+    /// What kind of model this is.
     pub fn kind(&self) -> ModelKind {
         match self {
             Model::Generator(_) => ModelKind::Generator,
@@ -212,11 +218,14 @@ impl Model {
 pub enum Found {
     /// A decoder, its file already read.
     Generator(Arc<GgufFile>),
+    /// An embedding model.
     Embedder,
+    /// A translation model.
     Translator,
 }
 
 impl Found {
+    /// What kind of model was found.
     pub fn kind(&self) -> ModelKind {
         match self {
             Found::Generator(_) => ModelKind::Generator,

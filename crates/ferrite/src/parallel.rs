@@ -291,6 +291,7 @@ impl Threads {
         Threads::new(available_cores())
     }
 
+    /// How many threads.
     pub fn count(&self) -> usize {
         self.n
     }

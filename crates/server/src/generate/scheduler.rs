@@ -7,7 +7,7 @@
 //! sequence alone, and each choice samples with its own seeded generator,
 //! so a request's tokens do not depend on what else is running.
 //!
-//! KV caches are paged (`ferrite::generate::kv_cache`): blocks of 16
+//! KV caches are paged (`ferrite::serving::KvCache`): blocks of 16
 //! positions, counted in the model's pool, shared copy-on-write. A
 //! request's prompt is prefilled once; when its last prompt token has
 //! run, its cache is forked into `n` choices that share the prompt's
