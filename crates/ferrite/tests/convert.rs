@@ -309,6 +309,7 @@ fn quantize_on_load_runs_the_converted_file() {
         ("testdata/hf-decoders/tiny-qwen2-bf16", "Q8_0"),
         ("testdata/hf-decoders/tiny-qwen3", "Q4_0"),
         ("testdata/gpt2/tiny-hf", "Q5_1"),
+        ("testdata/hf-gpt-oss/tiny-gpt-oss", "Q4_K_M"),
     ];
     for (src, ty) in cases {
         let ft = FileType::from_name(ty).unwrap();
