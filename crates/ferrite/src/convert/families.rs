@@ -341,3 +341,17 @@ pub(super) fn qwen_moe(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// `GptOssModel`: the generic keys, then the window and the experts'
+/// width (`intermediate_size`).
+pub(super) fn gpt_oss(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    required(
+        x,
+        md,
+        &[
+            ("attention.sliding_window", &["sliding_window"], false),
+            ("expert_feed_forward_length", &["intermediate_size"], false),
+        ],
+    )
+}

@@ -57,7 +57,7 @@ const fn spec(arch: &'static str, keys: Keys) -> Spec {
 
 /// The architectures `ferrite convert` writes (decoders: the HF classes
 /// of `formats::hf_decoder`): adding one is one entry here.
-pub(super) const FAMILIES: [Spec; 12] = [
+pub(super) const FAMILIES: [Spec; 13] = [
     Spec {
         vocab: VocabKind::Bert,
         ..spec("bert", families::bert)
@@ -86,6 +86,7 @@ pub(super) const FAMILIES: [Spec; 12] = [
     spec("smollm3", families::llama),
     spec("qwen2moe", families::qwen_moe),
     spec("qwen3moe", families::qwen_moe),
+    spec("gpt-oss", families::gpt_oss),
 ];
 
 impl Ctx<'_> {

@@ -17,7 +17,9 @@
 //! - Streaming: the header is computed from the safetensors headers; then
 //!   each tensor is converted from the mapped input and written, holding at
 //!   most one reshaped copy of one tensor (Llama's Q/K permutation, GPT-2's
-//!   transposes) and a row buffer. The output is written to a temporary
+//!   transposes) and a row buffer. A family's own split tensors
+//!   (gpt-oss's fused `gate_up_proj`, made into gate and up) are made
+//!   once to plan the header and again, per output, when written. The output is written to a temporary
 //!   file beside it and renamed at the end; on any error nothing is left.
 //! - Other out types (`Q4_K_M`, ...): the f32 conversion into a temporary
 //!   file, then `crate::quantize` as `llama-quantize` would quantize it.
@@ -372,8 +374,26 @@ fn plan<'a>(
         });
     }
     let mut experts = write::Experts::new(expert_count(&st.config));
+    let special = decoder
+        .as_ref()
+        .and_then(|(_, family, hp)| Some((family.special()?, hp)));
     for info in order {
         let src = st.shard_path(info).display().to_string();
+        // The family's own tensors (gpt-oss's split experts): planned from
+        // a conversion made and dropped here, made again when written.
+        if let Some((special, hp)) = special {
+            if let Some(outs) = special(st, info, hp, &src)? {
+                for (n, o) in outs.into_iter().enumerate() {
+                    planned.push(Planned {
+                        to: tensor_type(&o.name, &o.dims, t),
+                        name: o.name,
+                        dims: o.dims,
+                        from: Source::Special(info, n),
+                    });
+                }
+                continue;
+            }
+        }
         let mapped = match decoder {
             Some((_, family, hp)) => hf_decoder::map_name(*family, hp, &info.name, &src)?,
             None => bert::bert_name(&info.name, n_layers, &src)?.map(|n| (n, Reshape::None)),

@@ -28,6 +28,9 @@ pub(super) enum Source<'a> {
     St(&'a StTensorInfo, Reshape, Option<usize>),
     /// The experts' matrices of one layer and projection, stacked.
     Experts(Vec<&'a StTensorInfo>),
+    /// Output `n` of the family's own conversion of an input tensor
+    /// (`hf_decoder::SpecialTensors`: gpt-oss's split experts).
+    Special(&'a StTensorInfo, usize),
     /// Values the converter makes up.
     Values(Vec<f32>),
 }
@@ -213,6 +216,21 @@ pub(super) fn write_tensors<W: Write>(
                 bytes.len()
             }
             Source::St(info, reshape, rows) => stream(info, *reshape, *rows, p, w)?,
+            Source::Special(info, n) => {
+                let src = st.shard_path(info).display().to_string();
+                let out = match decoder {
+                    Some((_, family, hp)) => match family.special() {
+                        Some(special) => special(st, info, hp, &src)?
+                            .and_then(|mut outs| (*n < outs.len()).then(|| outs.swap_remove(*n))),
+                        None => None,
+                    },
+                    None => None,
+                };
+                let out = out.ok_or_else(|| {
+                    Error::Internal(format!("tensor {}: no longer converted", p.name))
+                })?;
+                stream_rows(&out.data, out.ty, p, w).map_err(|e| e.at(shown))?
+            }
             Source::Experts(parts) => {
                 let mut n = 0;
                 for info in parts {

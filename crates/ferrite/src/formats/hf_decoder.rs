@@ -140,6 +140,15 @@ impl Family {
         }
     }
 
+    /// The family's own conversion of the tensors it does not rename one
+    /// to one (gpt-oss's fused experts and sinks), if it has one.
+    pub(crate) fn special(self) -> Option<SpecialTensors> {
+        match self {
+            Family::Table(t) => t.special,
+            _ => None,
+        }
+    }
+
     /// The dense family whose attention layers this one has.
     fn dense(self) -> Family {
         match self {
@@ -383,11 +392,7 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
     let mut tensors = Vec::with_capacity(st.tensors.len());
     for t in &st.tensors {
         let source = st.shard_path(t).display().to_string();
-        if let Family::Table(HfFamily {
-            special: Some(special),
-            ..
-        }) = family
-        {
+        if let Some(special) = family.special() {
             if let Some(outs) = special(&st, t, &hp, &source)? {
                 tensors.extend(outs);
                 continue;
