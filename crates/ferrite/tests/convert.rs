@@ -139,7 +139,8 @@ fn check_cases(tag: &str, filter: impl Fn(&Json) -> bool) {
 #[test]
 fn fixtures_byte_identical_to_the_converter() {
     check_cases("fixtures", |c| {
-        !c["dir"].as_str().unwrap().starts_with("$MODELS")
+        let d = c["dir"].as_str().unwrap();
+        !d.starts_with("$MODELS") && !d.contains("nomic-bert")
     });
 }
 
