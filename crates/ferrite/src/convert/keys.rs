@@ -57,10 +57,14 @@ const fn spec(arch: &'static str, keys: Keys) -> Spec {
 
 /// The architectures `ferrite convert` writes (decoders: the HF classes
 /// of `formats::hf_decoder`): adding one is one entry here.
-pub(super) const FAMILIES: [Spec; 12] = [
+pub(super) const FAMILIES: [Spec; 13] = [
     Spec {
         vocab: VocabKind::Bert,
         ..spec("bert", families::bert)
+    },
+    Spec {
+        vocab: VocabKind::Bert,
+        ..spec("nomic-bert", families::nomic_bert)
     },
     Spec {
         space_prefix: true,
