@@ -41,7 +41,28 @@ TYPE 2`.
 
 all-mpnet-base-v2 is not here: the converter has no MPNet class
 ("Model MPNetForMaskedLM is not supported"). No nomic-bert directory is
-fetched by scripts/fetch-models.sh (only its GGUF file).
+fetched by scripts/fetch-models.sh (only its GGUF file), so nomic-bert is
+converted from testdata/convert/tiny-nomic-bert: a random-weight
+`NomicBertModel` directory this script writes (make_nomic_fixture) with the
+config keys, tensor names and sentence-transformers pooling of
+nomic-ai/nomic-embed-text-v1.5 at small sizes, and the first 2500 tokens of
+all-MiniLM-L6-v2's WordPiece vocabulary (bert-base-uncased's, as nomic's).
+Its config.json names remote code (`auto_map`) as the real one does; the
+converter does not run it, so no Python file is needed. With transformers 5
+(the reference venv: 5.24) AutoConfig loads config.json into transformers'
+own NomicBertConfig, which ignores the remote code's names (n_embd, n_layer,
+n_head, n_inner) and keeps its defaults (hidden_size 768, 12 layers, 12
+heads, intermediate_size 3072: nomic-embed-text-v1.5's sizes, so the real
+model converts right) and derives head_dim (written as key_length and
+value_length). The fixture's config.json therefore also has hidden_size,
+num_hidden_layers, num_attention_heads and intermediate_size, equal to the
+n_* values, so that the converter writes the fixture's real sizes; ferrite
+reads either spelling.
+
+    ~/.cache/ferrite-refenv/bin/python scripts/make-convert-goldens.py --only testdata/convert/tiny-nomic-bert
+
+rewrites that fixture and only its cases in goldens.json (the other cases
+are kept as they are).
 """
 
 import ast
@@ -76,6 +97,7 @@ FIXTURES = [
     "testdata/hf-decoders/tiny-smollm3",
     "testdata/hf-moe/tiny-qwen2-moe",
     "testdata/hf-moe/tiny-qwen3-moe",
+    "testdata/convert/tiny-nomic-bert",
 ]
 REAL = ["$MODELS/all-MiniLM-L6-v2"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
@@ -87,7 +109,99 @@ QUANTIZED = [
     ("testdata/hf-decoders/tiny-gemma2", "Q4_K_M"),
     ("testdata/hf-moe/tiny-qwen3-moe", "Q4_K_M"),
     ("$MODELS/all-MiniLM-L6-v2", "Q4_0"),
+    ("testdata/convert/tiny-nomic-bert", "Q8_0"),
 ]
+
+NOMIC = ROOT / "testdata/convert/tiny-nomic-bert"
+
+
+def make_nomic_fixture():
+    """testdata/convert/tiny-nomic-bert: nomic-embed-text-v1.5's layout at
+    n_embd 32, 4 heads, n_inner 48, 2 layers, vocabulary 2500 tokens padded
+    to 2560 rows (as 30522 to 30528 in the real one), random f32 weights."""
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    minilm = MODELS / "all-MiniLM-L6-v2"
+    if NOMIC.exists():
+        shutil.rmtree(NOMIC)
+    (NOMIC / "1_Pooling").mkdir(parents=True)
+    n_tok, n_vocab, n_embd, n_head, n_inner, n_layer = 2500, 2560, 32, 4, 48, 2
+    config = {
+        "_name_or_path": "nomic-ai/nomic-bert-2048",
+        "activation_function": "swiglu",
+        "architectures": ["NomicBertModel"],
+        "attn_pdrop": 0.0,
+        "auto_map": {
+            "AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+            "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel",
+        },
+        "bos_token_id": None, "causal": False, "dense_seq_output": True, "embd_pdrop": 0.0,
+        "eos_token_id": None, "fused_bias_fc": True, "fused_dropout_add_ln": True,
+        "initializer_range": 0.02, "layer_norm_epsilon": 1e-12, "max_trained_positions": 2048,
+        "mlp_fc1_bias": False, "mlp_fc2_bias": False, "model_type": "nomic_bert",
+        "n_embd": n_embd, "n_head": n_head, "n_inner": n_inner, "n_layer": n_layer,
+        "n_positions": 8192, "pad_vocab_size_multiple": 64, "parallel_block": False,
+        "parallel_block_tied_norm": False, "prenorm": False, "qkv_proj_bias": False,
+        "reorder_and_upcast_attn": False, "resid_pdrop": 0.0, "rotary_emb_base": 1000,
+        "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False,
+        "rotary_emb_scale_base": None, "rotary_scaling_factor": None,
+        "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True,
+        "summary_activation": None, "summary_first_dropout": 0.0,
+        "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
+        "torch_dtype": "float32", "transformers_version": "4.37.2", "type_vocab_size": 2,
+        "use_cache": True, "use_flash_attn": True, "use_rms_norm": False, "use_xentropy": True,
+        "vocab_size": n_vocab,
+        # transformers' own NomicBertConfig names (see the docstring).
+        "hidden_size": n_embd, "num_hidden_layers": n_layer, "num_attention_heads": n_head,
+        "intermediate_size": n_inner,
+    }
+    (NOMIC / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tok = json.loads((minilm / "tokenizer.json").read_text())
+    tok["model"]["vocab"] = {t: i for t, i in tok["model"]["vocab"].items() if i < n_tok}
+    tok["truncation"] = None
+    (NOMIC / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False) + "\n")
+    tc = json.loads((minilm / "tokenizer_config.json").read_text())
+    tc["model_max_length"] = 8192
+    tc["name_or_path"] = "nomic-ai/nomic-embed-text-v1.5"
+    (NOMIC / "tokenizer_config.json").write_text(json.dumps(tc, indent=2) + "\n")
+    shutil.copy(minilm / "special_tokens_map.json", NOMIC)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    (NOMIC / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+    pooling = {"word_embedding_dimension": n_embd, "pooling_mode_cls_token": False,
+               "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+               "pooling_mode_mean_sqrt_len_tokens": False}
+    (NOMIC / "1_Pooling/config.json").write_text(json.dumps(pooling, indent=2) + "\n")
+    g = torch.Generator().manual_seed(30)
+
+    def rand(*shape, mean=0.0):
+        return (mean + 0.2 * torch.randn(*shape, generator=g)).contiguous()
+
+    tensors = {
+        "embeddings.word_embeddings.weight": rand(n_vocab, n_embd),
+        "embeddings.token_type_embeddings.weight": rand(2, n_embd),
+        "emb_ln.weight": rand(n_embd, mean=1.0),
+        "emb_ln.bias": rand(n_embd),
+    }
+    for l in range(n_layer):
+        p = f"encoder.layers.{l}."
+        tensors.update({
+            p + "attn.Wqkv.weight": rand(3 * n_embd, n_embd),
+            p + "attn.out_proj.weight": rand(n_embd, n_embd),
+            p + "mlp.fc11.weight": rand(n_inner, n_embd),
+            p + "mlp.fc12.weight": rand(n_inner, n_embd),
+            p + "mlp.fc2.weight": rand(n_embd, n_inner),
+            p + "norm1.weight": rand(n_embd, mean=1.0),
+            p + "norm1.bias": rand(n_embd),
+            p + "norm2.weight": rand(n_embd, mean=1.0),
+            p + "norm2.bias": rand(n_embd),
+        })
+    save_file(tensors, NOMIC / "model.safetensors", metadata={"format": "pt"})
+    print(f"{NOMIC}: written", file=sys.stderr)
+
 
 def _fixture_script():
     """scripts/make-hf-decoder-fixtures.py as a module (its converter wrapper)."""
@@ -164,11 +278,16 @@ def summary(path):
 
 
 def main():
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     pre_tokenizer_table()
     OUT.mkdir(parents=True, exist_ok=True)
+    if only in (None, str(NOMIC.relative_to(ROOT))):
+        make_nomic_fixture()
     cases = []
     with tempfile.TemporaryDirectory() as tmp:
         for d in FIXTURES + REAL:
+            if only is not None and d != only:
+                continue
             for t in OUTTYPES:
                 out = os.path.join(tmp, "out.gguf")
                 pre = convert(resolve(d), t, out, tmp)
@@ -176,6 +295,8 @@ def main():
                 print(d, t, cases[-1]["sha256"][:16], file=sys.stderr)
         quantize = LLAMA / "build/bin/llama-quantize"
         for d, q in QUANTIZED:
+            if only is not None and d != only:
+                continue
             f32 = os.path.join(tmp, "f32.gguf")
             pre = convert(resolve(d), "f32", f32, tmp)
             out = os.path.join(tmp, "q.gguf")
@@ -187,6 +308,9 @@ def main():
     import torch
     version = subprocess.run([str(LLAMA / "build/bin/llama-quantize"), "--version"],
                              capture_output=True, text=True)
+    if only is not None:
+        old = json.loads((OUT / "goldens.json").read_text())["cases"]
+        cases = [c for c in old if c["dir"] != only] + cases
     goldens = {
         "versions": {
             "python": sys.version.split()[0],

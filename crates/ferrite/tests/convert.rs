@@ -139,8 +139,52 @@ fn check_cases(tag: &str, filter: impl Fn(&Json) -> bool) {
 #[test]
 fn fixtures_byte_identical_to_the_converter() {
     check_cases("fixtures", |c| {
-        !c["dir"].as_str().unwrap().starts_with("$MODELS")
+        let d = c["dir"].as_str().unwrap();
+        !d.starts_with("$MODELS") && !d.contains("nomic-bert")
     });
+}
+
+#[test]
+fn nomic_bert_byte_identical_to_the_converter() {
+    check_cases("nomic-bert", |c| {
+        c["dir"].as_str().unwrap().contains("nomic-bert")
+    });
+}
+
+/// A nomic-bert layout the converter does not convert gets a clear error
+/// naming the key, and no output.
+#[test]
+fn nomic_bert_unconverted_layouts_refused() {
+    let base = scratch("nomic-refused");
+    let fixture = root().join("testdata/convert/tiny-nomic-bert");
+    let config: Json =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("config.json")).unwrap())
+            .unwrap();
+    let cases = [
+        ("prenorm", serde_json::json!(true), "prenorm"),
+        (
+            "moe_every_n_layers",
+            serde_json::json!(2),
+            "mixture of experts",
+        ),
+        ("n_positions", serde_json::json!(4096), "n_positions"),
+        ("activation_function", serde_json::json!("gelu"), "swiglu"),
+        ("qkv_proj_bias", serde_json::json!(true), "qkv_proj_bias"),
+    ];
+    for (i, (key, value, expect)) in cases.into_iter().enumerate() {
+        let d = base.join(format!("case{i}"));
+        copy_dir(&fixture, &d);
+        let mut c = config.clone();
+        c[key] = value;
+        std::fs::write(d.join("config.json"), c.to_string()).unwrap();
+        let out = base.join(format!("case{i}.gguf"));
+        let e = convert_dir(&d, &out, &options("f32", Some("gpt-2")))
+            .expect_err(key)
+            .to_string();
+        assert!(e.contains(expect), "{key}: {e}");
+        assert!(!out.exists(), "{key}: output left behind");
+    }
+    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]

@@ -13,6 +13,11 @@ pub(super) fn bert(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
     super::bert::bert_keys(x, md)
 }
 
+/// `NomicBertModel`: see [`super::bert::nomic_keys`].
+pub(super) fn nomic_bert(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    super::bert::nomic_keys(x, md)
+}
+
 /// `LlamaModel` (and `SmolLM3Model`): the generic keys, then the vocabulary
 /// size and the rotated dimensions.
 pub(super) fn llama(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {

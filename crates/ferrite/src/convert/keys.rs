@@ -63,6 +63,10 @@ pub(super) const FAMILIES: [Spec; 13] = [
         ..spec("bert", families::bert)
     },
     Spec {
+        vocab: VocabKind::Bert,
+        ..spec("nomic-bert", families::nomic_bert)
+    },
+    Spec {
         space_prefix: true,
         ..spec("llama", families::llama)
     },

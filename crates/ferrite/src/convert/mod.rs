@@ -358,9 +358,7 @@ fn plan<'a>(
             .then_with(|| a.name.cmp(&b.name))
     });
     let extra = decoder.as_ref().map_or(&[][..], |(_, _, hp)| &hp.extra[..]);
-    let n_layers = st
-        .config
-        .get("num_hidden_layers")
+    let n_layers = keys::find(&st.config, &["num_hidden_layers", "n_layer"])
         .and_then(Json::as_u64)
         .unwrap_or(0) as usize;
     let mut planned: Vec<Planned> = Vec::with_capacity(order.len() + extra.len());
@@ -396,7 +394,8 @@ fn plan<'a>(
         }
         let mapped = match decoder {
             Some((_, family, hp)) => hf_decoder::map_name(*family, hp, &info.name, &src)?,
-            None => bert::bert_name(&info.name, n_layers, &src)?.map(|n| (n, Reshape::None)),
+            None => bert::encoder_name(arch, &info.name, n_layers, &src)?
+                .map(|n| (n, Reshape::None)),
         };
         let Some((name, reshape)) = mapped else {
             continue;
