@@ -57,7 +57,7 @@ const fn spec(arch: &'static str, keys: Keys) -> Spec {
 
 /// The architectures `ferrite convert` writes (decoders: the HF classes
 /// of `formats::hf_decoder`): adding one is one entry here.
-pub(super) const FAMILIES: [Spec; 13] = [
+pub(super) const FAMILIES: [Spec; 14] = [
     Spec {
         vocab: VocabKind::Bert,
         ..spec("bert", families::bert)
