@@ -342,6 +342,97 @@ fn smollm2_matches_llama_quantize() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// gpt-oss's MXFP4_MOE (expert stacks MXFP4, every other matrix Q8_0):
+/// the whole file must equal the one `llama-quantize` made from the same
+/// F32 input (scripts/make-gpt-oss-fixtures.py), metadata and layout
+/// included. On a mismatch the first tensor whose type or bytes differ is
+/// named.
+#[test]
+fn gpt_oss_mxfp4_moe_matches_llama_quantize() {
+    let fixtures = root().join("testdata/hf-gpt-oss");
+    let input = fixtures.join("tiny-gpt-oss.f32.gguf");
+    let want_path = fixtures.join("tiny-gpt-oss.mxfp4.gguf");
+    let opts = QuantizeOptions {
+        ftype: FileType::from_name("mxfp4_moe").expect("MXFP4_MOE"),
+        pure: false,
+        allow_requantize: false,
+        threads: 2,
+    };
+    let file = GgufFile::open(&input).expect("open input");
+    let got = ferrite::quantize::quantize_to_vec(&file, &opts, "mem", &mut |_, _, _| {})
+        .expect("quantize");
+    let want_bytes = std::fs::read(&want_path).expect("read golden");
+    if got != want_bytes {
+        let dir = temp_dir("gpt-oss");
+        let out = dir.join("got.gguf");
+        std::fs::write(&out, &got).unwrap();
+        let (g, w) = (
+            GgufFile::open(&out).unwrap(),
+            GgufFile::open(&want_path).unwrap(),
+        );
+        let got_names: Vec<&str> = g.tensors().map(|t| t.info.name.as_str()).collect();
+        let want_names: Vec<&str> = w.tensors().map(|t| t.info.name.as_str()).collect();
+        assert_eq!(got_names, want_names, "tensor names/order");
+        for (a, b) in g.tensors().zip(w.tensors()) {
+            assert_eq!(a.info.ty, b.info.ty, "type of {}", a.info.name);
+            assert!(a.data == b.data, "bytes of {} ({})", a.info.name, a.info.ty);
+        }
+        panic!("the tensors match but the file does not (metadata or layout)");
+    }
+    // The mix really has both kinds (a rule that sent everything to one
+    // type could not pass the comparison, but say what was compared).
+    let w = GgufFile::open(&want_path).unwrap();
+    let count = |ty| w.tensors().filter(|t| t.info.ty == ty).count();
+    assert!(count(GgmlType::Mxfp4) > 0 && count(GgmlType::Q8_0) > 0);
+}
+
+/// `--pure` MXFP4_MOE: every matrix llama-quantize may touch becomes
+/// MXFP4 (no Q8_0 for attention, embeddings or output), each tensor's bytes
+/// those of the MXFP4 row quantizer; norms, routers, biases and sinks stay
+/// F32.
+#[test]
+fn gpt_oss_pure_mxfp4() {
+    let input = root().join("testdata/hf-gpt-oss/tiny-gpt-oss.f32.gguf");
+    let opts = QuantizeOptions {
+        ftype: FileType::from_name("MXFP4_MOE").unwrap(),
+        pure: true,
+        allow_requantize: false,
+        threads: 2,
+    };
+    let src = GgufFile::open(&input).unwrap();
+    let dir = temp_dir("gpt-oss-pure");
+    let out = dir.join("pure.gguf");
+    quantize_file(&input, &out, &opts, &mut |_, _, _| {}).unwrap();
+    let got = GgufFile::open(&out).unwrap();
+    let mut mxfp4 = 0;
+    for t in got.tensors() {
+        let name = &t.info.name;
+        let s = src.tensor(name).unwrap();
+        let matrix = t.info.dims.iter().filter(|&&d| d > 1).count() >= 2
+            && name.ends_with(".weight")
+            && !name.contains("_norm")
+            && !name.contains("ffn_gate_inp");
+        if !matrix {
+            assert_eq!(t.info.ty, GgmlType::F32, "{name}");
+            assert!(t.data == s.data, "{name}");
+            continue;
+        }
+        assert_eq!(t.info.ty, GgmlType::Mxfp4, "{name}");
+        let x: Vec<f32> = s
+            .data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let mut want = vec![0u8; t.data.len()];
+        quantize(GgmlType::Mxfp4, &x, &mut want).unwrap();
+        assert!(t.data == want.as_slice(), "{name}");
+        mxfp4 += 1;
+    }
+    assert!(got.tensors().any(|t| t.info.name == "output.weight"));
+    assert!(mxfp4 > 3, "{mxfp4} MXFP4 tensors");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The file types checked on SmolLM2 (the fixtures check every one).
 const SMOLLM2_KEYS: &[&str] = &["Q4_K_M", "Q8_0", "Q6_K", "Q3_K_M", "pure-Q4_K"];
 

@@ -44,6 +44,7 @@ ftypes! {
     F_Q5_K_M = "Q5_K_M", 17, Q5K;
     F_Q6_K = "Q6_K", 18, Q6K;
     F_Q8_0 = "Q8_0", 7, Q8_0;
+    F_MXFP4_MOE = "MXFP4_MOE", 38, Mxfp4;
     F_F16 = "F16", 1, F16;
     F_BF16 = "BF16", 32, Bf16;
     F_F32 = "F32", 0, F32;
@@ -400,11 +401,19 @@ fn mix_type(
     }
     if cat == Category::Output || (m.tied_embeddings && cat == Category::TokenEmbd) {
         let nx = t.dims[0];
-        if m.falcon || !nx.is_multiple_of(ty.block_size() as u64) {
+        if ftype == F_MXFP4_MOE || m.falcon || !nx.is_multiple_of(ty.block_size() as u64) {
             ty = Q8_0;
         } else if ty != Q8_0 {
             ty = Q6K;
         }
+    } else if ftype == F_MXFP4_MOE {
+        // Expert stacks (3-D: a third dim above 1) to MXFP4, everything
+        // else to Q8_0; no layer counter moves. BailingMoE3's 3-D MLA
+        // projections are not experts.
+        let experts = t.dims.get(2).is_some_and(|&n| n > 1)
+            && (m.arch != "bailingmoe3"
+                || matches!(cat, Category::FfnUp | Category::FfnGate | Category::FfnDown));
+        ty = if experts { Mxfp4 } else { Q8_0 };
     } else if cat == Category::TokenEmbd {
         // Only the IQ / TQ file types change it.
     } else if is_attn_v(cat) {
@@ -515,6 +524,68 @@ mod tests {
     fn more_bits_layers() {
         let picked: Vec<i64> = (0..24).filter(|&i| use_more_bits(i, 24)).collect();
         assert_eq!(picked, [0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23]);
+    }
+
+    /// MXFP4_MOE on a model whose rows are whole 256-blocks (so the rules,
+    /// not the fallbacks, decide): expert stacks MXFP4, the output and every
+    /// other matrix Q8_0 (the output rule, not Q6_K), a tied token
+    /// embedding Q8_0 too, rows not whole 32-blocks F16, BailingMoE3's
+    /// non-expert 3-D tensors Q8_0, and under `--pure` everything MXFP4.
+    #[test]
+    fn mxfp4_moe_rules() {
+        use crate::formats::gguf::{Metadata, Value};
+        use GgmlType::*;
+        let header = |arch: &str, names: &[(&str, &[u64])]| {
+            let mut metadata = Metadata::default();
+            metadata.insert("general.architecture".into(), Value::String(arch.into()));
+            metadata.insert(format!("{arch}.block_count"), Value::U32(1));
+            metadata.insert(format!("{arch}.expert_count"), Value::U32(4));
+            GgufHeader {
+                version: 3,
+                metadata,
+                tensors: names
+                    .iter()
+                    .map(|&(n, d)| TensorInfo {
+                        name: n.into(),
+                        dims: d.to_vec(),
+                        ty: F32,
+                        offset: 0,
+                        size: 0,
+                    })
+                    .collect(),
+                alignment: 32,
+                data_offset: 0,
+            }
+        };
+        let ft = FileType::from_name("MXFP4_MOE").unwrap();
+        assert_eq!((ft.id, ft.default), (38, Mxfp4));
+        let h = header(
+            "gpt-oss",
+            &[
+                ("output.weight", &[256, 512]),
+                ("token_embd.weight", &[256, 512]),
+                ("blk.0.attn_v.weight", &[256, 256, 1]),
+                ("blk.0.ffn_down_exps.weight", &[256, 256, 4]),
+                ("blk.0.ffn_up_exps.weight", &[48, 256, 4]),
+                ("blk.0.ffn_gate_inp.weight", &[256, 4]),
+                ("blk.0.attn_norm.weight", &[256]),
+            ],
+        );
+        let types = choose_types(&h, ft, false).unwrap();
+        assert_eq!(types, [Q8_0, Q8_0, Q8_0, Mxfp4, F16, F32, F32]);
+        let pure = choose_types(&h, ft, true).unwrap();
+        assert_eq!(pure, [Mxfp4, Mxfp4, Mxfp4, Mxfp4, F16, F32, F32]);
+        // Tied embeddings take the output's rule.
+        let h = header("gpt-oss", &[("token_embd.weight", &[256, 512])]);
+        assert_eq!(choose_types(&h, ft, false).unwrap(), [Q8_0]);
+        let h = header(
+            "bailingmoe3",
+            &[
+                ("blk.0.attn_k_b.weight", &[256, 256, 4]),
+                ("blk.0.ffn_gate_exps.weight", &[256, 256, 4]),
+            ],
+        );
+        assert_eq!(choose_types(&h, ft, false).unwrap(), [Q8_0, Mxfp4]);
     }
 
     #[test]
