@@ -22,7 +22,7 @@ pub use read::parse_header;
 #[cfg(feature = "internals")]
 pub use read::MAX_ARRAY_NESTING;
 pub use value::{Array, Value};
-pub use write::{write_gguf, write_gguf_header, write_tensor_data, TensorHeader, TensorToWrite};
+pub use write::{write_gguf, write_gguf_header, TensorHeader, TensorToWrite};
 
 use super::FormatError;
 
