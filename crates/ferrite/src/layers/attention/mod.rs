@@ -17,7 +17,6 @@ use ferrite_kernels::matmul::RowKernels;
 use ferrite_kernels::GgmlType;
 
 use self::core::{attend, F16Runs, KvSource, Scoring};
-pub use self::core::softmax_sink;
 use crate::generate::kv_cache::LayerKv;
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::f32_bytes;
