@@ -1,16 +1,21 @@
-//! Attention of one query row's heads over cached f32 keys and values (the
-//! encoder-decoders' self- and cross-attention caches), written once as
-//! scalar code (`attend_f32_fns!`) and compiled per kernel set like
-//! `crate::math`: the compiler vectorizes it, every operation is an
-//! exactly rounded IEEE one in the same order, so every set gives the
-//! scalar build's bits.
+//! The two inner loops of attention over f32 keys and values kept as rows
+//! of a matrix (the encoder-decoders' self- and cross-attention caches):
+//! the scores of one query row's heads, and the probability-weighted sum
+//! of values; the f32 counterparts of `crate::attend`'s f16 loops, which
+//! the library's one attention core (`ferrite::layers::attention`) calls
+//! around its softmax. Written once as scalar code (`attend_f32_fns!`) and
+//! compiled per kernel set like `crate::math`: the compiler vectorizes it,
+//! every operation is an exactly rounded IEEE one in the same order, so
+//! every set gives the scalar build's bits.
 //!
-//! Per head: score `s_j = dot(q, k_j) * scale + bias_j` (the dot product in
-//! eight interleaved partial sums of rounded products, folded in lane
-//! order, then the tail), `crate::math::softmax` of the scores, and
-//! `out[d] = sum_j p_j * v_j[d]` from 0, positions in order.
+//! Per head: score `s_j = dot(q, k_j) * scale` (the dot product in eight
+//! interleaved partial sums of rounded products, folded in lane order,
+//! then the tail: not `crate::dot`'s 32 lanes folded in halves), and
+//! `out[d] = sum_j p_j * v_j[d]` from 0, positions in order, each product
+//! rounded before it is added (as `crate::attend::weighted_sum_f16`).
 
-/// The body of [`attend`], compiled once per kernel set.
+/// The bodies of [`scores`] and [`weighted_sum`], compiled once per
+/// kernel set.
 macro_rules! attend_f32_fns {
     () => {
         #[inline(always)]
@@ -33,41 +38,29 @@ macro_rules! attend_f32_fns {
             s
         }
 
-        /// See `crate::attend_f32::attend`.
+        /// See `crate::attend_f32::scores`.
         #[inline(always)]
-        pub fn attend(a: &$crate::attend_f32::Heads, scores: &mut Vec<f32>, out: &mut [f32]) {
-            let $crate::attend_f32::Heads {
-                q,
-                keys,
-                values,
-                ld,
-                n,
-                hd,
-                bias,
-                scale,
-                rows,
-            } = *a;
-            // Position j's row of keys and values.
-            let row = |j: usize| rows.map_or(j, |r| r[j] as usize);
-            let heads = out.len() / hd;
-            scores.clear();
-            scores.resize(heads * n, 0.0);
+        pub fn scores(a: &$crate::attend_f32::Heads, heads: usize, out: &mut [f32]) {
+            let (q, hd, n) = (a.q, a.hd, a.n);
             for j in 0..n {
-                let k = &keys[row(j) * ld..row(j) * ld + heads * hd];
+                let k = a.key_row(j, heads);
                 for i in 0..heads {
-                    let b = bias.map_or(0.0, |b| b[i * n + j]);
                     let (qh, kh) = (&q[i * hd..(i + 1) * hd], &k[i * hd..(i + 1) * hd]);
-                    scores[i * n + j] = dot(qh, kh) * scale + b;
+                    out[i * n + j] = dot(qh, kh) * a.scale;
                 }
             }
-            for s in scores.chunks_exact_mut(n.max(1)) {
-                $crate::math::softmax(s);
-            }
+        }
+
+        /// See `crate::attend_f32::weighted_sum`.
+        #[inline(always)]
+        pub fn weighted_sum(a: &$crate::attend_f32::Heads, p: &[f32], out: &mut [f32]) {
+            let (hd, n) = (a.hd, a.n);
+            let heads = out.len() / hd;
             out.fill(0.0);
             for j in 0..n {
-                let v = &values[row(j) * ld..row(j) * ld + heads * hd];
+                let v = a.value_row(j, heads);
                 for (i, (o, v)) in out.chunks_exact_mut(hd).zip(v.chunks_exact(hd)).enumerate() {
-                    let w = scores[i * n + j];
+                    let w = p[i * n + j];
                     for (o, &x) in o.iter_mut().zip(v) {
                         *o += w * x;
                     }
@@ -86,8 +79,7 @@ mod portable {
 /// `i`'s query is `q[i * hd..(i + 1) * hd]`, its key and value at position
 /// `j < n` are `keys[r * ld + i * hd..]` and `values[r * ld + i * hd..]`
 /// (`hd` values each) of row `r = rows[j]` (`r = j` if `rows` is `None`:
-/// positions stored in order), and its score biases (if any)
-/// `bias[i * n + j]`.
+/// positions stored in order).
 #[derive(Clone, Copy, Debug)]
 pub struct Heads<'a> {
     pub q: &'a [f32],
@@ -96,57 +88,119 @@ pub struct Heads<'a> {
     pub ld: usize,
     pub n: usize,
     pub hd: usize,
-    pub bias: Option<&'a [f32]>,
     pub scale: f32,
     pub rows: Option<&'a [u32]>,
 }
 
-/// Attention of the first `out.len() / a.hd` heads of `a`, head `i`'s
-/// output into `out[i * hd..(i + 1) * hd]`. `scores` is scratch. See the
-/// module notes for the operations.
-pub fn attend(a: &Heads, scores: &mut Vec<f32>, out: &mut [f32]) {
-    let Heads {
-        q,
-        keys,
-        values,
-        ld,
-        n,
-        hd,
-        bias,
-        rows,
-        ..
-    } = *a;
-    assert!(hd > 0 && out.len().is_multiple_of(hd), "whole heads");
-    let heads = out.len() / hd;
-    assert!(q.len() >= heads * hd, "a query per head");
-    if n > 0 {
-        let last_row = match rows {
-            Some(r) => {
-                assert!(r.len() >= n, "a row per position");
-                r[..n].iter().max().map_or(0, |&r| r as usize)
-            }
-            None => n - 1,
-        };
-        let last = last_row * ld + heads * hd;
-        assert!(keys.len() >= last && values.len() >= last, "n positions");
+impl<'a> Heads<'a> {
+    /// The row position `j` is stored in.
+    #[inline(always)]
+    pub(crate) fn row(&self, j: usize) -> usize {
+        self.rows.map_or(j, |r| r[j] as usize)
     }
-    if let Some(b) = bias {
-        assert!(b.len() >= heads * n, "a bias per head and position");
+
+    /// The keys of `heads` heads at position `j`.
+    #[inline(always)]
+    pub(crate) fn key_row(&self, j: usize, heads: usize) -> &'a [f32] {
+        let start = self.row(j) * self.ld;
+        &self.keys[start..start + heads * self.hd]
     }
-    (crate::table::active().attend_f32.f)(a, scores, out)
+
+    /// The values of `heads` heads at position `j`.
+    #[inline(always)]
+    pub(crate) fn value_row(&self, j: usize, heads: usize) -> &'a [f32] {
+        let start = self.row(j) * self.ld;
+        &self.values[start..start + heads * self.hd]
+    }
+
+    /// Panics unless the keys and values of `heads` heads at `n` positions
+    /// are inside the slices.
+    fn check(&self, heads: usize) {
+        let Heads {
+            keys,
+            values,
+            ld,
+            n,
+            hd,
+            rows,
+            ..
+        } = *self;
+        assert!(hd > 0, "whole heads");
+        if n > 0 && heads > 0 {
+            let last_row = match rows {
+                Some(r) => {
+                    assert!(r.len() >= n, "a row per position");
+                    r[..n].iter().max().map_or(0, |&r| r as usize)
+                }
+                None => n - 1,
+            };
+            let last = last_row * ld + heads * hd;
+            assert!(keys.len() >= last && values.len() >= last, "n positions");
+        }
+    }
 }
 
-/// The portable version, for tests comparing kernel sets.
+/// `out[i * n + j] = dot(q_i, k_j) * scale` for the first `heads` heads of
+/// `a` and its `n` positions (`out` holds at least `heads * n` values).
+/// Each key row is read once for all the heads.
+pub fn scores(a: &Heads, heads: usize, out: &mut [f32]) {
+    a.check(heads);
+    assert!(a.q.len() >= heads * a.hd, "a query per head");
+    assert!(out.len() >= heads * a.n, "a score per head and position");
+    (crate::table::active().scores_f32.f)(a, heads, out)
+}
+
+/// `out[i * hd + d] = sum_j p[i * n + j] * v_j[d]` (from 0, positions in
+/// order) for the first `out.len() / hd` heads of `a` (its `q` and `scale`
+/// unused). Each value row is read once for all the heads.
+pub fn weighted_sum(a: &Heads, p: &[f32], out: &mut [f32]) {
+    assert!(a.hd > 0 && out.len().is_multiple_of(a.hd), "whole heads");
+    let heads = out.len() / a.hd;
+    a.check(heads);
+    assert!(p.len() >= heads * a.n, "a weight per head and position");
+    (crate::table::active().weighted_sum_f32.f)(a, p, out)
+}
+
+/// The portable versions, for tests comparing kernel sets.
 pub mod reference {
-    pub use super::portable::attend;
+    pub use super::portable::{scores, weighted_sum};
 }
 
 #[cfg(test)]
 mod tests {
     use crate::dispatch::KernelSet;
 
-    /// Every set gives the portable build's bits, with and without biases,
-    /// at head sizes around the lanes.
+    /// Scores and weighted sums of `a` (`heads` heads) by the portable
+    /// build, then by every set; every set's bits must equal the portable
+    /// build's (or both be NaN). Returns the portable results.
+    fn check_sets(a: &super::Heads, heads: usize, p: &[f32], what: &str) -> (Vec<f32>, Vec<f32>) {
+        let mut s_want = vec![0f32; heads * a.n];
+        super::reference::scores(a, heads, &mut s_want);
+        let mut o_want = vec![2f32; heads * a.hd];
+        super::reference::weighted_sum(a, p, &mut o_want);
+        let same = |x: &[f32], y: &[f32]| {
+            x.iter()
+                .zip(y)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+        };
+        for set in KernelSet::ALL {
+            let Some(t) = set.table() else {
+                eprintln!("SKIPPED {set:?}: not supported by this CPU");
+                continue;
+            };
+            let mut s_got = vec![1f32; heads * a.n];
+            (t.scores_f32.f)(a, heads, &mut s_got);
+            let mut o_got = vec![1f32; heads * a.hd];
+            (t.weighted_sum_f32.f)(a, p, &mut o_got);
+            assert!(same(&s_got, &s_want), "{set:?} scores {what}");
+            assert!(same(&o_got, &o_want), "{set:?} sum {what}");
+        }
+        (s_want, o_want)
+    }
+
+    /// Every set gives the portable build's bits, positions in order or
+    /// through a row list, at head sizes around the lanes (odd ones
+    /// included).
     #[test]
     fn every_set_matches_the_portable_build() {
         let mut next = crate::xorshift(17);
@@ -164,18 +218,16 @@ mod tests {
             (2, 96, 9),
             (1, 128, 16),
             (2, 16, 8),
+            (3, 1, 5),
         ] {
             let ld = heads * hd + 5;
             let q = rnd(heads * hd);
             let keys = rnd(n.max(1) * ld);
             let values = rnd(n.max(1) * ld);
-            let bias = rnd(heads * n);
+            let p: Vec<f32> = rnd(heads * n).iter().map(|x| x.abs()).collect();
             // Positions stored out of order (rows given), or in order.
             let shuffled: Vec<u32> = (0..n as u32).map(|j| (j * 7 + 3) % n as u32).collect();
-            let cases = [None, Some(&bias[..])]
-                .into_iter()
-                .flat_map(|b| [(b, None), (b, Some(&shuffled[..]))]);
-            for (bias, rows) in cases {
+            for rows in [None, Some(&shuffled[..])] {
                 let a = super::Heads {
                     q: &q,
                     keys: &keys,
@@ -183,13 +235,11 @@ mod tests {
                     ld,
                     n,
                     hd,
-                    bias,
                     scale: 0.125,
                     rows,
                 };
-                let mut want = vec![0f32; heads * hd];
-                let mut scratch = Vec::new();
-                super::reference::attend(&a, &mut scratch, &mut want);
+                let what = format!("heads {heads} hd {hd} n {n} rows {}", rows.is_some());
+                let want = check_sets(&a, heads, &p, &what);
                 if let Some(rows) = rows {
                     // The same as the rows gathered into position order.
                     let gather = |m: &[f32]| -> Vec<f32> {
@@ -207,25 +257,60 @@ mod tests {
                         rows: None,
                         ..a
                     };
-                    let mut ordered = vec![0f32; heads * hd];
-                    super::reference::attend(&in_order, &mut scratch, &mut ordered);
-                    assert_eq!(ordered, want, "rows heads {heads} hd {hd} n {n}");
+                    assert_eq!(check_sets(&in_order, heads, &p, &what), want, "{what}");
                 }
-                for set in KernelSet::ALL {
-                    let Some(t) = set.table() else {
-                        eprintln!("SKIPPED {set:?}: not supported by this CPU");
-                        continue;
-                    };
-                    let mut got = vec![1f32; heads * hd];
-                    (t.attend_f32.f)(&a, &mut scratch, &mut got);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&got),
-                        bits(&want),
-                        "{set:?} heads {heads} hd {hd} n {n}"
-                    );
+                // Fewer heads than the row holds: the first heads' values.
+                if heads > 1 {
+                    let (s1, o1) = check_sets(&a, 1, &p, &what);
+                    assert_eq!(s1[..], want.0[..n], "{what}");
+                    assert_eq!(o1[..], want.1[..hd], "{what}");
                 }
             }
+        }
+    }
+
+    /// Extreme values: subnormals, the largest finite values, signed
+    /// zeros, infinities and NaNs in keys, values, queries and weights
+    /// (sums that overflow, infinities meeting zeros).
+    #[test]
+    fn every_set_matches_the_portable_build_on_extreme_values() {
+        const X: [f32; 11] = [
+            0.0,
+            -0.0,
+            1e-45,
+            -1e-45,
+            f32::MAX,
+            f32::MIN,
+            1.0,
+            -2.5,
+            f32::MIN_POSITIVE,
+            f32::INFINITY,
+            f32::NAN,
+        ];
+        for (case, (heads, hd, n)) in [(2, 3, 9), (1, 16, 5), (3, 33, 4), (2, 64, 7)]
+            .into_iter()
+            .enumerate()
+        {
+            // Finite-only inputs (every other case) and ones with
+            // infinities and NaNs.
+            let pick = if case % 2 == 0 { 9 } else { X.len() };
+            let gen = |len: usize, mul: usize| -> Vec<f32> {
+                (0..len).map(|i| X[(i * mul + case) % pick]).collect()
+            };
+            let ld = heads * hd;
+            let (q, keys, values) = (gen(ld, 5), gen(n * ld, 7), gen(n * ld, 3));
+            let p = gen(heads * n, 11);
+            let a = super::Heads {
+                q: &q,
+                keys: &keys,
+                values: &values,
+                ld,
+                n,
+                hd,
+                scale: 0.5,
+                rows: None,
+            };
+            check_sets(&a, heads, &p, &format!("extreme case {case}"));
         }
     }
 }

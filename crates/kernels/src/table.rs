@@ -52,8 +52,10 @@ pub type SiluMulFn = fn(&[f32], &mut [f32]);
 pub type LayerNormFn = fn(&mut [f32], &[f32], &[f32], f32);
 /// `x = e^(x - max)` in place, returning the sum (softmax's loop).
 pub type ExpSumFn = fn(&mut [f32], f32) -> f32;
-/// `crate::attend_f32::attend`.
-pub type AttendF32Fn = fn(&crate::attend_f32::Heads, &mut Vec<f32>, &mut [f32]);
+/// `crate::attend_f32::scores` (arguments checked by the wrapper).
+pub type ScoresF32Fn = fn(&crate::attend_f32::Heads, usize, &mut [f32]);
+/// `crate::attend_f32::weighted_sum` (arguments checked by the wrapper).
+pub type WeightedSumF32Fn = fn(&crate::attend_f32::Heads, &[f32], &mut [f32]);
 /// `crate::columns::tile_stats`.
 pub type TileStatsFn = fn(&mut [f32], usize, Option<&[f32]>, &mut [f32], &mut [f32]);
 /// `crate::columns::rescaled_sums`.
@@ -85,7 +87,8 @@ pub struct KernelTable {
     pub silu_mul: Entry<SiluMulFn>,
     pub layer_norm: Entry<LayerNormFn>,
     pub exp_shifted_sum: Entry<ExpSumFn>,
-    pub attend_f32: Entry<AttendF32Fn>,
+    pub scores_f32: Entry<ScoresF32Fn>,
+    pub weighted_sum_f32: Entry<WeightedSumF32Fn>,
     pub tile_stats: Entry<TileStatsFn>,
     pub rescaled_sums: Entry<RescaledSumsFn>,
     pub store_columns: Entry<StoreColumnsFn>,
@@ -108,7 +111,8 @@ pub enum Kernel {
     SiluMul,
     LayerNorm,
     ExpShiftedSum,
-    AttendF32,
+    ScoresF32,
+    WeightedSumF32,
     TileStats,
     RescaledSums,
     StoreColumns,
@@ -120,7 +124,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 18] = [
+    pub const ALL: [Kernel; 19] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
         Kernel::GemmW8A16Panels,
@@ -130,7 +134,8 @@ impl Kernel {
         Kernel::SiluMul,
         Kernel::LayerNorm,
         Kernel::ExpShiftedSum,
-        Kernel::AttendF32,
+        Kernel::ScoresF32,
+        Kernel::WeightedSumF32,
         Kernel::TileStats,
         Kernel::RescaledSums,
         Kernel::StoreColumns,
@@ -155,7 +160,8 @@ impl KernelTable {
             Kernel::SiluMul => self.silu_mul.by,
             Kernel::LayerNorm => self.layer_norm.by,
             Kernel::ExpShiftedSum => self.exp_shifted_sum.by,
-            Kernel::AttendF32 => self.attend_f32.by,
+            Kernel::ScoresF32 => self.scores_f32.by,
+            Kernel::WeightedSumF32 => self.weighted_sum_f32.by,
             Kernel::TileStats => self.tile_stats.by,
             Kernel::RescaledSums => self.rescaled_sums.by,
             Kernel::StoreColumns => self.store_columns.by,
@@ -208,8 +214,12 @@ impl KernelTable {
                 f: crate::math::reference::exp_shifted_sum,
                 by,
             },
-            attend_f32: Entry {
-                f: crate::attend_f32::reference::attend,
+            scores_f32: Entry {
+                f: crate::attend_f32::reference::scores,
+                by,
+            },
+            weighted_sum_f32: Entry {
+                f: crate::attend_f32::reference::weighted_sum,
                 by,
             },
             tile_stats: Entry {

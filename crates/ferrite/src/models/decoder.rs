@@ -111,11 +111,7 @@ impl Workspace {
             attn_scratch: vec![
                 0.0;
                 threads
-                    * attention_scratch_len(
-                        n_ctx,
-                        d.head_dim,
-                        d.q_dim / d.kv_dim.max(1)
-                    )
+                    * attention_scratch_len(n_ctx, d.q_dim / d.kv_dim.max(1))
             ],
             acts: QuantizedActs::default(),
             rope: RopeTable::new(d.rope_pairs),

@@ -70,7 +70,8 @@ pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::Activate,
     Kernel::SiluMul,
     Kernel::ExpShiftedSum,
-    Kernel::AttendF32,
+    Kernel::ScoresF32,
+    Kernel::WeightedSumF32,
     Kernel::TileStats,
     Kernel::RescaledSums,
     Kernel::StoreColumns,
@@ -107,7 +108,11 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         by,
     };
     t.layer_norm = Entry { f: layer_norm, by };
-    t.attend_f32 = Entry { f: attend_f32, by };
+    t.scores_f32 = Entry { f: scores_f32, by };
+    t.weighted_sum_f32 = Entry {
+        f: weighted_sum_f32,
+        by,
+    };
     t.tile_stats = Entry { f: tile_stats, by };
     t.rescaled_sums = Entry {
         f: rescaled_sums,
@@ -129,10 +134,16 @@ fn quantize_acts_row(x: &[f32], out: &mut [u8], facts: &mut [crate::quant::q8_0:
     unsafe { quantize::quantize_acts_row(x, out, facts) }
 }
 
-/// As `crate::attend_f32::attend`, vectorized over 16 lanes.
-fn attend_f32(a: &crate::attend_f32::Heads, scores: &mut Vec<f32>, out: &mut [f32]) {
+/// As `crate::attend_f32::scores`, vectorized over 16 lanes.
+fn scores_f32(a: &crate::attend_f32::Heads, heads: usize, out: &mut [f32]) {
     // SAFETY: see below.
-    unsafe { columns::attend_f32(a, scores, out) }
+    unsafe { columns::scores_f32(a, heads, out) }
+}
+
+/// As `crate::attend_f32::weighted_sum`, vectorized over 16 lanes.
+fn weighted_sum_f32(a: &crate::attend_f32::Heads, p: &[f32], out: &mut [f32]) {
+    // SAFETY: see below.
+    unsafe { columns::weighted_sum_f32(a, p, out) }
 }
 
 /// As `crate::columns::tile_stats`, over 16 lanes.

@@ -13,11 +13,11 @@
 //! row-independent matrix products this makes every row's values the same
 //! bits whatever else is in the batch and whatever the thread count.
 
-use ferrite_kernels::attend_f32;
 use ferrite_kernels::math::Activation;
 
 use super::weights::{apply, apply_same_input, each_row};
 use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Seq2Seq};
+use crate::layers::attention::core::{attend, F32Rows, Scoring};
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::{QuantizedActs, TILE_ROWS};
 use crate::Error;
@@ -127,7 +127,8 @@ pub(super) struct KeySpan<'a> {
 /// Heads `heads` of one query row `q` (`(n_heads, head_dim)`): per head,
 /// softmax over `span`'s positions of `scale * q_h . k_j,h + bias_h,j`,
 /// times the values, into `out` (the heads' `head_dim` values one after
-/// the other). Each key and value row is read once, in position order,
+/// the other), by the library's one attention core over the rows
+/// ([`F32Rows`]). Each key and value row is read once, in position order,
 /// for all these heads; per head the operations and their order are
 /// those of one head on its own (scores, softmax, values added in
 /// position order).
@@ -141,26 +142,24 @@ pub(super) fn attend_heads(
     out: &mut [f32],
 ) {
     let (n, first) = (span.n, heads.start * hd);
-    // The kernel reads head `i`'s key j at keys[j * ld + i * hd], from the
-    // first of these heads; its biases from head heads.start's.
-    let (keys, values) = (
-        &span.keys[first.min(span.keys.len())..],
-        &span.values[first.min(span.values.len())..],
-    );
-    let bias = span.bias.map(|b| &b[heads.start * n..]);
-    let q = &q[first..heads.end * hd];
-    let a = attend_f32::Heads {
-        q,
-        keys,
-        values,
+    // Head `i` of the call reads its key j at keys[row * ld + i * hd], from
+    // the first of these heads; its biases from head heads.start's.
+    let src = F32Rows {
+        keys: &span.keys[first.min(span.keys.len())..],
+        values: &span.values[first.min(span.values.len())..],
         ld,
         n,
-        hd,
-        bias,
-        scale,
+        head_dim: hd,
         rows: span.rows,
     };
-    attend_f32::attend(&a, scores, out);
+    let how = Scoring {
+        bias: span.bias.map(|b| &b[heads.start * n..]),
+        ..Scoring::scaled(scale)
+    };
+    if scores.len() < heads.len() * n {
+        scores.resize(heads.len() * n, 0.0);
+    }
+    attend(&src, &q[first..heads.end * hd], heads.len(), &how, scores, out);
 }
 
 /// Attention of every head of `m` query rows (`q`, `(m, n_heads *

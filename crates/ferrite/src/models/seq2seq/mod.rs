@@ -162,40 +162,4 @@ pub struct Seq2Seq {
     pub logits_bias: Option<Vec<f32>>,
 }
 
-/// Sinusoidal positions as Marian builds them: position `p`, pair `i` of
-/// `dim / 2`: `sin(p / 10000^(2i/dim))` in the first half, `cos` of the
-/// same angle in the second, computed in f64 and rounded.
-pub fn sinusoidal_table(n: usize, dim: usize) -> Vec<f32> {
-    let half = dim.div_ceil(2);
-    let mut t = vec![0f32; n * dim];
-    for p in 0..n {
-        let row = &mut t[p * dim..(p + 1) * dim];
-        for (j, out) in row.iter_mut().enumerate() {
-            // Column j holds sin of pair j (first half) or cos of pair
-            // j - half (second half), pair i's angle p / 10000^(2i/dim).
-            let (i, sin) = if j < half {
-                (j, true)
-            } else {
-                (j - half, false)
-            };
-            let angle = p as f64 / 10000f64.powf((2 * i) as f64 / dim as f64);
-            *out = if sin { angle.sin() } else { angle.cos() } as f32;
-        }
-    }
-    t
-}
-
-pub use crate::layers::position::relative_bucket;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sinusoids_start_at_zero_and_one() {
-        let t = sinusoidal_table(3, 8);
-        assert_eq!(&t[..8], &[0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
-        assert_eq!(t[8], 1f64.sin() as f32);
-        assert_eq!(t[12], 1f64.cos() as f32);
-    }
-}
+pub use crate::layers::position::{relative_bucket, sinusoidal_table};

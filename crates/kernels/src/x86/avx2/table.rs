@@ -56,7 +56,11 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         f: quantize_row,
         by,
     };
-    t.attend_f32 = Entry { f: attend_f32, by };
+    t.scores_f32 = Entry { f: scores_f32, by };
+    t.weighted_sum_f32 = Entry {
+        f: weighted_sum_f32,
+        by,
+    };
     t.tile_stats = Entry { f: tile_stats, by };
     t.rescaled_sums = Entry {
         f: rescaled_sums,
@@ -80,10 +84,16 @@ fn quantize_row(t: crate::GgmlType, src: &[f32], dst: &mut [u8]) {
     unsafe { body(t, src, dst) }
 }
 
-/// As `crate::attend_f32::attend`, vectorized over 8 lanes.
-fn attend_f32(a: &crate::attend_f32::Heads, scores: &mut Vec<f32>, out: &mut [f32]) {
+/// As `crate::attend_f32::scores`, vectorized over 8 lanes.
+fn scores_f32(a: &crate::attend_f32::Heads, heads: usize, out: &mut [f32]) {
     // SAFETY: see above.
-    unsafe { super::columns::attend_f32(a, scores, out) }
+    unsafe { super::columns::scores_f32(a, heads, out) }
+}
+
+/// As `crate::attend_f32::weighted_sum`, vectorized over 8 lanes.
+fn weighted_sum_f32(a: &crate::attend_f32::Heads, p: &[f32], out: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::columns::weighted_sum_f32(a, p, out) }
 }
 
 /// As `crate::columns::tile_stats`, over 8 lanes.

@@ -101,10 +101,13 @@ pub(crate) unsafe fn store_columns(
 /// # Safety
 /// The CPU must support AVX512F, AVX2 and FMA.
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) unsafe fn attend_f32(
-    a: &crate::attend_f32::Heads,
-    scores: &mut Vec<f32>,
-    out: &mut [f32],
-) {
-    attend_body::attend(a, scores, out)
+pub(crate) unsafe fn scores_f32(a: &crate::attend_f32::Heads, heads: usize, out: &mut [f32]) {
+    attend_body::scores(a, heads, out)
+}
+
+/// # Safety
+/// The CPU must support AVX512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn weighted_sum_f32(a: &crate::attend_f32::Heads, p: &[f32], out: &mut [f32]) {
+    attend_body::weighted_sum(a, p, out)
 }

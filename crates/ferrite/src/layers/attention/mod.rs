@@ -1,23 +1,25 @@
 //! Causal multi-head attention with grouped-query heads over a [`LayerKv`]
-//! cache, optionally restricted to a sliding window, optionally with a
-//! learned sink logit per head (gpt-oss: one more logit in each softmax's
-//! denominator, with no value: `p_j = e^(s_j) / (e^(sink) + sum_i e^(s_i))`,
-//! as transformers' `eager_attention_forward` for gpt-oss and llama.cpp's
-//! `ggml_soft_max_add_sinks`).
+//! cache, optionally restricted to a sliding window, optionally with
+//! soft-capped scores (Gemma 2) or a learned sink logit per head (gpt-oss),
+//! through the library's one attention core ([`core::attend`]): the cache
+//! gives it its f16 or f32 rows ([`CacheSpan`]).
 //!
 //! Work is split across threads by (token, head) pairs; each pair's scores,
 //! softmax and weighted sum are computed in one fixed order, so a token's
 //! output does not depend on the batch it is in or on the thread count.
 
-use ferrite_kernels::attend::{scores_f16, weighted_sum_f16};
-use ferrite_kernels::math::{exp, exp_shifted_sum, max_value, softmax};
+pub mod core;
+
+use std::ops::Range;
+
+use ferrite_kernels::attend::F16Rows;
 use ferrite_kernels::matmul::RowKernels;
 use ferrite_kernels::GgmlType;
 
+use self::core::{attend, F16Runs, KvSource, Scoring};
 use crate::generate::kv_cache::LayerKv;
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::f32_bytes;
-
 /// Shape of an attention layer.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape<'a> {
@@ -44,10 +46,9 @@ pub struct Positions {
 }
 
 /// Scratch values one thread needs: scores for `n_ctx` positions of each
-/// of the `group` query heads that share a KV head, and one head's
-/// accumulator and value row (f32 caches).
-pub fn attention_scratch_len(n_ctx: usize, head_dim: usize, group: usize) -> usize {
-    group.max(1) * n_ctx + 2 * head_dim
+/// of the `group` query heads that share a KV head.
+pub fn attention_scratch_len(n_ctx: usize, group: usize) -> usize {
+    group.max(1) * n_ctx
 }
 
 /// `out[t][h]` = softmax over past positions of `q[t][h] . k` times `v`.
@@ -88,9 +89,7 @@ pub fn attention(
     threads.split_indexed(at.n * n_units, |thread, items| {
         // SAFETY: thread indices are distinct, so each thread owns its own
         // segment of the scratch space.
-        let mine = unsafe { scratch.segment(thread * per_thread, per_thread) };
-        let (acc, rest) = mine.split_at_mut(hd);
-        let scores = &mut rest[hd..];
+        let scores = unsafe { scratch.segment(thread * per_thread, per_thread) };
         // The runs of rows (one per cache block) of the current item.
         let (mut keys, mut values) = (Vec::new(), Vec::new());
         for item in items {
@@ -106,100 +105,122 @@ pub fn attention(
             };
             let heads = unit * per_item..(unit + 1) * per_item;
             let kv_off = (heads.start / group) * hd;
-            let n = pos + 1 - first;
             let qs = &q[t * q_dim + heads.start * hd..t * q_dim + heads.end * hd];
-            let scores = &mut scores[..per_item * n];
-            if cache.is_f32() {
-                for (h, s) in heads.zip(scores.chunks_exact_mut(n)) {
-                    let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                    let sink = shape.sinks.map(|k| k[h]);
-                    exact_head(qh, cache, first..pos + 1, kv_off, shape, sink, s, acc);
-                    write_head(&out, t * q_dim + h * hd, acc);
-                }
-                continue;
-            }
-            keys.clear();
-            cache.key_runs(first..pos + 1, kv_off, &mut keys);
-            scores_f16(qs, per_item, &keys, hd, shape.scale, scores);
-            if let Some(cap) = shape.softcap {
-                softcap(scores, cap);
-            }
-            for (h, s) in heads.clone().zip(scores.chunks_exact_mut(n)) {
-                // The kernels' vectorized softmax (one fixed summation order).
-                softmax_sink(s, shape.sinks.map(|k| k[h]));
-            }
-            values.clear();
-            cache.value_runs(first..pos + 1, kv_off, &mut values);
+            let how = Scoring {
+                scale: shape.scale,
+                bias: None,
+                softcap: shape.softcap,
+                sinks: shape.sinks.map(|k| &k[heads.clone()]),
+            };
             // SAFETY: the (token, head) pairs are split across threads, so
             // these heads' output values are written by this thread only.
             let o = unsafe { out.segment(t * q_dim + heads.start * hd, per_item * hd) };
-            weighted_sum_f16(scores, per_item, &values, o);
+            let span = CacheSpan::new(cache, first..pos + 1, kv_off, hd, &mut keys, &mut values);
+            attend(&span, qs, per_item, &how, scores, o);
         }
     });
 }
 
-/// One head's result `acc` into `out` at `base`.
-fn write_head(out: &DisjointSlice<f32>, base: usize, acc: &[f32]) {
-    for (d, &a) in acc.iter().enumerate() {
-        // SAFETY: the (token, head) pairs are split across threads, so this
-        // head's output values are written by this thread only.
-        unsafe { out.write(base + d, a) };
-    }
+/// The keys and values of some positions of a [`LayerKv`] at one KV head
+/// (values `offset..offset + head_dim` of each row), read by every query
+/// head of a call.
+pub enum CacheSpan<'a> {
+    /// An f16 cache: runs of rows, one per block.
+    F16(F16Runs<'a>),
+    /// An f32 cache.
+    F32(F32Slots<'a>),
 }
 
-/// One head's attention over an f32 cache: scores with the kernels' f32
-/// dot product (the same bits in every kernel set), softmax (with the
-/// head's sink logit, if any), and the weighted sum of values added in
-/// position order.
-#[allow(clippy::too_many_arguments)]
-fn exact_head(
-    q: &[f32],
-    cache: &LayerKv,
-    positions: std::ops::Range<usize>,
-    kv_off: usize,
-    shape: &AttnShape,
-    sink: Option<f32>,
-    scores: &mut [f32],
-    acc: &mut [f32],
-) {
-    let hd = q.len();
-    let dot = f32_dot();
-    let qb = f32_bytes(q);
-    for (s, p) in scores.iter_mut().zip(positions.clone()) {
-        let k = &cache.key_f32(p)[kv_off..kv_off + hd];
-        *s = dot.map_or(f32::NAN, |d| d.dot(f32_bytes(k), qb)) * shape.scale;
+impl<'a> CacheSpan<'a> {
+    /// Positions `positions` of `cache` at value `offset`; `keys` and
+    /// `values` are room for the runs of an f16 cache.
+    pub fn new<'c: 'a>(
+        cache: &'c LayerKv,
+        positions: Range<usize>,
+        offset: usize,
+        head_dim: usize,
+        keys: &'a mut Vec<F16Rows<'c>>,
+        values: &'a mut Vec<F16Rows<'c>>,
+    ) -> CacheSpan<'a> {
+        if cache.is_f32() {
+            return CacheSpan::F32(F32Slots {
+                cache,
+                positions,
+                offset,
+                head_dim,
+            });
+        }
+        keys.clear();
+        values.clear();
+        cache.key_runs(positions.clone(), offset, keys);
+        cache.value_runs(positions, offset, values);
+        CacheSpan::F16(F16Runs {
+            keys,
+            values,
+            head_dim,
+        })
     }
-    if let Some(cap) = shape.softcap {
-        softcap(scores, cap);
-    }
-    softmax_sink(scores, sink);
-    acc.fill(0.0);
-    for (&w, p) in scores.iter().zip(positions) {
-        let v = &cache.value_f32(p)[kv_off..kv_off + hd];
-        for (a, &x) in acc.iter_mut().zip(v) {
-            *a += w * x;
+
+    fn source(&self) -> &dyn KvSource {
+        match self {
+            CacheSpan::F16(r) => r,
+            CacheSpan::F32(s) => s,
         }
     }
 }
 
-/// Softmax of `scores` in place; with a sink logit, as if it were one more
-/// score whose probability is dropped: the maximum and the sum include
-/// it (the kernels' shifted exponentials and sum, then the sink's term).
-pub fn softmax_sink(scores: &mut [f32], sink: Option<f32>) {
-    let Some(sink) = sink else {
-        return softmax(scores);
-    };
-    let max = max_value(scores).max(sink);
-    let sum = exp_shifted_sum(scores, max) + exp(sink - max);
-    let inv = 1.0 / sum;
-    scores.iter_mut().for_each(|x| *x *= inv);
+impl KvSource for CacheSpan<'_> {
+    fn positions(&self) -> usize {
+        self.source().positions()
+    }
+
+    fn scores(&self, q: &[f32], heads: usize, scale: f32, out: &mut [f32]) {
+        self.source().scores(q, heads, scale, out)
+    }
+
+    fn weighted_sum(&self, p: &[f32], heads: usize, out: &mut [f32]) {
+        self.source().weighted_sum(p, heads, out)
+    }
 }
 
-/// `cap * tanh(s / cap)` on every score (transformers divides, takes the
-/// tanh, multiplies, in f32).
-fn softcap(scores: &mut [f32], cap: f32) {
-    for s in scores.iter_mut() {
-        *s = (*s / cap).tanh() * cap;
+/// Positions of an f32 [`LayerKv`] at one KV head, each position's row
+/// read from its block; the dot products by the kernels' f32 dot (the
+/// same order as the f16 runs': 32 lanes folded in halves).
+pub struct F32Slots<'a> {
+    cache: &'a LayerKv,
+    positions: Range<usize>,
+    offset: usize,
+    head_dim: usize,
+}
+
+impl KvSource for F32Slots<'_> {
+    fn positions(&self) -> usize {
+        self.positions.len()
+    }
+
+    fn scores(&self, q: &[f32], heads: usize, scale: f32, out: &mut [f32]) {
+        let (hd, n, off) = (self.head_dim, self.positions.len(), self.offset);
+        let dot = f32_dot();
+        for (qh, s) in q.chunks_exact(hd).take(heads).zip(out.chunks_exact_mut(n)) {
+            let qb = f32_bytes(qh);
+            for (s, p) in s.iter_mut().zip(self.positions.clone()) {
+                let k = &self.cache.key_f32(p)[off..off + hd];
+                *s = dot.as_ref().map_or(f32::NAN, |d| d.dot(f32_bytes(k), qb)) * scale;
+            }
+        }
+    }
+
+    fn weighted_sum(&self, p: &[f32], heads: usize, out: &mut [f32]) {
+        let (hd, n, off) = (self.head_dim, self.positions.len(), self.offset);
+        for (acc, p) in out.chunks_exact_mut(hd).take(heads).zip(p.chunks_exact(n)) {
+            acc.fill(0.0);
+            for (&w, pos) in p.iter().zip(self.positions.clone()) {
+                let v = &self.cache.value_f32(pos)[off..off + hd];
+                for (a, &x) in acc.iter_mut().zip(v) {
+                    *a += w * x;
+                }
+            }
+        }
     }
 }
 
