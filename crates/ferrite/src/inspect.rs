@@ -31,22 +31,28 @@ pub struct TensorRow {
 /// Everything `inspect` prints.
 #[derive(Clone, Debug)]
 pub struct Report {
+    /// The file or directory inspected.
     pub path: String,
     /// `"gguf"` or `"safetensors"`.
     pub format: &'static str,
     /// GGUF version, if GGUF.
     pub gguf_version: Option<u32>,
+    /// `general.architecture` (GGUF) or the `config.json` architecture.
     pub architecture: Option<String>,
     /// Architecture hyper-parameters: `{arch}.*` keys for GGUF (prefix
     /// stripped), numeric and string fields of `config.json` otherwise.
     pub hyperparameters: BTreeMap<String, Json>,
     /// e.g. `gpt2` / `llama` for GGUF, `WordPiece` / `BPE` for tokenizer.json.
     pub tokenizer_kind: Option<String>,
+    /// Tokens in the vocabulary.
     pub tokenizer_size: Option<u64>,
+    /// Whether the model has a chat template.
     pub chat_template: bool,
     /// All metadata key/values (GGUF), or `config.json` (safetensors).
     pub metadata: Map<String, Json>,
+    /// Every tensor: name, type, shape.
     pub tensors: Vec<TensorRow>,
+    /// Bytes on disk (all files of a directory).
     pub file_size: u64,
 }
 
