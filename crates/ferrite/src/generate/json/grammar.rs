@@ -145,9 +145,9 @@ pub const NULL_TRIE: usize = 1;
 #[derive(Clone, Debug)]
 pub struct Grammar {
     /// The nodes, referred to by index.
-    pub nodes: Vec<Node>,
+    pub(crate) nodes: Vec<Node>,
     /// The node of the whole value.
-    pub root: NodeId,
+    pub(crate) root: NodeId,
     /// Most nested containers inside an `Any` value, and of schema
     /// containers through recursive `$ref`s.
     pub max_depth: usize,
@@ -156,11 +156,11 @@ pub struct Grammar {
     /// Most items of an array without `maxItems`.
     pub max_items: usize,
     /// The texts `Literal`s and keys follow.
-    pub tries: Vec<Trie>,
+    pub(crate) tries: Vec<Trie>,
     /// The bounds of `Range` nodes.
-    pub ranges: Vec<NumRange>,
+    pub(crate) ranges: Vec<NumRange>,
     /// The automata of `Pattern` nodes.
-    pub patterns: Vec<Dfa>,
+    pub(crate) patterns: Vec<Dfa>,
     /// Texts of control tokens the grammar writes (a call's `<tool_call>`,
     /// a single token in Qwen2.5's vocabulary): those tokens are allowed,
     /// and shown in the text.

@@ -63,11 +63,6 @@ impl Dfa {
         Ok(dfa)
     }
 
-    /// States (for budgets).
-    pub fn states(&self) -> usize {
-        self.accept.len()
-    }
-
     /// The state after byte `b` (a byte a JSON string holds unescaped),
     /// if an accepting state can still be reached.
     pub fn step(&self, s: u32, b: u8) -> Option<u32> {
