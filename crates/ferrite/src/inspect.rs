@@ -17,6 +17,7 @@ use crate::Error;
 /// One row of the tensor table.
 #[derive(Clone, Debug)]
 pub struct TensorRow {
+    /// The tensor's name in the file.
     pub name: String,
     /// As the file stores it: ggml order (row length first) for GGUF,
     /// PyTorch order (row length last) for safetensors.
@@ -24,7 +25,9 @@ pub struct TensorRow {
     /// Type as ggml spells it (`Q4_K`), or the safetensors dtype when ggml
     /// has no such type.
     pub ty: String,
+    /// Bytes of its data.
     pub bytes: u64,
+    /// Number of values.
     pub n_elements: u64,
 }
 
