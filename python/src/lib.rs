@@ -318,7 +318,7 @@ impl Generator {
     /// The context in tokens a call runs in.
     #[getter]
     fn ctx(&self) -> usize {
-        let train = self.inner.model.n_ctx_train();
+        let train = self.inner.model().n_ctx_train();
         self.ctx.unwrap_or(train).min(train)
     }
 

@@ -150,9 +150,9 @@ fn beams_print_the_searched_continuation() {
         .iter()
         .map(|v| v.as_u64().unwrap() as u32)
         .collect();
-    let prompt = gen.tokenizer.decode(&prompt_ids, false);
-    assert_eq!(gen.tokenizer.encode(&prompt, true, true), prompt_ids);
-    let want = gen.tokenizer.decode(&ids, false);
+    let prompt = gen.tokenizer().decode(&prompt_ids, false);
+    assert_eq!(gen.tokenizer().encode(&prompt, true, true), prompt_ids);
+    let want = gen.tokenizer().decode(&ids, false);
     let out = ferrite(
         &[
             "run",

@@ -17,6 +17,7 @@ use crate::Error;
 /// One row of the tensor table.
 #[derive(Clone, Debug)]
 pub struct TensorRow {
+    /// The tensor's name in the file.
     pub name: String,
     /// As the file stores it: ggml order (row length first) for GGUF,
     /// PyTorch order (row length last) for safetensors.
@@ -24,29 +25,37 @@ pub struct TensorRow {
     /// Type as ggml spells it (`Q4_K`), or the safetensors dtype when ggml
     /// has no such type.
     pub ty: String,
+    /// Bytes of its data.
     pub bytes: u64,
+    /// Number of values.
     pub n_elements: u64,
 }
 
 /// Everything `inspect` prints.
 #[derive(Clone, Debug)]
 pub struct Report {
+    /// The file or directory inspected.
     pub path: String,
     /// `"gguf"` or `"safetensors"`.
     pub format: &'static str,
     /// GGUF version, if GGUF.
     pub gguf_version: Option<u32>,
+    /// `general.architecture` (GGUF) or the `config.json` architecture.
     pub architecture: Option<String>,
     /// Architecture hyper-parameters: `{arch}.*` keys for GGUF (prefix
     /// stripped), numeric and string fields of `config.json` otherwise.
     pub hyperparameters: BTreeMap<String, Json>,
     /// e.g. `gpt2` / `llama` for GGUF, `WordPiece` / `BPE` for tokenizer.json.
     pub tokenizer_kind: Option<String>,
+    /// Tokens in the vocabulary.
     pub tokenizer_size: Option<u64>,
+    /// Whether the model has a chat template.
     pub chat_template: bool,
     /// All metadata key/values (GGUF), or `config.json` (safetensors).
     pub metadata: Map<String, Json>,
+    /// Every tensor: name, type, shape.
     pub tensors: Vec<TensorRow>,
+    /// Bytes on disk (all files of a directory).
     pub file_size: u64,
 }
 

@@ -51,6 +51,8 @@
 //! per-sequence sampling and JSON-schema constraints, chat templates) and
 //! [`tools`] works on model files (quantize, convert, inspect, tokenize).
 //! ferrite's own CLI, server and Python package use nothing else.
+#![warn(missing_docs)]
+
 // Generation with a context size, and chat replies (used by python/).
 mod chat_api;
 mod error;

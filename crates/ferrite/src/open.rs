@@ -73,16 +73,38 @@ pub struct OpenOptions {
 pub struct Generator {
     /// The file the model came from (a GGUF file, or one read into memory
     /// from a Hugging Face directory or a llama2.c checkpoint).
-    pub file: Arc<GgufFile>,
+    pub(crate) file: Arc<GgufFile>,
     /// The loaded decoder.
-    pub model: Box<dyn CausalLm>,
+    pub(crate) model: Box<dyn CausalLm>,
     /// The tokenizer the file describes.
-    pub tokenizer: Tokenizer,
+    pub(crate) tokenizer: Tokenizer,
     /// Where it was loaded from.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl Generator {
+    /// The GGUF file the model came from (one read into memory for a
+    /// Hugging Face directory or a llama2.c checkpoint): its metadata and
+    /// tensors.
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// The loaded decoder.
+    pub fn model(&self) -> &dyn CausalLm {
+        self.model.as_ref()
+    }
+
+    /// The tokenizer the file describes.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Where the model was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Loads the decoder in the GGUF `file` (already opened from `path`).
     pub fn from_gguf(file: Arc<GgufFile>, path: &Path) -> Result<Generator, Error> {
         let tokenizer = Tokenizer::from_gguf(file.metadata())

@@ -11,7 +11,8 @@
 //!   [`FileType`](crate::FileType) ([`FILE_TYPES`] lists them by name).
 //! - [`convert_dir`] writes a Hugging Face directory as one GGUF file.
 //! - [`inspect`] / [`inspect_gguf`] report a model file's metadata and
-//!   tensors ([`Report`]); [`tensor_values`] reads one tensor as f32.
+//!   tensors ([`Report`], a [`TensorRow`] per tensor); [`tensor_values`]
+//!   reads one tensor as f32.
 //! - [`Tokenizer`] (a decoder's, from GGUF metadata) and
 //!   [`EmbedTokenizer`] (an embedding model's) encode and decode text.
 //! - [`GgufFile`] is an opened (memory-mapped) GGUF file; file-level
@@ -22,7 +23,7 @@ pub use crate::convert::{convert_dir, ConvertOptions, Target};
 pub use crate::embed::tokenizer::EmbedTokenizer;
 pub use crate::formats::gguf::GgufFile;
 pub use crate::formats::FormatError;
-pub use crate::inspect::{inspect, inspect_gguf, tensor_values, value_to_json, Report};
+pub use crate::inspect::{inspect, inspect_gguf, tensor_values, value_to_json, Report, TensorRow};
 pub use crate::model_path::KNOWN_MODELS;
 pub use crate::open::{find, open_generator, resolve, wrong_kind, Found};
 pub use crate::quantize::{quantize_file, QuantizeOptions, FILE_TYPES};

@@ -109,10 +109,13 @@ pub struct LoadOptions {
 /// Per-call overrides of the model's generation defaults.
 #[derive(Clone, Debug, Default)]
 pub struct TranslateOptions {
+    /// Beams of the search (1: greedy), at most [`MAX_BEAMS`].
     pub beams: Option<usize>,
     /// Longest output in tokens, counting the decoder start token.
     pub max_length: Option<usize>,
+    /// Exponent of the length a finished hypothesis's score is divided by.
     pub length_penalty: Option<f32>,
+    /// No n-gram of this size is repeated in an output (0: off).
     pub no_repeat_ngram_size: Option<usize>,
     /// Inputs per batch (default `DEFAULT_BATCH`).
     pub batch: Option<usize>,
@@ -121,8 +124,11 @@ pub struct TranslateOptions {
     pub cancel: Cancel,
 }
 
+/// A loaded translation model (Marian or T5) with its tokenizer.
 pub struct Translator {
+    /// The encoder-decoder's weights.
     pub model: Seq2Seq,
+    /// The model's tokenizer.
     pub tokenizer: TextCodec,
     /// The model's `generation_config.json` (or `config.json`) settings.
     pub defaults: SearchOptions,

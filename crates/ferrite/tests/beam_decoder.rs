@@ -55,7 +55,7 @@ fn check(model: &str, path: &Path) -> usize {
         let prompt = ids(&case["prompt_ids"]);
         let eos = case["eos"].as_u64().expect("eos") as u32;
         let opts = options(case, prompt.len());
-        let got = generate_decoder(gen.model.as_ref(), &prompt, eos, &opts, Threads::new(2))
+        let got = generate_decoder(gen.model(), &prompt, eos, &opts, Threads::new(2))
             .unwrap_or_else(|e| panic!("{model} case {i}: {e}"));
         assert_eq!(
             got,
@@ -101,17 +101,11 @@ fn one_beam_is_greedy() {
         max_length: prompt.len() + 12,
         ..Default::default()
     };
-    let beams = generate_decoder(
-        gen.model.as_ref(),
-        &prompt,
-        u32::MAX,
-        &opts,
-        Threads::new(1),
-    )
-    .expect("searches");
+    let beams =
+        generate_decoder(gen.model(), &prompt, u32::MAX, &opts, Threads::new(1)).expect("searches");
     let mut session = ferrite::generate::session::Session::new(
-        gen.model.as_ref(),
-        &gen.tokenizer,
+        gen.model(),
+        gen.tokenizer(),
         None,
         Threads::new(1),
     )
@@ -135,7 +129,7 @@ fn bad_requests_are_errors() {
     let gen = ferrite::open(root().join("testdata/gpt2/tiny-hf").to_str().unwrap())
         .and_then(|m| m.into_generator())
         .expect("opens");
-    let m = gen.model.as_ref();
+    let m = gen.model();
     let zero = SearchOptions {
         num_beams: 0,
         ..Default::default()

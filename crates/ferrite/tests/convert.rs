@@ -371,7 +371,7 @@ fn quantize_on_load_runs_the_converted_file() {
         for t in &file.header.tensors {
             let a = file.tensor(&t.name).unwrap();
             let b = hf
-                .file
+                .file()
                 .tensor(&t.name)
                 .unwrap_or_else(|| panic!("{src}: no {} at load", t.name));
             assert_eq!(a.info.ty, b.info.ty, "{src} {ty}: {}", t.name);
@@ -379,11 +379,11 @@ fn quantize_on_load_runs_the_converted_file() {
         }
         let gguf = Generator::from_gguf(file, &out).unwrap();
         let text = "Once upon a time, in a village by the sea,";
-        let ids_hf = hf.tokenizer.encode(text, true, true);
-        let ids_file = gguf.tokenizer.encode(text, true, true);
+        let ids_hf = hf.tokenizer().encode(text, true, true);
+        let ids_file = gguf.tokenizer().encode(text, true, true);
         assert_eq!(ids_hf, ids_file, "{src}: tokens");
-        let a = common::all_logits(hf.model.as_ref(), &ids_hf);
-        let b = common::all_logits(gguf.model.as_ref(), &ids_file);
+        let a = common::all_logits(hf.model(), &ids_hf);
+        let b = common::all_logits(gguf.model(), &ids_file);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert!(!a.is_empty());
         assert_eq!(bits(&a), bits(&b), "{src} --weights {ty}: logits differ");

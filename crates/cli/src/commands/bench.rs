@@ -177,7 +177,7 @@ pub fn run(args: Args) -> CliResult {
         });
     }
     let loaded = load(args.model.as_deref())?;
-    let model = loaded.model.as_ref();
+    let model = loaded.model();
     let threads = super::input::threads(args.threads)?;
     let n_threads = threads.count();
     let n_ctx = args.n_prompt.max(args.n_gen).max(1);
@@ -190,9 +190,9 @@ pub fn run(args: Args) -> CliResult {
     let mut state = model.new_state(n_ctx, threads)?;
     let mut src = TokenSource {
         bos: loaded
-            .tokenizer
+            .tokenizer()
             .bos_id()
-            .filter(|_| loaded.tokenizer.adds_bos()),
+            .filter(|_| loaded.tokenizer().adds_bos()),
         n_vocab: model.n_vocab().max(1) as u64,
         state: 0x5EED_1234_ABCD_0001,
     };
@@ -206,10 +206,10 @@ pub fn run(args: Args) -> CliResult {
     };
     let rss = peak_rss_bytes();
 
-    let tensors = &loaded.file.header.tensors;
+    let tensors = &loaded.file().header.tensors;
     let size: u64 = tensors.iter().map(|t| t.size).sum();
     let n_params: u64 = tensors.iter().map(|t| t.n_elements()).sum();
-    let path = loaded.file.path();
+    let path = loaded.file().path();
     let name = path
         .file_name()
         .unwrap_or(path.as_os_str())

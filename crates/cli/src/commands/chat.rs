@@ -93,7 +93,7 @@ pub fn run(args: Args) -> CliResult {
         args.model_args.tokenizer.as_deref(),
         args.model_args.weights.as_deref(),
     )?;
-    let has_template = loaded.file.metadata().get_str(TEMPLATE_KEY).is_some();
+    let has_template = loaded.file().metadata().get_str(TEMPLATE_KEY).is_some();
     let template = match builtin {
         Some(t) => t,
         None if !has_template => {
@@ -104,11 +104,11 @@ pub fn run(args: Args) -> CliResult {
                  gemma chats with it anyway"
             )))
         }
-        None => model_template(&loaded.file, &loaded.tokenizer).map_err(ferrite::Error::from)?,
+        None => model_template(loaded.file(), loaded.tokenizer()).map_err(ferrite::Error::from)?,
     };
     let mut session = Session::new(
-        loaded.model.as_ref(),
-        &loaded.tokenizer,
+        loaded.model(),
+        loaded.tokenizer(),
         args.model_args.ctx,
         args.model_args.threads()?,
     )?;
@@ -117,7 +117,7 @@ pub fn run(args: Args) -> CliResult {
         json: None,
         max_tokens: max_reply,
         stop: Vec::new(),
-        end_tokens: turn_end_tokens(&loaded.tokenizer, &template),
+        end_tokens: turn_end_tokens(loaded.tokenizer(), &template),
     };
     let budget = PromptBudget::new(session.n_ctx(), max_reply);
 
@@ -127,7 +127,7 @@ pub fn run(args: Args) -> CliResult {
     }
     let interactive = io::stdin().is_terminal();
     if interactive {
-        let title = match loaded.file.metadata().get_str("general.name") {
+        let title = match loaded.file().metadata().get_str("general.name") {
             Some(t) if t != name => format!("{name} ({t})"),
             _ => name.to_string(),
         };
@@ -178,7 +178,7 @@ pub fn run(args: Args) -> CliResult {
             continue;
         }
         messages.push(Message::new("user", &line));
-        let prompt = match fit_prompt(&loaded.tokenizer, &template, &mut messages, budget) {
+        let prompt = match fit_prompt(loaded.tokenizer(), &template, &mut messages, budget) {
             Ok(p) => p,
             Err(e @ PromptError::TooLong { .. }) => {
                 eprintln!("ferrite: {e}; message skipped");

@@ -106,10 +106,10 @@ pub fn run(args: Args) -> CliResult {
         return beam_search(&args, &loaded, &prompt, max_tokens);
     }
     let sampler_opts = args.sampling.options(args.verbose)?;
-    let tokens = loaded.tokenizer.encode(&prompt, true, true);
+    let tokens = loaded.tokenizer().encode(&prompt, true, true);
     let mut session = Session::new(
-        loaded.model.as_ref(),
-        &loaded.tokenizer,
+        loaded.model(),
+        loaded.tokenizer(),
         args.model_args.ctx,
         args.model_args.threads()?,
     )?;
@@ -145,12 +145,12 @@ fn beam_search(
     if !length_penalty.is_finite() {
         return Err(CliError::usage("--length-penalty must be a finite number"));
     }
-    let n_prompt = loaded.tokenizer.encode(prompt, true, true).len();
+    let n_prompt = loaded.tokenizer().encode(prompt, true, true).len();
     let n_ctx = args
         .model_args
         .ctx
         .unwrap_or(usize::MAX)
-        .min(loaded.model.n_ctx_train());
+        .min(loaded.model().n_ctx_train());
     let opts = SearchOptions {
         num_beams: args.beams,
         max_length: max_tokens.map_or(n_ctx, |m| n_prompt.saturating_add(m).min(n_ctx)),

@@ -1,11 +1,83 @@
-//! Each family's `set_gguf_parameters` in the converter (`conversion/*.py`
-//! of llama.cpp): the keys, their order, and the defaults it assumes.
+//! The architectures `ferrite convert` writes ([`FAMILIES`]) and each
+//! family's `set_gguf_parameters` in the converter (`conversion/*.py` of
+//! llama.cpp): the keys, their order, and the defaults it assumes.
 
 use serde_json::Value as Json;
 
 use super::keys::{generic_keys, global_rope, rope_parameters, Ctx};
+use super::vocab::VocabKind;
 use crate::formats::gguf::{Array, Metadata, Value};
 use crate::Error;
+
+/// Writes keys into the metadata.
+pub(super) type Keys = fn(&Ctx, &mut Metadata) -> Result<(), Error>;
+
+/// One GGUF architecture the converter writes.
+pub(super) struct Spec {
+    pub(super) arch: &'static str,
+    /// Keys the converter writes before `general.type` (while it makes up
+    /// tensors: Phi-3's LongRoPE attention factor).
+    pub(super) early: Option<Keys>,
+    /// The hyper-parameters, `general.file_type` among them.
+    pub(super) keys: Keys,
+    pub(super) vocab: VocabKind,
+    /// `add_prefix_space` of `tokenizer_config.json` as
+    /// `tokenizer.ggml.add_space_prefix` (Llama's `set_vocab`).
+    pub(super) space_prefix: bool,
+    /// The converter reads a SentencePiece `tokenizer.model` when there is
+    /// one (Gemma, Phi-3): ferrite does not convert those vocabularies and
+    /// refuses such a directory rather than write another vocabulary.
+    pub(super) sentencepiece: bool,
+}
+
+const fn spec(arch: &'static str, keys: Keys) -> Spec {
+    Spec {
+        arch,
+        early: None,
+        keys,
+        vocab: VocabKind::Gpt2,
+        space_prefix: false,
+        sentencepiece: false,
+    }
+}
+
+/// The architectures `ferrite convert` writes (decoders: the HF classes
+/// of `formats::hf_decoder`): adding one is one entry here.
+pub(super) const FAMILIES: [Spec; 14] = [
+    Spec {
+        vocab: VocabKind::Bert,
+        ..spec("bert", bert)
+    },
+    Spec {
+        vocab: VocabKind::Bert,
+        ..spec("nomic-bert", nomic_bert)
+    },
+    Spec {
+        space_prefix: true,
+        ..spec("llama", llama)
+    },
+    spec("qwen2", generic_keys),
+    spec("qwen3", generic_keys),
+    spec("gpt2", gpt2),
+    Spec {
+        sentencepiece: true,
+        ..spec("gemma2", gemma2)
+    },
+    Spec {
+        sentencepiece: true,
+        ..spec("gemma3", gemma3)
+    },
+    Spec {
+        early: Some(phi3_attn_factor),
+        sentencepiece: true,
+        ..spec("phi3", phi3)
+    },
+    spec("olmo2", olmo2),
+    spec("smollm3", llama),
+    spec("qwen2moe", qwen_moe),
+    spec("qwen3moe", qwen_moe),
+    spec("gpt-oss", gpt_oss),
+];
 
 /// `BertModel`: the generic keys, then not causal and the pooling.
 pub(super) fn bert(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {

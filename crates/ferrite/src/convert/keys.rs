@@ -1,15 +1,14 @@
-//! The hyper-parameter keys of each architecture `ferrite convert`
-//! writes, in the converter's order: the generic ones
-//! (`TextModel.set_gguf_parameters`, here [`generic_keys`]) and each
-//! family's own (`families.rs`). As gguf-py's writer, a key written twice
-//! keeps its first place and takes the last value ([`Metadata::set`]).
+//! The hyper-parameter keys `ferrite convert` writes, in the converter's
+//! order: what a family's keys are written from ([`Ctx`]) and the generic
+//! ones (`TextModel.set_gguf_parameters`, here [`generic_keys`]); each
+//! family's own and the table of families are in `families.rs`. As
+//! gguf-py's writer, a key written twice keeps its first place and takes
+//! the last value ([`Metadata::set`]).
 
 use std::path::Path;
 
 use serde_json::{Map, Value as Json};
 
-use super::families;
-use super::vocab::VocabKind;
 use crate::formats::gguf::{Metadata, Value};
 use crate::Error;
 
@@ -22,76 +21,6 @@ pub(super) struct Ctx<'a> {
     /// `general.file_type`.
     pub(super) file_type: u32,
 }
-
-/// Writes keys into the metadata.
-pub(super) type Keys = fn(&Ctx, &mut Metadata) -> Result<(), Error>;
-
-/// One GGUF architecture the converter writes.
-pub(super) struct Spec {
-    pub(super) arch: &'static str,
-    /// Keys the converter writes before `general.type` (while it makes up
-    /// tensors: Phi-3's LongRoPE attention factor).
-    pub(super) early: Option<Keys>,
-    /// The hyper-parameters, `general.file_type` among them.
-    pub(super) keys: Keys,
-    pub(super) vocab: VocabKind,
-    /// `add_prefix_space` of `tokenizer_config.json` as
-    /// `tokenizer.ggml.add_space_prefix` (Llama's `set_vocab`).
-    pub(super) space_prefix: bool,
-    /// The converter reads a SentencePiece `tokenizer.model` when there is
-    /// one (Gemma, Phi-3): ferrite does not convert those vocabularies and
-    /// refuses such a directory rather than write another vocabulary.
-    pub(super) sentencepiece: bool,
-}
-
-const fn spec(arch: &'static str, keys: Keys) -> Spec {
-    Spec {
-        arch,
-        early: None,
-        keys,
-        vocab: VocabKind::Gpt2,
-        space_prefix: false,
-        sentencepiece: false,
-    }
-}
-
-/// The architectures `ferrite convert` writes (decoders: the HF classes
-/// of `formats::hf_decoder`): adding one is one entry here.
-pub(super) const FAMILIES: [Spec; 14] = [
-    Spec {
-        vocab: VocabKind::Bert,
-        ..spec("bert", families::bert)
-    },
-    Spec {
-        vocab: VocabKind::Bert,
-        ..spec("nomic-bert", families::nomic_bert)
-    },
-    Spec {
-        space_prefix: true,
-        ..spec("llama", families::llama)
-    },
-    spec("qwen2", generic_keys),
-    spec("qwen3", generic_keys),
-    spec("gpt2", families::gpt2),
-    Spec {
-        sentencepiece: true,
-        ..spec("gemma2", families::gemma2)
-    },
-    Spec {
-        sentencepiece: true,
-        ..spec("gemma3", families::gemma3)
-    },
-    Spec {
-        early: Some(families::phi3_attn_factor),
-        sentencepiece: true,
-        ..spec("phi3", families::phi3)
-    },
-    spec("olmo2", families::olmo2),
-    spec("smollm3", families::llama),
-    spec("qwen2moe", families::qwen_moe),
-    spec("qwen3moe", families::qwen_moe),
-    spec("gpt-oss", families::gpt_oss),
-];
 
 impl Ctx<'_> {
     pub(super) fn bad(&self, key: &str, problem: &str) -> Error {

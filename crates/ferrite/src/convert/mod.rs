@@ -26,8 +26,10 @@
 
 mod bert;
 mod families;
+mod json;
 mod keys;
 mod meta;
+mod model_id;
 mod special;
 mod vocab;
 mod write;
@@ -47,7 +49,8 @@ use crate::quantize::{
 use crate::temp_output::TempOutput;
 use crate::Error;
 
-use keys::{Ctx, Spec, FAMILIES};
+use families::{Spec, FAMILIES};
+use keys::Ctx;
 use write::{tensor_type, write_tensors, Planned, Source};
 
 /// The types the converter itself writes (`--outtype`).
@@ -113,8 +116,10 @@ impl Target {
     }
 }
 
+/// What `ferrite convert` writes and how.
 #[derive(Clone, Debug)]
 pub struct ConvertOptions {
+    /// The output type: the converter's own (`f32`, `q8_0`, ...) or a quantized file type.
     pub target: Target,
     /// The pre-tokenizer name to write when the tokenizer's check-text hash
     /// is not one the converter knows (the converter refuses such a file).
@@ -330,8 +335,8 @@ fn size_label(planned: &[Planned]) -> String {
         }
     }
     match expert_sum.checked_div(n_expert) {
-        Some(count) => format!("{count}x{}", meta::size_label(shared + expert)),
-        None => meta::size_label(total),
+        Some(count) => format!("{count}x{}", model_id::size_label(shared + expert)),
+        None => model_id::size_label(total),
     }
 }
 

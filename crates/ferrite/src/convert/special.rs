@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::Value as Json;
 
-use super::vocab::*;
+use super::json::read_json;
 use crate::formats::gguf::{Array, Metadata, Value};
 use crate::Error;
 

@@ -12,6 +12,7 @@ use std::path::Path;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 
+use super::json::read_json;
 use super::special::Special;
 use crate::formats::gguf::{Array, Metadata, Value};
 use crate::Error;
@@ -25,26 +26,6 @@ pub(super) const UNUSED: i32 = 5;
 /// The check text and the known `(sha256 of its ids, pre-tokenizer)` pairs,
 /// extracted from llama.cpp's converter by `scripts/make-convert-goldens.py`.
 const PRE_TOKENIZERS: &str = include_str!("pre_tokenizers.tsv");
-
-/// Largest tokenizer file read.
-const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
-
-pub(super) fn read_json(path: &Path, required: bool) -> Result<Option<Json>, Error> {
-    let shown = || path.display().to_string();
-    let Ok(meta) = std::fs::metadata(path) else {
-        if required {
-            return Err(Error::model(shown(), "missing"));
-        }
-        return Ok(None);
-    };
-    if meta.len() > MAX_TOKENIZER_BYTES {
-        return Err(Error::model(shown(), "too large"));
-    }
-    let text = std::fs::read(path).map_err(|e| Error::io(shown(), e))?;
-    serde_json::from_slice(&text)
-        .map(Some)
-        .map_err(|e| Error::model(shown(), format!("invalid JSON: {e}")))
-}
 
 /// The number of tokens of `tokenizer.json` (its model's vocabulary and
 /// its added tokens, counted as Gemma 3's converter counts them).

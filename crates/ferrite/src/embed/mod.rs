@@ -50,6 +50,7 @@ pub enum Task {
 }
 
 impl Task {
+    /// Every task.
     pub const ALL: [Task; 4] = [
         Task::Query,
         Task::Document,
@@ -62,6 +63,7 @@ impl Task {
         Task::ALL.into_iter().find(|t| t.name() == name)
     }
 
+    /// `query`, `document`, `classification` or `clustering`.
     pub fn name(self) -> &'static str {
         match self {
             Task::Query => "query",
@@ -91,6 +93,7 @@ pub const NOMIC_MIN_DIM: usize = 64;
 pub struct EmbedOptions {
     /// `None`: the model's own pooling.
     pub pooling: Option<Pooling>,
+    /// Scale each vector to unit length (L2).
     pub normalize: bool,
     /// Matryoshka: keep the first `dim` values (re-normalized).
     pub dim: Option<usize>,
@@ -155,15 +158,19 @@ pub const CALIBRATION_TEXTS: &[&str] = &[
 
 /// One input's result.
 pub struct Embedding {
+    /// The pooled (and, if asked, normalized and cut) vector.
     pub vector: Vec<f32>,
     /// Tokens the encoder saw (after truncation).
     pub n_tokens: usize,
+    /// Whether the input was cut to the model's maximum length.
     pub truncated: bool,
 }
 
 /// A loaded embedding model.
 pub struct Embedder {
+    /// The encoder's weights.
     pub encoder: Encoder,
+    /// The model's tokenizer.
     pub tokenizer: EmbedTokenizer,
     /// The model's own pooling.
     pub pooling: Pooling,
@@ -172,6 +179,7 @@ pub struct Embedder {
     matryoshka_layer_norm: bool,
     /// Whether the model was trained with [`Task`] prefixes.
     pub task_prefixes: bool,
+    /// Where the model was loaded from.
     pub source: PathBuf,
 }
 

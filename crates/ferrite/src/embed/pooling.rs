@@ -19,6 +19,7 @@ pub enum Pooling {
 }
 
 impl Pooling {
+    /// `mean`, `cls` or `last`.
     pub fn from_name(name: &str) -> Option<Pooling> {
         Some(match name {
             "mean" => Pooling::Mean,
@@ -28,6 +29,7 @@ impl Pooling {
         })
     }
 
+    /// `mean`, `cls` or `last`.
     pub fn name(self) -> &'static str {
         match self {
             Pooling::Mean => "mean",

@@ -8,12 +8,16 @@ use std::fmt;
 /// offset"`, `"metadata key 'general.alignment'"`), `problem` what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FormatError {
+    /// The file.
     pub source: String,
+    /// The place in the file.
     pub field: String,
+    /// What was wrong there.
     pub problem: String,
 }
 
 impl FormatError {
+    /// An error of file `source` at `field`.
     pub fn new(
         source: impl Into<String>,
         field: impl Into<String>,

@@ -23,6 +23,7 @@ impl Cancel {
         }
     }
 
+    /// Whether [`Cancel::cancel`] was called on this flag or a clone.
     pub fn is_cancelled(&self) -> bool {
         self.0.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
     }

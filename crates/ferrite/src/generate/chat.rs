@@ -72,11 +72,14 @@ const MAX_OUTPUT: usize = 16 << 20;
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Message {
+    /// `system`, `user`, `assistant` (or a role the template knows).
     pub role: String,
+    /// The message's text.
     pub content: String,
 }
 
 impl Message {
+    /// A message of `role` with `content`.
     pub fn new(role: &str, content: &str) -> Message {
         Message {
             role: role.to_string(),

@@ -22,6 +22,7 @@ pub enum Pick {
     /// An end-of-generation token (or, under a JSON constraint, no token
     /// may follow): nothing more is generated.
     End,
+    /// This token comes next.
     Token(u32),
 }
 

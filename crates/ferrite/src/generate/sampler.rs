@@ -14,6 +14,7 @@ use crate::Error;
 /// Sampling options. `temperature <= 0` means greedy (argmax).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerOptions {
+    /// Divides the logits before sampling (`<= 0`: greedy).
     pub temperature: f32,
     /// Keep the `top_k` most likely tokens (0 = all).
     pub top_k: usize,
@@ -31,6 +32,7 @@ pub struct SamplerOptions {
     pub penalty_last_n: usize,
     /// Added to the logits of given tokens (-inf forbids a token).
     pub logit_bias: Vec<(u32, f32)>,
+    /// Seed of the random generator: the same seed and inputs give the same tokens.
     pub seed: u64,
 }
 
@@ -171,6 +173,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler seeded with `opts.seed`.
     pub fn new(opts: SamplerOptions) -> Sampler {
         Sampler {
             rng: Rng::new(opts.seed),
@@ -182,6 +185,7 @@ impl Sampler {
         }
     }
 
+    /// The options it samples with.
     pub fn options(&self) -> &SamplerOptions {
         &self.opts
     }

@@ -61,11 +61,15 @@ impl StopReason {
 /// Counts and timings of one prompt + generation.
 #[derive(Clone, Debug, Default)]
 pub struct Stats {
+    /// Tokens of the prompt.
     pub prompt_tokens: usize,
     /// Prompt tokens found in the cache already (not recomputed).
     pub reused_tokens: usize,
+    /// Time spent on the prompt (prefill).
     pub prompt_time: Duration,
+    /// Tokens generated.
     pub generated_tokens: usize,
+    /// Time spent generating.
     pub generation_time: Duration,
 }
 
@@ -104,6 +108,7 @@ pub struct Session<'a> {
     tokens: Vec<u32>,
     /// Logits after the last token of `tokens`.
     logits: Vec<f32>,
+    /// Counts and timings of the last prompt and generation.
     pub stats: Stats,
 }
 
@@ -129,6 +134,7 @@ impl<'a> Session<'a> {
         })
     }
 
+    /// Positions the session has room for.
     pub fn n_ctx(&self) -> usize {
         self.state.cache.n_ctx
     }

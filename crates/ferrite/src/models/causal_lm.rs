@@ -9,6 +9,7 @@ use crate::Error;
 
 /// A decoder-only language model.
 pub trait CausalLm: Send + Sync {
+    /// Tokens in the vocabulary (logits per position).
     fn n_vocab(&self) -> usize;
     /// The context length the model was trained with.
     fn n_ctx_train(&self) -> usize;

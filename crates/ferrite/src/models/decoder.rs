@@ -44,20 +44,20 @@ pub struct DecoderDims {
 
 /// Scratch buffers for one chunk of up to [`MAX_CHUNK`] tokens.
 pub struct Workspace {
-    pub x: Vec<f32>,            // (chunk, dim) residual stream
-    pub xn: Vec<f32>,           // (chunk, dim) normed input of a block
-    pub qkv: Vec<f32>,          // (chunk, fused_qkv_dim) fused projections
-    pub q: Vec<f32>,            // (chunk, q_dim)
-    pub k: Vec<f32>,            // (chunk, kv_dim)
-    pub v: Vec<f32>,            // (chunk, kv_dim)
-    pub att: Vec<f32>,          // (chunk, q_dim) attention output
-    pub proj: Vec<f32>,         // (chunk, dim) block output before the residual add
-    pub gate: Vec<f32>,         // (chunk, ffn_dim)
-    pub up: Vec<f32>,           // (chunk, ffn_dim)
-    pub attn_scratch: Vec<f32>, // (threads, n_ctx + head_dim)
-    pub acts: QuantizedActs,
-    pub rope: RopeTable,
-    pub pos: Vec<usize>, // (chunk) position of each row in its sequence
+    pub(crate) x: Vec<f32>,            // (chunk, dim) residual stream
+    pub(crate) xn: Vec<f32>,           // (chunk, dim) normed input of a block
+    pub(crate) qkv: Vec<f32>,          // (chunk, fused_qkv_dim) fused projections
+    pub(crate) q: Vec<f32>,            // (chunk, q_dim)
+    pub(crate) k: Vec<f32>,            // (chunk, kv_dim)
+    pub(crate) v: Vec<f32>,            // (chunk, kv_dim)
+    pub(crate) att: Vec<f32>,          // (chunk, q_dim) attention output
+    pub(crate) proj: Vec<f32>,         // (chunk, dim) block output before the residual add
+    pub(crate) gate: Vec<f32>,         // (chunk, ffn_dim)
+    pub(crate) up: Vec<f32>,           // (chunk, ffn_dim)
+    pub(crate) attn_scratch: Vec<f32>, // (threads, n_ctx + head_dim)
+    pub(crate) acts: QuantizedActs,
+    pub(crate) rope: RopeTable,
+    pub(crate) pos: Vec<usize>, // (chunk) position of each row in its sequence
 }
 
 /// RoPE angles of the tokens of a chunk.
@@ -95,6 +95,7 @@ impl RopeTable {
 }
 
 impl Workspace {
+    /// Buffers for a model of dimensions `d`, a context of `n_ctx` and `threads` threads.
     pub fn new(d: DecoderDims, n_ctx: usize, threads: usize) -> Workspace {
         let c = MAX_CHUNK;
         Workspace {
@@ -122,8 +123,11 @@ impl Workspace {
 
 /// One sequence's state: its KV cache, scratch buffers and threads.
 pub struct DecoderState {
+    /// The sequence's KV cache.
     pub cache: KvCache,
+    /// Scratch buffers of a forward pass.
     pub ws: Workspace,
+    /// Threads a forward pass runs on.
     pub threads: Threads,
     chunk_size: usize,
 }
@@ -150,6 +154,7 @@ impl DecoderState {
         self.cache.len
     }
 
+    /// Whether no position is used yet.
     pub fn is_empty(&self) -> bool {
         self.cache.len == 0
     }

@@ -12,6 +12,7 @@
 //! it and renamed into place at the end, so a failed run never leaves a
 //! partial output behind.
 
+pub mod file_type;
 pub mod mix;
 mod pieces;
 
@@ -26,7 +27,7 @@ use crate::temp_output::TempOutput;
 use crate::Error;
 use pieces::Sink;
 
-pub use mix::{FileType, FILE_TYPES};
+pub use file_type::{FileType, FILE_TYPES};
 
 /// `GGML_QNT_VERSION`, written as `general.quantization_version`.
 pub const QUANTIZATION_VERSION: u32 = 2;
@@ -34,6 +35,7 @@ pub const QUANTIZATION_VERSION: u32 = 2;
 /// How to quantize.
 #[derive(Clone, Debug)]
 pub struct QuantizeOptions {
+    /// The file type to write.
     pub ftype: FileType,
     /// Every quantizable tensor to the file type's default type (only the
     /// fallbacks for rows that are not whole blocks still apply), as

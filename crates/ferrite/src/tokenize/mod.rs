@@ -252,14 +252,17 @@ impl Tokenizer {
         self.vocab.id(text)
     }
 
+    /// Tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.vocab.len()
     }
 
+    /// The beginning-of-sequence token, if the model has one.
     pub fn bos_id(&self) -> Option<u32> {
         self.vocab.special.bos
     }
 
+    /// The end-of-sequence token, if the model has one.
     pub fn eos_id(&self) -> Option<u32> {
         self.vocab.special.eos
     }

@@ -141,6 +141,7 @@ impl GgufHeader {
 pub struct GgufFile {
     path: PathBuf,
     bytes: Bytes,
+    /// The parsed header: version, metadata and tensor table.
     pub header: GgufHeader,
     by_name: HashMap<String, usize>,
 }
@@ -202,6 +203,7 @@ impl GgufFile {
         })
     }
 
+    /// The path the file was opened from.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -252,6 +254,7 @@ impl GgufFile {
         let _ = range;
     }
 
+    /// The metadata key/values, in file order.
     pub fn metadata(&self) -> &Metadata {
         &self.header.metadata
     }

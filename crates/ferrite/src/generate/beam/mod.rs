@@ -66,7 +66,9 @@ pub struct SearchOptions {
     /// Longest output, counting the decoder start token (as HF's
     /// `max_length`).
     pub max_length: usize,
+    /// Exponent of the length a finished hypothesis's score is divided by (HF's `length_penalty`).
     pub length_penalty: f32,
+    /// When the search stops (HF's `early_stopping`).
     pub early_stopping: EarlyStopping,
     /// 0: off.
     pub no_repeat_ngram_size: usize,

@@ -45,11 +45,14 @@ pub struct FittedPrompt {
 /// Why a conversation could not be made into a prompt.
 #[derive(Debug)]
 pub enum PromptError {
+    /// The chat template failed to render.
     Template(TemplateError),
     /// With every older turn dropped, the system prompt and the last turn
     /// still take `tokens` tokens, more than the `limit`.
     TooLong {
+        /// Tokens the shortest prompt takes.
         tokens: usize,
+        /// Tokens the prompt may take.
         limit: usize,
     },
 }

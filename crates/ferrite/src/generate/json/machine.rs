@@ -6,14 +6,13 @@
 //! strings and arrays have length caps, so a constrained reply always
 //! reaches the end of its value.
 
-use super::number::NumText;
-use super::schema::{Grammar, Node, NodeId, Obj, BOOL_TRIE, MAX_REF_DEPTH, NULL_TRIE};
+use super::number::{FreeNum, NumStep, NumText};
+use super::grammar::{Grammar, Node, NodeId, Obj, BOOL_TRIE, MAX_REF_DEPTH, NULL_TRIE};
+use super::string::{FreeStr, StrStep};
 use super::trie::TrieNode;
 
 /// Most whitespace bytes in a row.
 const MAX_WS: u8 = 8;
-/// Most digits in each part of a number.
-const MAX_DIGITS: u8 = 15;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ObjPhase {
@@ -31,21 +30,6 @@ enum ArrPhase {
     Open,
     Item,
     Next,
-}
-
-/// Where a number's text is (bounded numbers use the phases up to `Frac`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub(super) enum NumPhase {
-    #[default]
-    Start,
-    Minus,
-    Zero,
-    Int,
-    Dot,
-    Frac,
-    E,
-    ESign,
-    Exp,
 }
 
 #[derive(Clone, Debug)]
@@ -82,12 +66,9 @@ enum Frame {
         depth: usize,
     },
     /// Inside a string (after the opening quote).
-    Str { len: usize, escape: Escape },
-    Num {
-        int_only: bool,
-        phase: NumPhase,
-        digits: u8,
-    },
+    Str(FreeStr),
+    /// A number without bounds.
+    Num(FreeNum),
     /// One of the texts of trie `tries[trie]`, matched so far up to its
     /// node `at`.
     Choice { trie: usize, at: TrieNode },
@@ -105,37 +86,6 @@ enum Frame {
     MoreCalls { calls: NodeId, left: usize },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Escape {
-    None,
-    /// After a backslash.
-    Start,
-    /// `n` hex digits of `\uXXXX` still to come.
-    Hex(u8),
-    /// Inside a multi-byte UTF-8 character: `left` bytes to come, the
-    /// next one in `lo..=hi`.
-    Utf8 {
-        left: u8,
-        lo: u8,
-        hi: u8,
-    },
-}
-
-/// A UTF-8 lead byte's continuation count and its next byte's range
-/// (overlong forms and surrogates excluded), `None` if it leads nothing.
-fn utf8_lead(c: u8) -> Option<(u8, u8, u8)> {
-    Some(match c {
-        0xc2..=0xdf => (1, 0x80, 0xbf),
-        0xe0 => (2, 0xa0, 0xbf),
-        0xed => (2, 0x80, 0x9f),
-        0xe1..=0xef => (2, 0x80, 0xbf),
-        0xf0 => (3, 0x90, 0xbf),
-        0xf1..=0xf3 => (3, 0x80, 0xbf),
-        0xf4 => (3, 0x80, 0x8f),
-        _ => return None,
-    })
-}
-
 /// Where a reply is in its JSON value.
 #[derive(Clone, Debug)]
 pub struct JsonState {
@@ -144,6 +94,7 @@ pub struct JsonState {
 }
 
 impl JsonState {
+    /// Before the first byte of a value of `g`.
     pub fn new(g: &Grammar) -> JsonState {
         let mut s = JsonState {
             stack: Vec::new(),
@@ -220,10 +171,7 @@ impl JsonState {
     /// take. (Plain bytes there need no feeding to be judged.)
     pub fn string_room(&self, g: &Grammar) -> Option<usize> {
         match self.stack.last() {
-            Some(Frame::Str {
-                len,
-                escape: Escape::None,
-            }) => Some(g.max_string.saturating_sub(*len)),
+            Some(Frame::Str(s)) => s.room(g.max_string),
             _ => None,
         }
     }
@@ -298,10 +246,7 @@ impl JsonState {
                                 return false;
                             }
                             *phase = ObjPhase::Colon;
-                            self.stack.push(Frame::Str {
-                                len: 0,
-                                escape: Escape::None,
-                            });
+                            self.stack.push(Frame::Str(FreeStr::default()));
                             return true;
                         }
                         (ObjPhase::Colon, _) => {
@@ -416,108 +361,21 @@ impl JsonState {
                         }
                     }
                 }
-                Frame::Str { len, escape } => {
-                    return match *escape {
-                        Escape::Start => {
-                            *escape = match c {
-                                b'u' => Escape::Hex(4),
-                                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
-                                    Escape::None
-                                }
-                                _ => return false,
-                            };
-                            true
-                        }
-                        Escape::Hex(n) => {
-                            if !c.is_ascii_hexdigit() {
-                                return false;
-                            }
-                            *escape = if n == 1 {
-                                Escape::None
-                            } else {
-                                Escape::Hex(n - 1)
-                            };
-                            true
-                        }
-                        Escape::Utf8 { left, lo, hi } => {
-                            if !(lo..=hi).contains(&c) {
-                                return false;
-                            }
-                            *len += 1;
-                            *escape = if left == 1 {
-                                Escape::None
-                            } else {
-                                Escape::Utf8 {
-                                    left: left - 1,
-                                    lo: 0x80,
-                                    hi: 0xbf,
-                                }
-                            };
-                            true
-                        }
-                        Escape::None => match c {
-                            b'"' => self.close(true),
-                            _ if *len >= g.max_string || c < 0x20 => false,
-                            0x80.. => match utf8_lead(c) {
-                                Some((left, lo, hi))
-                                    if *len + 1 + usize::from(left) <= g.max_string =>
-                                {
-                                    *len += 1;
-                                    *escape = Escape::Utf8 { left, lo, hi };
-                                    true
-                                }
-                                _ => false,
-                            },
-                            b'\\' => {
-                                *escape = Escape::Start;
-                                *len += 1;
-                                true
-                            }
-                            _ => {
-                                *len += 1;
-                                true
-                            }
-                        },
+                Frame::Str(s) => {
+                    return match s.step(c, g.max_string) {
+                        StrStep::Took => true,
+                        StrStep::Closed => self.close(true),
+                        StrStep::Refused => false,
                     };
                 }
-                Frame::Num {
-                    int_only,
-                    phase,
-                    digits,
-                } => {
-                    use NumPhase as P;
-                    let digit = c.is_ascii_digit();
-                    let more = *digits < MAX_DIGITS;
-                    let next = match (*phase, c) {
-                        (P::Start, b'-') => Some(P::Minus),
-                        (P::Start | P::Minus, b'0') => Some(P::Zero),
-                        (P::Start | P::Minus, _) if digit => Some(P::Int),
-                        (P::Int, _) if digit && more => Some(P::Int),
-                        (P::Zero | P::Int, b'.') if !*int_only => Some(P::Dot),
-                        (P::Dot | P::Frac, _) if digit && more => Some(P::Frac),
-                        (P::Zero | P::Int | P::Frac, b'e' | b'E') if !*int_only => Some(P::E),
-                        (P::E, b'+' | b'-') => Some(P::ESign),
-                        (P::E | P::ESign, _) if digit => Some(P::Exp),
-                        (P::Exp, _) if digit && *digits < 3 => Some(P::Exp),
-                        _ => None,
-                    };
-                    match next {
-                        Some(p) => {
-                            *digits = if p == *phase {
-                                *digits + 1
-                            } else {
-                                u8::from(digit)
-                            };
-                            *phase = p;
-                            return true;
-                        }
-                        None if matches!(*phase, P::Zero | P::Int | P::Frac | P::Exp) => {
-                            // The number ended; the byte belongs to what follows.
-                            self.stack.pop();
-                        }
-                        None => return false,
+                Frame::Num(num) => match num.step(c) {
+                    NumStep::Took => return true,
+                    // The number ended; the byte belongs to what follows.
+                    NumStep::Ended => {
+                        self.stack.pop();
                     }
-                }
+                    NumStep::Refused => return false,
+                },
                 Frame::Choice { trie, at } => {
                     let t = &g.tries[*trie];
                     match t.step(*at, c) {
@@ -713,16 +571,10 @@ impl JsonState {
                 max: if deep { 0 } else { *max },
                 depth,
             },
-            Node::String => Frame::Str {
-                len: 0,
-                escape: Escape::None,
-            },
+            Node::String => Frame::Str(FreeStr::default()),
             Node::Number | Node::Integer => {
-                self.stack.push(Frame::Num {
-                    int_only: *kind == Node::Integer,
-                    phase: NumPhase::Start,
-                    digits: 0,
-                });
+                self.stack
+                    .push(Frame::Num(FreeNum::new(*kind == Node::Integer)));
                 return self.feed(g, c);
             }
             Node::Boolean | Node::Null | Node::Literal(_) => {

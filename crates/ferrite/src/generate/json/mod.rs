@@ -5,17 +5,19 @@
 //! that ends by itself always parses and matches the schema (one cut by
 //! `max_tokens` ends with finish_reason `length`, as OpenAI's do).
 
+pub mod grammar;
 pub mod machine;
 pub mod number;
 pub mod regex;
 pub mod schema;
+mod string;
 pub mod trie;
 
 pub use machine::JsonState;
 
 #[cfg(test)]
 mod random_tests;
-pub use schema::{CallSyntax, Grammar};
+pub use grammar::{CallSyntax, Grammar};
 
 use crate::tokenize::Tokenizer;
 

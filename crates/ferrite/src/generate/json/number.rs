@@ -2,6 +2,8 @@
 //! `exclusiveMaximum`), for integers and floats, enforced digit by digit:
 //! a byte is allowed only when some number that starts with the text so
 //! far lies within the bounds, so a reply can always finish in range.
+//! Numbers without bounds (`FreeNum`) follow JSON's grammar, each part
+//! within a digit cap.
 //!
 //! What is exact and what is not:
 //! - A bounded number is written as plain decimal, without an exponent,
@@ -20,7 +22,6 @@
 
 use serde_json::{Map, Value};
 
-use super::machine::NumPhase as Phase;
 use crate::Error;
 
 /// Most digits of a bounded number (integer and fraction parts together):
@@ -31,6 +32,90 @@ const SCALE: u32 = 20;
 /// Bounds beyond this (in units of `10^-SCALE`) are as good as none: no
 /// number of [`MAX_DIGITS`] digits reaches them.
 const FAR: i128 = 10i128.pow(15 + SCALE);
+
+/// Where a number's text is (bounded numbers use the phases up to `Frac`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum Phase {
+    #[default]
+    Start,
+    Minus,
+    Zero,
+    Int,
+    Dot,
+    Frac,
+    E,
+    ESign,
+    Exp,
+}
+
+/// Most digits in each part (integer, fraction) of a number without
+/// bounds; its exponent has at most 3.
+const MAX_PART_DIGITS: u8 = 15;
+
+/// A number without bounds read so far: any JSON number within the digit
+/// caps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct FreeNum {
+    int_only: bool,
+    phase: Phase,
+    /// Digits so far in the current part.
+    digits: u8,
+}
+
+/// What a byte does to a [`FreeNum`].
+pub(super) enum NumStep {
+    /// It continues the number.
+    Took,
+    /// The number was complete and ended before it: the byte belongs to
+    /// what follows.
+    Ended,
+    /// It may not come next.
+    Refused,
+}
+
+impl FreeNum {
+    /// Before the first byte of an integer (`int_only`) or a number.
+    pub(super) fn new(int_only: bool) -> FreeNum {
+        FreeNum {
+            int_only,
+            phase: Phase::Start,
+            digits: 0,
+        }
+    }
+
+    /// Feeds byte `c`.
+    pub(super) fn step(&mut self, c: u8) -> NumStep {
+        use Phase as P;
+        let digit = c.is_ascii_digit();
+        let more = self.digits < MAX_PART_DIGITS;
+        let next = match (self.phase, c) {
+            (P::Start, b'-') => Some(P::Minus),
+            (P::Start | P::Minus, b'0') => Some(P::Zero),
+            (P::Start | P::Minus, _) if digit => Some(P::Int),
+            (P::Int, _) if digit && more => Some(P::Int),
+            (P::Zero | P::Int, b'.') if !self.int_only => Some(P::Dot),
+            (P::Dot | P::Frac, _) if digit && more => Some(P::Frac),
+            (P::Zero | P::Int | P::Frac, b'e' | b'E') if !self.int_only => Some(P::E),
+            (P::E, b'+' | b'-') => Some(P::ESign),
+            (P::E | P::ESign, _) if digit => Some(P::Exp),
+            (P::Exp, _) if digit && self.digits < 3 => Some(P::Exp),
+            _ => None,
+        };
+        match next {
+            Some(p) => {
+                self.digits = if p == self.phase {
+                    self.digits + 1
+                } else {
+                    u8::from(digit)
+                };
+                self.phase = p;
+                NumStep::Took
+            }
+            None if matches!(self.phase, P::Zero | P::Int | P::Frac | P::Exp) => NumStep::Ended,
+            None => NumStep::Refused,
+        }
+    }
+}
 
 /// The closed range a bounded number must lie in, in units of
 /// `10^-SCALE`.
