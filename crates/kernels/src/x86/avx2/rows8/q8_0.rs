@@ -57,11 +57,38 @@ impl Wide for Q8_0 {
     unsafe fn values(w: &[u8]) -> [__m256i; 16] {
         let mut q = [_mm256_setzero_si256(); 16];
         for c in 0..8 {
-            q[2 * c] = _mm256_cvtepi8_epi16(load_u8x16(&w[piece(c)..]));
-            q[2 * c + 1] = _mm256_cvtepi8_epi16(load_u8x16(&w[piece(c) + 16..]));
+            [q[2 * c], q[2 * c + 1]] = wide_piece(w, c);
         }
         q
     }
+}
+
+/// Piece `c` of an interleaved Q8_0 block widened to i16: rows 0..4, then
+/// rows 4..8 (vectors `2c` and `2c + 1` of [`Wide::values`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn wide_piece(w: &[u8], c: usize) -> [__m256i; 2] {
+    [
+        _mm256_cvtepi8_epi16(load_u8x16(&w[piece(c)..])),
+        _mm256_cvtepi8_epi16(load_u8x16(&w[piece(c) + 16..])),
+    ]
+}
+
+/// Activation values `4c..4c + 4` widened to i16 and repeated in every
+/// 64-bit lane, the `madd` partner of piece `c`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn wide_x(x: &[i8; 32], c: usize) -> __m256i {
+    _mm256_cvtepi8_epi16(_mm_set1_epi32(x4(x, 4 * c)))
+}
+
+/// The row sums from the `madd` sums of rows 0..4 (`lo`) and 4..8 (`hi`):
+/// per 128-bit half, `hadd` gives [r0, r1, r4, r5] (low) and
+/// [r2, r3, r6, r7] (high); the 64-bit pairs reordered give r0..r8.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn wide_rows(lo: __m256i, hi: __m256i) -> __m256i {
+    _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi))
 }
 
 /// Lane `r`: the exact `sum(w * x)` of row `r`, from the widened values of
@@ -74,14 +101,11 @@ unsafe fn wide_isums<K: Wide>(q: &[__m256i; 16], x: &[i8; 32]) -> __m256i {
     let mut rows_lo = _mm256_setzero_si256();
     let mut rows_hi = _mm256_setzero_si256();
     for c in 0..8 {
-        let xw = _mm256_cvtepi8_epi16(_mm_set1_epi32(x4(x, 4 * c)));
+        let xw = wide_x(x, c);
         rows_lo = _mm256_add_epi32(rows_lo, _mm256_madd_epi16(q[2 * c], xw));
         rows_hi = _mm256_add_epi32(rows_hi, _mm256_madd_epi16(q[2 * c + 1], xw));
     }
-    // Per 128-bit half, hadd gives [r0, r1, r4, r5] (low) and
-    // [r2, r3, r6, r7] (high); reorder the 64-bit pairs to r0..r8.
-    let h = _mm256_hadd_epi32(rows_lo, rows_hi);
-    _mm256_permute4x64_epi64::<0b11_01_10_00>(h)
+    wide_rows(rows_lo, rows_hi)
 }
 
 impl Rows8 for Q8_0 {
@@ -99,7 +123,20 @@ impl Legacy for Q8_0 {
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn isums(w: &[u8], a: &BlockQ8_0) -> __m256i {
-        wide_isums::<Self>(&Self::values(w), &a.qs)
+        // [`wide_isums`]' sums with each piece widened just before its
+        // products, not all sixteen first by [`Wide::values`]: once
+        // `dot16n` also called it, LLVM compiled `values` on its own and
+        // `dot8` got the sixteen vectors back through memory for every
+        // block (Gemma 3's Q8_0 output head: 6% slower decode with AVX2).
+        let mut rows_lo = _mm256_setzero_si256();
+        let mut rows_hi = _mm256_setzero_si256();
+        for c in 0..8 {
+            let xw = wide_x(&a.qs, c);
+            let [lo, hi] = wide_piece(w, c);
+            rows_lo = _mm256_add_epi32(rows_lo, _mm256_madd_epi16(lo, xw));
+            rows_hi = _mm256_add_epi32(rows_hi, _mm256_madd_epi16(hi, xw));
+        }
+        wide_rows(rows_lo, rows_hi)
     }
     fn a_scales(a: &BlockQ8_0) -> [u16; 2] {
         a.scales()
@@ -127,7 +164,7 @@ unsafe fn wide_terms<const G: usize>(
     // target features, and an intrinsic it calls is not inlined).
     let mut xw = [_mm256_setzero_si256(); 8];
     for (c, xw) in xw.iter_mut().enumerate() {
-        *xw = _mm256_cvtepi8_epi16(_mm_set1_epi32(x4(x, 4 * c)));
+        *xw = wide_x(x, c);
     }
     for g in 0..G {
         let (mut rows_lo, mut rows_hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
@@ -135,7 +172,7 @@ unsafe fn wide_terms<const G: usize>(
             rows_lo = _mm256_add_epi32(rows_lo, _mm256_madd_epi16(q[g][2 * c], *xw));
             rows_hi = _mm256_add_epi32(rows_hi, _mm256_madd_epi16(q[g][2 * c + 1], *xw));
         }
-        let isum = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(rows_lo, rows_hi));
+        let isum = wide_rows(rows_lo, rows_hi);
         let term = _mm256_mul_ps(_mm256_mul_ps(d_w[g], d_x), _mm256_cvtepi32_ps(isum));
         acc[g] = _mm256_add_ps(acc[g], term);
     }
