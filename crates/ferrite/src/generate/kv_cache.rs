@@ -45,6 +45,7 @@ pub enum KvType {
 pub struct KvPool(Arc<AtomicUsize>);
 
 impl KvPool {
+    /// A pool that has counted no bytes yet.
     pub fn new() -> KvPool {
         KvPool::default()
     }
@@ -327,6 +328,7 @@ impl LayerKv {
 /// blocks until either side stores into them.
 #[derive(Clone)]
 pub struct KvCache {
+    /// One cache per layer, in layer order.
     pub layers: Vec<LayerKv>,
     /// Positions the model may attend to at most (the context size).
     pub n_ctx: usize,

@@ -7,7 +7,7 @@ pub mod continuation;
 pub mod json;
 // Documentation of the public items in these files waits for wave/attn,
 // which is rewriting them (attention / KV cache): see issue 28.
-#[allow(missing_docs)]
+
 pub mod kv_cache;
 pub mod sampler;
 pub mod session;

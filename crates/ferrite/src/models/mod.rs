@@ -6,7 +6,7 @@ mod causal_lm;
 pub mod decoder;
 // Documentation of the public items in these files waits for wave/attn,
 // which is rewriting them (attention / KV cache): see issue 28.
-#[allow(missing_docs)]
+
 pub mod encoder;
 pub mod gemma2;
 pub mod gemma3;
@@ -25,7 +25,7 @@ pub mod smollm3;
 pub mod t5;
 // Documentation of the public items in these files waits for wave/attn,
 // which is rewriting them (attention / KV cache): see issue 28.
-#[allow(missing_docs)]
+
 pub mod transformer;
 
 use std::path::Path;

@@ -155,26 +155,35 @@ impl Shape {
 pub struct Decoder {
     /// The architecture name (`general.architecture`), for messages.
     pub arch: String,
+    /// Sizes: layers, heads, widths, vocabulary, context.
     pub shape: Shape,
+    /// How a token id becomes the first layer's input row.
     pub input: TokenInput,
     /// The RoPE rotations blocks refer to by index (Gemma 3 has two:
     /// global and local layers).
     pub ropes: Vec<Rope>,
+    /// The transformer layers, in order.
     pub blocks: Vec<Block>,
+    /// The final norm and the output projection to the vocabulary.
     pub head: Head,
 }
 
 /// The rows of one sequence in a batched forward pass: the next `n` rows
 /// of the batch's tokens go at positions `cache.len..` of `cache`.
 pub struct SeqRows<'a> {
+    /// The sequence's cache; its length is where the rows start.
     pub cache: &'a mut KvCache,
+    /// How many rows of the batch belong to this sequence.
     pub n: usize,
 }
 
 /// One sequence's part of a [`Decoder::forward_batch`] call.
 pub struct BatchItem<'a> {
+    /// The sequence's new tokens, stored after what its cache holds.
     pub tokens: &'a [u32],
+    /// The sequence's cache.
     pub cache: &'a mut KvCache,
+    /// Which rows' logits the call returns.
     pub logits: Logits,
 }
 

@@ -131,9 +131,14 @@ pub struct Encoder {
 /// round their inputs (`Encoder::use_bf16`, `Encoder::use_int8`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Products {
+    /// f32 weights and activations (the default; the reference's results).
     #[default]
     F32,
+    /// Weight matrices and their inputs rounded to bf16, products summed in
+    /// f32 (needs AVX512-BF16 or FEAT_BF16; `Encoder::use_bf16`).
     Bf16,
+    /// int8 weights times 16-bit activations, summed in integers, after
+    /// SmoothQuant smoothing (`Encoder::use_int8`).
     Int8,
 }
 
