@@ -90,7 +90,7 @@ fn process_cpu_secs() -> Option<f64> {
     };
     // SAFETY: `t` is a valid, writable timespec; clock_gettime writes only it.
     let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) } == 0;
-    ok.then(|| t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+    ok.then_some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
 }
 
 /// What is fed to the model: BOS (if the model adds one) then pseudo-random
