@@ -344,3 +344,31 @@ pub fn run(args: Args) -> CliResult {
     };
     super::output_result(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::weights_per_token;
+
+    #[test]
+    fn weights_per_token_reads_one_embedding_row_and_the_picked_experts() {
+        let separate = [
+            ("token_embd.weight", 1000, 64_000),
+            ("output.weight", 1000, 64_000),
+            ("blk.0.ffn_up_exps.weight", 8 * 32, 8_000),
+            ("blk.0.ffn_up_shexp.weight", 32, 1_000),
+            ("blk.0.attn_norm.weight", 1, 256),
+        ];
+        // One embedding row (64), the head, 2 of 8 experts, the rest.
+        let want = 64 + 64_000 + 2_000 + 1_000 + 256;
+        assert_eq!(weights_per_token(separate.into_iter(), 8, 2), want);
+        // Tied: the embedding is the head, read whole, once.
+        let tied = [
+            ("token_embd.weight", 1000, 64_000),
+            ("blk.0.x.weight", 4, 100),
+        ];
+        assert_eq!(weights_per_token(tied.into_iter(), 0, 0), 64_100);
+        // A dense file: the expert keys are absent (0), nothing is cut.
+        let dense = [("blk.0.ffn_up_exps.weight", 4, 400)];
+        assert_eq!(weights_per_token(dense.into_iter(), 0, 0), 400);
+    }
+}
