@@ -88,6 +88,14 @@ fn bench_skips_a_test_given_zero() {
     let j: Json = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert!(j["pp_tok_s"].is_null(), "{j}");
     assert!(j["tg_tok_s"].as_f64().unwrap() > 0.0, "{j}");
+    // SmolLM2 ties its output head to the embedding: every tensor is read
+    // per token, so the weights read are the file's tensor bytes.
+    let per_token = j["weights_read_per_token_bytes"].as_u64().unwrap();
+    assert_eq!(per_token, j["model_size_bytes"].as_u64().unwrap(), "{j}");
+    let gb_s = j["tg_weights_gb_s"].as_f64().unwrap();
+    let want = j["tg_tok_s"].as_f64().unwrap() * per_token as f64 / 1e9;
+    assert!((gb_s - want).abs() <= 1e-9 * want, "{j}");
+    assert!(j["tg_cpu_ms_per_token"].as_f64().unwrap() > 0.0, "{j}");
 }
 
 #[test]

@@ -54,10 +54,12 @@ pub struct Args {
     int8: bool,
 }
 
-/// Mean and sample standard deviation of the per-repetition rates (tokens/s).
+/// Mean and sample standard deviation of the per-repetition rates
+/// (tokens/s), and the process CPU time the timed runs took per token.
 struct Rate {
     mean: f64,
     sd: f64,
+    cpu_per_token: Option<f64>,
 }
 
 impl Rate {
@@ -70,8 +72,25 @@ impl Rate {
         } else {
             0.0
         };
-        Rate { mean, sd }
+        Rate {
+            mean,
+            sd,
+            cpu_per_token: None,
+        }
     }
+}
+
+/// The CPU time this process has used (all threads), in seconds, where the
+/// OS says: on a shared machine, decode's cost per token is compared by
+/// it (the wall clock also counts time the threads waited for a core).
+fn process_cpu_secs() -> Option<f64> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; clock_gettime writes only it.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) } == 0;
+    ok.then_some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
 }
 
 /// What is fed to the model: BOS (if the model adds one) then pseudo-random
@@ -113,13 +132,20 @@ fn measure(
     state.cache.truncate(0);
     run(state, true)?;
     let mut rates = Vec::with_capacity(reps);
+    let mut cpu = Some(0.0);
     for _ in 0..reps {
         state.cache.truncate(0);
+        let cpu0 = process_cpu_secs();
         let start = Instant::now();
         run(state, false)?;
         rates.push(n_tokens as f64 / start.elapsed().as_secs_f64());
+        cpu = cpu
+            .zip(process_cpu_secs().zip(cpu0))
+            .map(|(c, (t1, t0))| c + t1 - t0);
     }
-    Ok(Rate::of(&rates))
+    let mut rate = Rate::of(&rates);
+    rate.cpu_per_token = cpu.map(|c| c / (reps * n_tokens.max(1)) as f64);
+    Ok(rate)
 }
 
 fn bench_pp(
@@ -151,6 +177,32 @@ fn bench_tg(
         }
         Ok(())
     })
+}
+
+/// Bytes of weights one decode step (one token) reads, from each tensor's
+/// name, row count and size: every tensor once, except the token
+/// embedding (one row, unless it is also the output head: no
+/// `output.weight`) and the experts of a mixture-of-experts layer (stacked
+/// in `*_exps` tensors: only `used` of `experts`). The decode roofline: tg
+/// t/s times this is the weight bandwidth achieved (compare `cargo run
+/// --release -p ferrite-kernels --example membw`).
+fn weights_per_token<'a>(
+    tensors: impl Iterator<Item = (&'a str, u64, u64)> + Clone,
+    experts: u64,
+    used: u64,
+) -> u64 {
+    let tied = !tensors.clone().any(|(name, _, _)| name == "output.weight");
+    tensors
+        .map(|(name, rows, size)| {
+            if name == "token_embd.weight" && !tied {
+                size / rows.max(1)
+            } else if name.contains("_exps.") && experts > 0 && used <= experts {
+                size / experts * used
+            } else {
+                size
+            }
+        })
+        .sum()
 }
 
 /// The peak resident set size of this process (`VmHWM`), where the OS says.
@@ -209,6 +261,19 @@ pub fn run(args: Args) -> CliResult {
     let tensors = &loaded.file().header.tensors;
     let size: u64 = tensors.iter().map(|t| t.size).sum();
     let n_params: u64 = tensors.iter().map(|t| t.n_elements()).sum();
+    let md = &loaded.file().header.metadata;
+    let arch = md.get_str("general.architecture").unwrap_or_default();
+    let per_token = weights_per_token(
+        tensors.iter().map(|t| {
+            let rows = t.dims.iter().skip(1).product::<u64>();
+            (t.name.as_str(), rows, t.size)
+        }),
+        md.get_u64(&format!("{arch}.expert_count")).unwrap_or(0),
+        md.get_u64(&format!("{arch}.expert_used_count"))
+            .unwrap_or(0),
+    );
+    // Weight bytes read per second in decode (10^9 bytes: GB/s).
+    let tg_gb_s = tg.as_ref().map(|r| r.mean * per_token as f64 / 1e9);
     let path = loaded.file().path();
     let name = path
         .file_name()
@@ -234,6 +299,9 @@ pub fn run(args: Args) -> CliResult {
             "tg_tok_s": mean(&tg),
             "tg_tok_s_sd": sd(&tg),
             "peak_rss_bytes": rss,
+            "weights_read_per_token_bytes": per_token,
+            "tg_cpu_ms_per_token": tg.as_ref().and_then(|r| r.cpu_per_token).map(|c| c * 1e3),
+            "tg_weights_gb_s": tg_gb_s,
         });
         format!("{json}\n")
     } else {
@@ -255,6 +323,19 @@ pub fn run(args: Args) -> CliResult {
             }
         }
         let rss = rss.map_or_else(|| "n/a".to_string(), mib);
+        if let Some(gb_s) = tg_gb_s {
+            s += &format!(
+                "\nweights read per token: {}; tg reads them at {gb_s:.1} GB/s\n",
+                mib(per_token)
+            );
+        }
+        if let Some(cpu) = tg.as_ref().and_then(|r| r.cpu_per_token) {
+            s += &format!(
+                "tg CPU time: {:.3} ms per token (all threads; {:.1} GB/s of weights per CPU-second)\n",
+                cpu * 1e3,
+                per_token as f64 / cpu / 1e9
+            );
+        }
         s += &format!(
             "\npeak RSS: {rss}; {} repetitions after a warm-up\n",
             args.reps
@@ -262,4 +343,32 @@ pub fn run(args: Args) -> CliResult {
         s
     };
     super::output_result(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weights_per_token;
+
+    #[test]
+    fn weights_per_token_reads_one_embedding_row_and_the_picked_experts() {
+        let separate = [
+            ("token_embd.weight", 1000, 64_000),
+            ("output.weight", 1000, 64_000),
+            ("blk.0.ffn_up_exps.weight", 8 * 32, 8_000),
+            ("blk.0.ffn_up_shexp.weight", 32, 1_000),
+            ("blk.0.attn_norm.weight", 1, 256),
+        ];
+        // One embedding row (64), the head, 2 of 8 experts, the rest.
+        let want = 64 + 64_000 + 2_000 + 1_000 + 256;
+        assert_eq!(weights_per_token(separate.into_iter(), 8, 2), want);
+        // Tied: the embedding is the head, read whole, once.
+        let tied = [
+            ("token_embd.weight", 1000, 64_000),
+            ("blk.0.x.weight", 4, 100),
+        ];
+        assert_eq!(weights_per_token(tied.into_iter(), 0, 0), 64_100);
+        // A dense file: the expert keys are absent (0), nothing is cut.
+        let dense = [("blk.0.ffn_up_exps.weight", 4, 400)];
+        assert_eq!(weights_per_token(dense.into_iter(), 0, 0), 400);
+    }
 }
