@@ -14,8 +14,8 @@
 //! the row's sum in block order.
 //!
 //! Q4_K and Q6_K ([`pairs_dot16n`]): a super-block of both groups is
-//! decoded once per pass of up to [`TOKENS`] activation rows, and each
-//! loaded vector of it serves [`SHARE`] rows (one `vpdpbusd` each, the
+//! decoded once per pass of up to [`PASS`] activation rows, and each
+//! loaded vector of it serves several rows (one `vpdpbusd` each, the
 //! activation bytes broadcast). Q6_K reads its values as `q - 32` against
 //! the activations as `x + 128` (see [`q6_k_terms`]), so that its offset
 //! part is worked out from the weights once per pass, not from each
@@ -104,7 +104,7 @@ fn q4_k_x16n(
     out: &mut [[f32; 2 * ROWS]],
 ) {
     // SAFETY: as in `q4_0_x16n`.
-    unsafe { pairs_dot16n::<Q4KPair>(groups, acts, act_row, out) }
+    unsafe { pairs_dot16n::<Q4KPair, 8>(groups, acts, act_row, out) }
 }
 
 /// Q6_K x Q8_K, two groups, many activation rows.
@@ -116,7 +116,7 @@ fn q6_k_x16n(
     out: &mut [[f32; 2 * ROWS]],
 ) {
     // SAFETY: as in `q4_0_x16n`.
-    unsafe { pairs_dot16n::<Q6KPair>(groups, acts, act_row, out) }
+    unsafe { pairs_dot16n::<Q6KPair, 4>(groups, acts, act_row, out) }
 }
 
 /// Group A's eight lanes low, group B's high.
@@ -373,11 +373,11 @@ fn block_pairs(groups: &[u8], block: usize) -> impl Iterator<Item = (&[u8], &[u8
     ga.chunks_exact(step).zip(gb.chunks_exact(step))
 }
 
-/// Activation rows that share each load of a decoded weight vector in
-/// [`q4_k_terms`] (each takes it by one `vpdpbusd` with its four bytes
-/// broadcast from memory): a 64-byte load for one row kept the kernel
-/// bound by loads, not by `vpdpbusd`.
-const SHARE: usize = 4;
+/// Activation rows per pass of [`pairs_dot16n`], each pass decoding every
+/// block pair of the groups once (a product's calls have 32 rows, one pass;
+/// passes of 16 decoded everything twice per call: Q4_K 6%, Q6_K 13%
+/// slower in `dot16n_bench`).
+const PASS: usize = 32;
 
 /// A Q4_K super-block of both groups, decoded for [`q4_k_terms`].
 #[derive(Clone, Copy)]
@@ -515,23 +515,29 @@ trait Pair {
 }
 
 /// The rows8 `dot8n_vnni` kernel of both groups, bit for bit: each block
-/// pair decoded once per pass of up to [`TOKENS`] activation rows, then
-/// its terms taken [`SHARE`] rows at a time while that many rows have the
-/// block, else one at a time, and added to each row's sum in block order.
+/// pair decoded once per pass of up to [`PASS`] activation rows, then its
+/// terms taken `SHARE` rows at a time while that many rows have the block,
+/// else one at a time, and added to each row's sum in block order. Each
+/// decoded 64-byte vector is loaded once for the `SHARE` rows (each takes
+/// it by one `vpdpbusd`, its four activation bytes broadcast from memory):
+/// loaded once per row, the load of it and the broadcast kept the kernel
+/// at 40% of `vpdpbusd`'s rate (`vnni_peak`); `SHARE` rows are also
+/// `SHARE` independent chains of `vpdpbusd`. Q4_K takes 8 (6% faster than
+/// 4), Q6_K 4 (its `x + 128` copies of 8 rows made it 6% slower).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn pairs_dot16n<P: Pair>(
+unsafe fn pairs_dot16n<P: Pair, const SHARE: usize>(
     groups: &[u8],
     acts: &[u8],
     act_row: usize,
     out: &mut [[f32; 2 * ROWS]],
 ) {
     let mut w = P::empty();
-    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[BlockQ8K]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
+    for (c, chunk) in out.chunks_mut(PASS).enumerate() {
+        let rows: [&[BlockQ8K]; PASS] = pass_rows(acts, act_row, c, chunk.len());
         let rows = &rows[..chunk.len()];
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let mut acc = [_mm512_setzero_ps(); TOKENS];
+        let mut acc = [_mm512_setzero_ps(); PASS];
         for (b, (wa, wb)) in block_pairs(groups, P::BLOCK).take(longest).enumerate() {
             w.decode(wa, wb);
             let mut done = 0;
@@ -702,7 +708,7 @@ pub(super) unsafe fn group_sums(x: &[i8; 256]) -> [i16; 16] {
 /// Each row's sixteen sums into its output entry.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn store_rows(chunk: &mut [[f32; 2 * ROWS]], acc: &[__m512; TOKENS]) {
+unsafe fn store_rows(chunk: &mut [[f32; 2 * ROWS]], acc: &[__m512]) {
     for (o, a) in chunk.iter_mut().zip(acc) {
         // SAFETY: `o` is 16 writable f32; `storeu` has no alignment
         // requirement.
