@@ -9,7 +9,7 @@
 //! ```
 //!
 //! e.g. `q4_k 1024 1024 512`: a Llama-3-shaped prefill product of 512
-//! tokens (the kernel takes 32 tokens per call, as `matmul` calls it).
+//! tokens (the kernel takes 64 tokens per call, as `matmul` calls it).
 
 use std::hint::black_box;
 
@@ -21,6 +21,9 @@ use ferrite_kernels::quant::{act_panels, quantize, GgmlType};
 /// count).
 #[path = "common/clock.rs"]
 mod clock;
+
+/// Activation rows per kernel call (as `matmul`'s `CHUNK`).
+const CALL: usize = 64;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -44,7 +47,7 @@ fn main() {
         })
     };
     let (rows, cols, tokens) = (num(1, 2048), num(2, 512), num(3, 64));
-    let (rows, tokens) = (rows.next_multiple_of(16), tokens.next_multiple_of(32));
+    let (rows, tokens) = (rows.next_multiple_of(16), tokens.next_multiple_of(CALL));
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut rnd = |n: usize| -> Vec<f32> {
         (0..n)
@@ -89,14 +92,14 @@ fn main() {
         println!("no dot16n in this kernel set");
         return;
     };
-    let mut out = vec![[0f32; 16]; 32];
+    let mut out = vec![[0f32; 16]; CALL];
     let per_call = |out: &mut Vec<[f32; 16]>| {
         for g in (0..rows).step_by(16) {
             let grp = &groups[g * row_bytes..(g + 16) * row_bytes];
-            for t0 in (0..tokens).step_by(32) {
-                let a = &acts[t0 * act_row..(t0 + 32) * act_row];
+            for t0 in (0..tokens).step_by(CALL) {
+                let a = &acts[t0 * act_row..(t0 + CALL) * act_row];
                 let p = panels
-                    .get(t0 * per_row..(t0 + 32) * per_row)
+                    .get(t0 * per_row..(t0 + CALL) * per_row)
                     .unwrap_or_default();
                 dot16n(grp, a, act_row, p, &mut out[..]);
                 black_box(&out);

@@ -374,10 +374,11 @@ fn block_pairs(groups: &[u8], block: usize) -> impl Iterator<Item = (&[u8], &[u8
 }
 
 /// Activation rows per pass of [`pairs_dot16n`], each pass decoding every
-/// block pair of the groups once (a product's calls have 32 rows, one pass;
-/// passes of 16 decoded everything twice per call: Q4_K 6%, Q6_K 13%
-/// slower in `dot16n_bench`).
-const PASS: usize = 32;
+/// block pair of the groups once (a product's calls have 64 rows, one
+/// pass). In `dot16n_bench` (1024 x 1024, 512 rows), passes of 16 rows
+/// made Q4_K ~12% and Q6_K ~20% slower, passes of 32 (calls of 32) ~5%
+/// and ~7%.
+const PASS: usize = 64;
 
 /// A Q4_K super-block of both groups, decoded for [`q4_k_terms`].
 #[derive(Clone, Copy)]
