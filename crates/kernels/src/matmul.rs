@@ -29,7 +29,7 @@ use crate::GgmlType;
 const ROW_BLOCK: usize = 16;
 
 /// Tokens per call of a many-row kernel (`dot8n`, `dot16n`).
-const CHUNK: usize = 32;
+const CHUNK: usize = 64;
 
 /// The kernels of the active set for weights of one type.
 #[derive(Clone, Copy)]

@@ -1034,9 +1034,9 @@ fn dot16n_matches_two_dot8n_calls() {
 /// weight row directly, not only against each other, so that a mistake
 /// they share fails too: random rows (a quarter of them only extreme
 /// bytes) and rows of one extreme byte each (scales of 1, or made of the
-/// bytes too, 0xffff being NaN), 1 to 5 and 11 blocks, 1 to 37 activation rows (the
+/// bytes too, 0xffff being NaN), 1 to 5 and 11 blocks, 1 to 70 activation rows (the
 /// kernels' steps of several rows, their remainders and more than one
-/// pass), random or extreme activation rows, the last one cut short.
+/// pass: 16 rows for most, 64 for AVX-512's Q4_K and Q6_K `dot16n`), random or extreme activation rows, the last one cut short.
 #[test]
 fn many_row_kernels_match_scalar() {
     const BYTES: [u8; 5] = [0x00, 0xff, 0x80, 0x7f, 0x01];
@@ -1078,7 +1078,7 @@ fn many_row_kernels_match_scalar() {
                 for (src, dst) in rows.chunks_exact(half).zip(groups.chunks_exact_mut(half)) {
                     assert!(interleave::interleave(t, 8, src, dst));
                 }
-                for n_rows in [1usize, 2, 3, 4, 5, 7, 16, 17, 37] {
+                for n_rows in [1usize, 2, 3, 4, 5, 7, 16, 17, 37, 70] {
                     let mut acts: Vec<u8> = (0..n_rows)
                         .flat_map(|i| {
                             if extreme && i % 2 == 0 {

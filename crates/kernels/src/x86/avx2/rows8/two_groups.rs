@@ -12,6 +12,14 @@
 //! operations as [`dot8n_vnni`](super::dot8n_vnni) (and so as `dot8` and the
 //! scalar reference): `term = (d_w * d_x) * isum` (`+ m_w * s_x`), added to
 //! the row's sum in block order.
+//!
+//! Q4_K and Q6_K ([`pairs_dot16n`]): a super-block of both groups is
+//! decoded once per pass of up to [`PASS`] activation rows, and each
+//! loaded vector of it serves several rows (one `vpdpbusd` each, the
+//! activation bytes broadcast). Q6_K reads its values as `q - 32` against
+//! the activations as `x + 128` (see [`q6_k_terms`]), so that its offset
+//! part is worked out from the weights once per pass, not from each
+//! activation block's sums.
 
 use std::arch::x86_64::*;
 
@@ -96,7 +104,7 @@ fn q4_k_x16n(
     out: &mut [[f32; 2 * ROWS]],
 ) {
     // SAFETY: as in `q4_0_x16n`.
-    unsafe { q4_k_dot16n(groups, acts, act_row, out) }
+    unsafe { pairs_dot16n::<Q4KPair, 8>(groups, acts, act_row, out) }
 }
 
 /// Q6_K x Q8_K, two groups, many activation rows.
@@ -108,7 +116,7 @@ fn q6_k_x16n(
     out: &mut [[f32; 2 * ROWS]],
 ) {
     // SAFETY: as in `q4_0_x16n`.
-    unsafe { q6_k_dot16n(groups, acts, act_row, out) }
+    unsafe { pairs_dot16n::<Q6KPair, 4>(groups, acts, act_row, out) }
 }
 
 /// Group A's eight lanes low, group B's high.
@@ -365,149 +373,316 @@ fn block_pairs(groups: &[u8], block: usize) -> impl Iterator<Item = (&[u8], &[u8
     ga.chunks_exact(step).zip(gb.chunks_exact(step))
 }
 
-/// `q4_k_dot8n_vnni` (rows8) of both groups, bit for bit: the same exact
-/// integer sums per lane (`sum(q * x)` per group of 32 by `dpbusd`, times
-/// its scale; the mins against the activation block sums by `madd`) and
-/// the same f32 operations as `with_min`, on sixteen lanes.
+/// Activation rows per pass of [`pairs_dot16n`], each pass decoding every
+/// block pair of the groups once (a product's calls have 64 rows, one
+/// pass). In `dot16n_bench` (1024 x 1024, 512 rows), passes of 16 rows
+/// made Q4_K ~12% and Q6_K ~20% slower, passes of 32 (calls of 32) ~5%
+/// and ~7%.
+const PASS: usize = 64;
+
+/// A Q4_K super-block of both groups, decoded for [`q4_k_terms`].
+#[derive(Clone, Copy)]
+struct Q4KPair {
+    /// Nibbles of group g (values `32g..32g + 32`), piece p at `8g + p`.
+    q: [__m512i; 64],
+    /// Each group's 6-bit scale, in i32 lanes.
+    scale: [__m512i; 8],
+    /// Each group's 6-bit min twice, as the i16 pair `vpdpwssd` takes
+    /// against the two block sums of that group.
+    min: [__m512i; 8],
+    /// The sixteen rows' `d` and `dmin`, as f32.
+    d: __m512,
+    dmin: __m512,
+}
+
+impl Pair for Q4KPair {
+    const BLOCK: usize = super::Q4KVnni::BLOCK;
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn empty() -> Q4KPair {
+        let z = _mm512_setzero_si512();
+        Q4KPair {
+            q: [z; 64],
+            scale: [z; 8],
+            min: [z; 8],
+            d: _mm512_setzero_ps(),
+            dmin: _mm512_setzero_ps(),
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn decode(&mut self, wa: &[u8], wb: &[u8]) {
+        let ([sa_lo, ma_lo, sa_hi, ma_hi], [sb_lo, mb_lo, sb_hi, mb_hi]) =
+            (q4_k_scales(wa), q4_k_scales(wb));
+        for g in 0..8 {
+            let ((sa, ma), (sb, mb)) = if g < 4 {
+                ((sa_lo, ma_lo), (sb_lo, mb_lo))
+            } else {
+                ((sa_hi, ma_hi), (sb_hi, mb_hi))
+            };
+            self.scale[g] = join_i(lane_byte::<false>(sa, g % 4), lane_byte::<false>(sb, g % 4));
+            self.min[g] = join_i(
+                byte_pairs::<false>(ma, g % 4),
+                byte_pairs::<false>(mb, g % 4),
+            );
+        }
+        let low = _mm512_set1_epi8(0x0f);
+        for c4 in 0..4 {
+            for p in 0..8 {
+                let at = 128 + 32 * (8 * c4 + p);
+                let v = join_i(load_u8(&wa[at..]), load_u8(&wb[at..]));
+                self.q[8 * (2 * c4) + p] = _mm512_and_si512(v, low);
+                self.q[8 * (2 * c4 + 1) + p] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+            }
+        }
+        (self.d, self.dmin) = (f16_pair(wa, wb), f16_pair(&wa[16..], &wb[16..]));
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn terms<const N: usize>(&self, a: [&BlockQ8K; N]) -> [__m512; N] {
+        q4_k_terms::<N>(self, a)
+    }
+}
+
+/// `terms[j]`: lane `i` is `with_min`'s term of row `i` of the pair `w`
+/// with activation block `a[j]`: per group, `sum(q * x)` by eight
+/// `vpdpbusd` (exact: at most `32 * 15 * 128` in size) times its scale,
+/// and `sum(m * (bsum[2g] + bsum[2g + 1]))` by one `vpdpwssd` per group
+/// (the same integers as `q4_k_dot8n_vnni`'s, so the same bits).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn q4_k_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
-    const BLOCK: usize = super::Q4KVnni::BLOCK;
-    let low = _mm256_set1_epi8(0x0f);
-    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[BlockQ8K]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
+unsafe fn q4_k_terms<const N: usize>(w: &Q4KPair, a: [&BlockQ8K; N]) -> [__m512; N] {
+    let mut isum = [_mm512_setzero_si512(); N];
+    let mut msum = [_mm512_setzero_si512(); N];
+    for g in 0..8 {
+        let mut sums = [_mm512_setzero_si512(); N];
+        for p in 0..8 {
+            let v = w.q[8 * g + p];
+            for j in 0..N {
+                let xb = _mm512_set1_epi32(x4(&a[j].qs, 32 * g + 4 * p));
+                sums[j] = _mm512_dpbusd_epi32(sums[j], v, xb);
+            }
+        }
+        for j in 0..N {
+            isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sums[j], w.scale[g]));
+            let bs = i32::from_le_bytes([
+                a[j].bsums[2 * g][0],
+                a[j].bsums[2 * g][1],
+                a[j].bsums[2 * g + 1][0],
+                a[j].bsums[2 * g + 1][1],
+            ]);
+            msum[j] = _mm512_dpwssd_epi32(msum[j], w.min[g], _mm512_set1_epi32(bs));
+        }
+    }
+    let mut terms = [_mm512_setzero_ps(); N];
+    for j in 0..N {
+        // `with_min`'s operations.
+        let d_x = _mm512_set1_ps(a[j].d());
+        terms[j] = _mm512_sub_ps(
+            _mm512_mul_ps(_mm512_mul_ps(d_x, w.d), _mm512_cvtepi32_ps(isum[j])),
+            _mm512_mul_ps(_mm512_mul_ps(d_x, w.dmin), _mm512_cvtepi32_ps(msum[j])),
+        );
+    }
+    terms
+}
+
+/// A super-block format of [`pairs_dot16n`]: one block of both groups,
+/// decoded.
+trait Pair {
+    /// Bytes of one super-block of one row.
+    const BLOCK: usize;
+
+    /// All-zero vectors (overwritten by `decode` before any use).
+    ///
+    /// # Safety
+    /// The CPU must support AVX512F/BW/VL and AVX512-VNNI.
+    unsafe fn empty() -> Self;
+
+    /// Decodes block `wa` of group A and `wb` of group B (interleaved).
+    ///
+    /// # Safety
+    /// As [`Pair::empty`].
+    unsafe fn decode(&mut self, wa: &[u8], wb: &[u8]);
+
+    /// `terms[j]`: lane `i` is the scalar reference's f32 term of row `i`
+    /// of the pair with activation block `a[j]`.
+    ///
+    /// # Safety
+    /// As [`Pair::empty`].
+    unsafe fn terms<const N: usize>(&self, a: [&BlockQ8K; N]) -> [__m512; N];
+}
+
+/// The rows8 `dot8n_vnni` kernel of both groups, bit for bit: each block
+/// pair decoded once per pass of up to [`PASS`] activation rows, then its
+/// terms taken `SHARE` rows at a time while that many rows have the block,
+/// else one at a time, and added to each row's sum in block order. Each
+/// decoded 64-byte vector is loaded once for the `SHARE` rows (each takes
+/// it by one `vpdpbusd`, its four activation bytes broadcast from memory):
+/// loaded once per row, the load of it and the broadcast kept the kernel
+/// at 40% of `vpdpbusd`'s rate (`vnni_peak`); `SHARE` rows are also
+/// `SHARE` independent chains of `vpdpbusd`. Q4_K takes 8 (6% faster than
+/// 4), Q6_K 4 (its `x + 128` copies of 8 rows made it 6% slower).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn pairs_dot16n<P: Pair, const SHARE: usize>(
+    groups: &[u8],
+    acts: &[u8],
+    act_row: usize,
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    let mut w = P::empty();
+    for (c, chunk) in out.chunks_mut(PASS).enumerate() {
+        let rows: [&[BlockQ8K]; PASS] = pass_rows(acts, act_row, c, chunk.len());
+        let rows = &rows[..chunk.len()];
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let mut acc = [_mm512_setzero_ps(); TOKENS];
-        // Nibbles of group g, piece p at 8 * g + p; each group's scale
-        // (i32 lanes) and min (as the i16 pairs `madd` takes).
-        let mut q = [_mm512_setzero_si512(); 64];
-        let mut scale = [_mm512_setzero_si512(); 8];
-        let mut min = [_mm512_setzero_si512(); 8];
-        for (b, (wa, wb)) in block_pairs(groups, BLOCK).take(longest).enumerate() {
-            let ([sa_lo, ma_lo, sa_hi, ma_hi], [sb_lo, mb_lo, sb_hi, mb_hi]) =
-                (q4_k_scales(wa), q4_k_scales(wb));
-            for g in 0..8 {
-                let ((sa, ma), (sb, mb)) = if g < 4 {
-                    ((sa_lo, ma_lo), (sb_lo, mb_lo))
-                } else {
-                    ((sa_hi, ma_hi), (sb_hi, mb_hi))
-                };
-                scale[g] = join_i(lane_byte::<false>(sa, g % 4), lane_byte::<false>(sb, g % 4));
-                min[g] = join_i(
-                    byte_pairs::<false>(ma, g % 4),
-                    byte_pairs::<false>(mb, g % 4),
-                );
-            }
-            for c4 in 0..4 {
-                for p in 0..8 {
-                    let at = 128 + 32 * (8 * c4 + p);
-                    let (va, vb) = (load_u8(&wa[at..]), load_u8(&wb[at..]));
-                    q[8 * (2 * c4) + p] =
-                        join_i(_mm256_and_si256(va, low), _mm256_and_si256(vb, low));
-                    q[8 * (2 * c4 + 1) + p] = join_i(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(va), low),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(vb), low),
-                    );
+        let mut acc = [_mm512_setzero_ps(); PASS];
+        for (b, (wa, wb)) in block_pairs(groups, P::BLOCK).take(longest).enumerate() {
+            w.decode(wa, wb);
+            let mut done = 0;
+            for (acc, r) in acc.chunks_exact_mut(SHARE).zip(rows.chunks_exact(SHARE)) {
+                if r.iter().any(|r| r.len() <= b) {
+                    break;
                 }
+                let terms = w.terms::<SHARE>(std::array::from_fn(|j| &r[j][b]));
+                for (acc, t) in acc.iter_mut().zip(terms) {
+                    *acc = _mm512_add_ps(*acc, t);
+                }
+                done += SHARE;
             }
-            let (d, dmin) = (f16_pair(wa, wb), f16_pair(&wa[16..], &wb[16..]));
-            for (acc, r) in acc.iter_mut().zip(&rows[..chunk.len()]) {
+            for (acc, r) in acc[done..].iter_mut().zip(&rows[done..]) {
+                // Rows shorter than the groups stop where `dot8` would.
                 let Some(a) = r.get(b) else { continue };
-                let x = &a.qs;
-                let (mut isum, mut msum) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                for g in 0..8 {
-                    let mut sums = _mm512_setzero_si512();
-                    for p in 0..8 {
-                        let xb = _mm512_set1_epi32(x4(x, 32 * g + 4 * p));
-                        sums = _mm512_dpbusd_epi32(sums, q[8 * g + p], xb);
-                    }
-                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sums, scale[g]));
-                    let bs = i32::from(u16::from_le_bytes(a.bsums[2 * g]))
-                        | (i32::from(u16::from_le_bytes(a.bsums[2 * g + 1])) << 16);
-                    msum = _mm512_add_epi32(msum, _mm512_madd_epi16(min[g], _mm512_set1_epi32(bs)));
-                }
-                // `with_min`'s operations.
-                let d_x = _mm512_set1_ps(a.d());
-                let term = _mm512_sub_ps(
-                    _mm512_mul_ps(_mm512_mul_ps(d_x, d), _mm512_cvtepi32_ps(isum)),
-                    _mm512_mul_ps(_mm512_mul_ps(d_x, dmin), _mm512_cvtepi32_ps(msum)),
-                );
-                *acc = _mm512_add_ps(*acc, term);
+                let [t] = w.terms::<1>([a]);
+                *acc = _mm512_add_ps(*acc, t);
             }
         }
         store_rows(chunk, &acc);
     }
 }
 
-/// `q6_k_dot8n_vnni` (rows8) of both groups, bit for bit. Its integer sum
-/// per lane is `sum over the 16 groups of sc * (sum(q * x) - 32 * sum(x))`;
-/// here each group's `sum(x)` is taken once per activation block from its
-/// values (`group_sums`; Q6_K does not read `bsums`) and `32 * sum(sc *
-/// sum(x))` once by `madd`, instead of a `dpbusd` per four values: the same
-/// integer (no partial sum exceeds `16 * 127 * 16 * 63 * 128` in size), so
-/// the same bits.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn q6_k_dot16n(groups: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; 2 * ROWS]]) {
+/// A Q6_K super-block of both groups, decoded for [`q6_k_terms`]: its
+/// values as `s = q - 32` (signed bytes, -32..32) and the part of the
+/// integer sum that does not depend on the activations.
+#[derive(Clone, Copy)]
+struct Q6KPair {
+    /// `q - 32` of run r (groups `2r`, `2r + 1`), piece i4 at `8r + i4`.
+    s: [__m512i; 64],
+    /// The signed scales of the 16 groups, in i32 lanes.
+    sc: [__m512i; 16],
+    /// `128 * sum over the 16 groups of sc * sum(s)`, per row.
+    offset: __m512i,
+    /// The sixteen rows' `d`, as f32.
+    d: __m512,
+}
+
+impl Pair for Q6KPair {
     const BLOCK: usize = super::Q6KVnni::BLOCK;
-    for (c, chunk) in out.chunks_mut(TOKENS).enumerate() {
-        let rows: [&[BlockQ8K]; TOKENS] = pass_rows(acts, act_row, c, chunk.len());
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let mut acc = [_mm512_setzero_ps(); TOKENS];
-        // Values of run r, piece i4 at 8 * r + i4; the signed scales of the
-        // 16 groups (i32 lanes), and of groups 2r, 2r + 1 as i16 pairs.
-        let mut q = [_mm512_setzero_si512(); 64];
-        let mut sc = [_mm512_setzero_si512(); 16];
-        let mut sc_pairs = [_mm512_setzero_si512(); 8];
-        for (b, (wa, wb)) in block_pairs(groups, BLOCK).take(longest).enumerate() {
-            for r in 0..8 {
-                for i4 in 0..8 {
-                    q[8 * r + i4] = join_i(q6_k_values(wa, r, i4), q6_k_values(wb, r, i4));
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn empty() -> Q6KPair {
+        let z = _mm512_setzero_si512();
+        Q6KPair {
+            s: [z; 64],
+            sc: [z; 16],
+            offset: z,
+            d: _mm512_setzero_ps(),
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn decode(&mut self, wa: &[u8], wb: &[u8]) {
+        for (g, s) in self.sc.iter_mut().enumerate() {
+            let at = 1536 + 32 * (g / 4);
+            *s = join_i(
+                lane_byte::<true>(load_u8(&wa[at..]), g % 4),
+                lane_byte::<true>(load_u8(&wb[at..]), g % 4),
+            );
+        }
+        let (ones, m32) = (_mm512_set1_epi8(1), _mm512_set1_epi8(32));
+        let mut offset = _mm512_setzero_si512();
+        for r in 0..8 {
+            for half in 0..2 {
+                // sum(s) of group 2r + half per row (within +-512), times
+                // its scale (within +-2^16 in size; 16 of them < 2^21).
+                let mut sum = _mm512_setzero_si512();
+                for i4 in 4 * half..4 * half + 4 {
+                    let q = join_i(q6_k_values(wa, r, i4), q6_k_values(wb, r, i4));
+                    let s = _mm512_sub_epi8(q, m32);
+                    self.s[8 * r + i4] = s;
+                    sum = _mm512_dpbusd_epi32(sum, ones, s);
                 }
-            }
-            for (g, s) in sc.iter_mut().enumerate() {
-                let at = 1536 + 32 * (g / 4);
-                *s = join_i(
-                    lane_byte::<true>(load_u8(&wa[at..]), g % 4),
-                    lane_byte::<true>(load_u8(&wb[at..]), g % 4),
-                );
-            }
-            let mask = _mm512_set1_epi32(0xffff);
-            for (r, p) in sc_pairs.iter_mut().enumerate() {
-                let lo = _mm512_and_si512(sc[2 * r], mask);
-                *p = _mm512_or_si512(lo, _mm512_slli_epi32::<16>(sc[2 * r + 1]));
-            }
-            let d = f16_pair(&wa[1664..], &wb[1664..]);
-            for (acc, row) in acc.iter_mut().zip(&rows[..chunk.len()]) {
-                let Some(a) = row.get(b) else { continue };
-                let x = &a.qs;
-                let xs = group_sums(x);
-                let (mut isum, mut bsum) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                for r in 0..8 {
-                    for half in 0..2 {
-                        let mut qx = _mm512_setzero_si512();
-                        for i4 in 4 * half..4 * half + 4 {
-                            let xb = _mm512_set1_epi32(x4(x, 32 * r + 4 * i4));
-                            qx = _mm512_dpbusd_epi32(qx, q[8 * r + i4], xb);
-                        }
-                        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(qx, sc[2 * r + half]));
-                    }
-                    let bs = i32::from(xs[2 * r] as u16) | (i32::from(xs[2 * r + 1] as u16) << 16);
-                    bsum = _mm512_add_epi32(
-                        bsum,
-                        _mm512_madd_epi16(sc_pairs[r], _mm512_set1_epi32(bs)),
-                    );
-                }
-                let isum = _mm512_sub_epi32(isum, _mm512_slli_epi32::<5>(bsum));
-                let term = _mm512_mul_ps(
-                    _mm512_mul_ps(d, _mm512_set1_ps(a.d())),
-                    _mm512_cvtepi32_ps(isum),
-                );
-                *acc = _mm512_add_ps(*acc, term);
+                let scaled = _mm512_mullo_epi32(sum, self.sc[2 * r + half]);
+                offset = _mm512_add_epi32(offset, scaled);
             }
         }
-        store_rows(chunk, &acc);
+        self.offset = _mm512_slli_epi32::<7>(offset);
+        self.d = f16_pair(&wa[1664..], &wb[1664..]);
     }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn terms<const N: usize>(&self, a: [&BlockQ8K; N]) -> [__m512; N] {
+        q6_k_terms::<N>(self, a)
+    }
+}
+
+/// `terms[j]`: lane `i` is the term `(d * d_x) * isum` of row `i` of the
+/// pair `w` with activation block `a[j]`, `isum` being `sum over the 16
+/// groups of sc * sum((q - 32) * x)`. `vpdpbusd` multiplies unsigned by
+/// signed bytes, so here the activations are read as `u = x + 128` and the
+/// values as `s = q - 32`: `sum(s * x) = sum(s * u) - 128 * sum(s)`, whose
+/// second part (`Q6KPair::offset`, with the scales) is the weights' alone.
+/// The same integer as `q6_k_dot8n_vnni`'s (no partial sum exceeds
+/// `16 * 32 * 255 * 128 * 16 < 2^31` in size), so the same bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn q6_k_terms<const N: usize>(w: &Q6KPair, a: [&BlockQ8K; N]) -> [__m512; N] {
+    // The activations read as `x + 128`, in memory for the broadcasts.
+    let mut u = [[0u8; 256]; N];
+    let flip = _mm512_set1_epi8(i8::MIN);
+    for (u, a) in u.iter_mut().zip(&a) {
+        for k in 0..4 {
+            // SAFETY: bytes 64k..64k + 64 of `a.qs` are readable and of `u`
+            // writable; neither access needs alignment.
+            unsafe {
+                let x = _mm512_loadu_si512(a.qs.as_ptr().add(64 * k).cast());
+                let v = _mm512_xor_si512(x, flip);
+                _mm512_storeu_si512(u.as_mut_ptr().add(64 * k).cast(), v);
+            }
+        }
+    }
+    let mut isum = [_mm512_setzero_si512(); N];
+    for r in 0..8 {
+        for half in 0..2 {
+            let mut sx = [_mm512_setzero_si512(); N];
+            for i4 in 4 * half..4 * half + 4 {
+                let v = w.s[8 * r + i4];
+                for j in 0..N {
+                    let at = 32 * r + 4 * i4;
+                    let ub =
+                        i32::from_le_bytes([u[j][at], u[j][at + 1], u[j][at + 2], u[j][at + 3]]);
+                    sx[j] = _mm512_dpbusd_epi32(sx[j], _mm512_set1_epi32(ub), v);
+                }
+            }
+            for j in 0..N {
+                isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sx[j], w.sc[2 * r + half]));
+            }
+        }
+    }
+    let mut terms = [_mm512_setzero_ps(); N];
+    for j in 0..N {
+        let isum = _mm512_sub_epi32(isum[j], w.offset);
+        terms[j] = _mm512_mul_ps(
+            _mm512_mul_ps(w.d, _mm512_set1_ps(a[j].d())),
+            _mm512_cvtepi32_ps(isum),
+        );
+    }
+    terms
 }
 
 /// The sums of the 16 groups of 16 values of a Q8_K block's `qs` (each
@@ -534,7 +709,7 @@ pub(super) unsafe fn group_sums(x: &[i8; 256]) -> [i16; 16] {
 /// Each row's sixteen sums into its output entry.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn store_rows(chunk: &mut [[f32; 2 * ROWS]], acc: &[__m512; TOKENS]) {
+unsafe fn store_rows(chunk: &mut [[f32; 2 * ROWS]], acc: &[__m512]) {
     for (o, a) in chunk.iter_mut().zip(acc) {
         // SAFETY: `o` is 16 writable f32; `storeu` has no alignment
         // requirement.
