@@ -50,6 +50,35 @@ What it writes, under testdata/hf-gpt-oss/:
                           keys, values, mask and sinks, with and without
                           a sliding window.
 
+  tiny-gpt-oss-mxfp4/      the same model as OpenAI publishes gpt-oss: each
+                          layer's experts as MXFP4 (`gate_up_proj_blocks`
+                          / `_scales`, `down_proj_blocks` / `_scales`: uint8
+                          blocks of 32 E2M1 codes, two per byte, value 2k
+                          in byte k's low nibble, and one E8M0 scale per
+                          block), `quantization_config` {"quant_method":
+                          "mxfp4"}; the other tensors float32 as above.
+                          The experts are quantized here by numpy (see
+                          `mxfp4_quantize`), not by transformers.
+  goldens.json "models"."tiny-gpt-oss-mxfp4": transformers loading that
+                          directory with Mxfp4Config(dequantize=True) in
+                          float32 (dequantization to f32 is exact):
+                          logits (logits-tiny-gpt-oss-mxfp4.f32), greedy
+                          runs and gaps; "f32_noise": the largest
+                          |float32 - float64| logit of the same run;
+                          "q8_reference": the same run with both expert
+                          matmuls' inputs rounded to q8_0 blocks as ggml
+                          rounds activations for its MXFP4 x Q8_0 dot
+                          (logits-tiny-gpt-oss-mxfp4.q8.f32), and its
+                          largest distance from the float32 run;
+                          "converter": sha256 and tensors of
+                          convert_hf_to_gguf.py's f32 and q8_0 files of
+                          the directory (experts kept MXFP4), not
+                          committed themselves.
+
+The MXFP4 part alone (reading the committed float32 directory):
+
+    ~/.cache/ferrite-refenv/bin/python scripts/make-gpt-oss-fixtures.py --mxfp4
+
 Weights: as make-hf-decoder-fixtures.py's randomize (matrices N(0, 0.2^2),
 down projections N(0, 0.1^2), biases N(0, 0.2^2), norms 1 + N(0, 0.1^2)),
 except: the experts' gate_up_proj N(0, 0.6^2), so that about one gate in six
@@ -228,6 +257,199 @@ def sink_goldens(model):
     }
 
 
+FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float64)
+MXFP4_NAME = NAME + "-mxfp4"
+
+
+def mxfp4_quantize(w):
+    """Rows of `w` (last axis a multiple of 32) as HF MXFP4: blocks
+    [..., n/32, 16] uint8 and scales [..., n/32] uint8. Per block of 32:
+    the OCP MX rule, shared exponent floor(log2(max |x|)) - 2 (E2M1's
+    largest exponent), E8M0 byte = exponent + 127; each x / 2^exp rounded
+    to the nearest E2M1 magnitude (ties to the smaller), saturating at 6,
+    sign in bit 3; code 2k in byte k's low nibble, 2k+1 in its high one."""
+    *lead, n = w.shape
+    x = w.astype(np.float64).reshape(-1, n // 32, 32)
+    amax = np.abs(x).max(axis=-1)
+    exp = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - 2, -127)
+    exp = np.clip(exp, -127, 127)
+    scaled = np.abs(x) / np.exp2(exp)[..., None]
+    mag = np.argmin(np.abs(scaled[..., None] - FP4), axis=-1)
+    codes = (mag | np.where(x < 0, 8, 0)).astype(np.uint8)
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    scales = (exp + 127).astype(np.uint8)
+    return blocks.reshape(*lead, n // 32, 16), scales.reshape(*lead, n // 32)
+
+
+def mxfp4_dequantize(blocks, scales):
+    """The exact values of HF MXFP4 blocks (rows as quantized)."""
+    lut = np.concatenate([FP4, -FP4])
+    codes = np.stack([blocks & 15, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    v = lut[codes] * np.exp2(scales.astype(np.float64) - 127)[..., None]
+    return v.reshape(*blocks.shape[:-2], -1)
+
+
+def write_mxfp4_dir(src, dst):
+    """`src` (the float32 directory) with its experts as MXFP4 (the rows:
+    gate_up_proj's 2 ffn outputs, interleaved gate/up, of `dim` inputs;
+    down_proj's `dim` outputs of ffn inputs)."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name not in ("model.safetensors", "config.json"):
+            shutil.copy(f, dst / f.name)
+    tensors = load_file(str(src / "model.safetensors"))
+    out = {}
+    for name, t in sorted(tensors.items()):
+        if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+            rows = np.ascontiguousarray(np.swapaxes(t, 1, 2))  # [e][out][in]
+            blocks, scales = mxfp4_quantize(rows)
+            assert np.array_equal(mxfp4_dequantize(blocks, scales).shape, rows.shape)
+            out[name + "_blocks"] = blocks
+            out[name + "_scales"] = scales
+        else:
+            out[name] = t
+    save_file(out, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((src / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+    }
+    (dst / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def load_mxfp4_reference(directory):
+    """transformers' own MXFP4 loading, dequantized (exactly) to float32,
+    experts run by the eager per-expert loop."""
+    import torch
+    from transformers import AutoModelForCausalLM, Mxfp4Config
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(directory), dtype=torch.float32, attn_implementation="eager",
+        quantization_config=Mxfp4Config(dequantize=True))
+    model.eval()
+    model.config._experts_implementation = "eager"
+    for m in model.modules():
+        if hasattr(m, "config") and hasattr(m.config, "_experts_implementation"):
+            m.config._experts_implementation = "eager"
+    return model
+
+
+def q8_experts(model):
+    """Both expert matmuls' inputs rounded to q8_0 blocks of 32 as ggml
+    rounds activations (make-moe-fixtures.py's `q8_0`), in the modeling
+    file's own eager loop."""
+    import torch
+
+    q8_0 = moefix.q8_0
+
+    for name, m in model.named_modules():
+        if not name.endswith("mlp.experts"):
+            continue
+        def forward(hidden_states, router_indices=None, routing_weights=None, self=m):
+            next_states = torch.zeros_like(hidden_states)
+            for e in range(self.num_experts):
+                token_idx, top_k_pos = torch.where(router_indices == e)
+                if token_idx.numel() == 0:
+                    continue
+                x = q8_0(hidden_states[token_idx])
+                gate_up = x @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
+                h = q8_0(self._apply_gate(gate_up))
+                out = h @ self.down_proj[e] + self.down_proj_bias[e]
+                next_states.index_add_(0, token_idx, out * routing_weights[token_idx, top_k_pos, None])
+            return next_states
+
+        m.forward = forward
+    return model
+
+
+def make_mxfp4(hf, sequences):
+    """tiny-gpt-oss-mxfp4 and its goldens (see the notes)."""
+    import hashlib
+    import tempfile
+
+    import torch
+
+    sys.path.insert(0, str(hfdec.LLAMA / "gguf-py"))
+    import gguf
+
+    directory = OUT / MXFP4_NAME
+    write_mxfp4_dir(OUT / NAME, directory)
+    model = load_mxfp4_reference(directory)
+    # transformers' dequantized experts are the numpy dequantization.
+    from safetensors.numpy import load_file
+    raw = load_file(str(directory / "model.safetensors"))
+    for l, layer in enumerate(model.model.layers):
+        for proj in ("gate_up_proj", "down_proj"):
+            key = f"model.layers.{l}.mlp.experts.{proj}"
+            want = np.swapaxes(mxfp4_dequantize(raw[key + "_blocks"], raw[key + "_scales"]), 1, 2)
+            got = getattr(layer.mlp.experts, proj).detach().numpy()
+            assert got.dtype == np.float32 and np.array_equal(got, want.astype(np.float32)), key
+    n_vocab = model.config.vocab_size
+    logits, cases, gap = moefix.run_goldens(model, MXFP4_NAME, "", n_vocab, hf, SEED, sequences)
+    rgap = min(router_gap(model, s["ids"]) for s in logits["sequences"])
+    model64 = load_mxfp4_reference(directory).double()
+    noise = 0.0
+    for s in logits["sequences"]:
+        with torch.no_grad():
+            out64 = model64(torch.tensor([s["ids"]]), use_cache=False).logits[0].numpy()
+        noise = max(noise, float(np.abs(hfdec.logits_of(model, s["ids"]) - out64.astype(np.float32)).max()))
+    qmodel = q8_experts(load_mxfp4_reference(directory))
+    qlogits, qcases, qgap = moefix.run_goldens(qmodel, MXFP4_NAME, ".q8", n_vocab, hf, SEED, logits["sequences"])
+    q8_distance = 0.0
+    for s in logits["sequences"]:
+        q8_distance = max(q8_distance, float(np.abs(hfdec.logits_of(model, s["ids"])
+                                                    - hfdec.logits_of(qmodel, s["ids"])).max()))
+    converter = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for outtype in ("f32", "q8_0"):
+            path = pathlib.Path(tmp) / f"{outtype}.gguf"
+            hfdec.convert(directory, outtype, path)
+            data = path.read_bytes()
+            reader = gguf.GGUFReader(str(path))
+            converter[outtype] = {
+                "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+                "metadata": [[f.name] for f in reader.fields.values() if not f.name.startswith("GGUF.")],
+                "tensors": [[t.name, gguf.GGMLQuantizationType(t.tensor_type).name, [int(d) for d in t.shape],
+                             hashlib.sha256(np.asarray(t.data).tobytes()).hexdigest()] for t in reader.tensors],
+            }
+    hfdec.log(f"  {MXFP4_NAME}: greedy gap {gap:.3f}, router gap {rgap:.4f}, f32 noise {noise:.2e}, "
+              f"q8 reference {q8_distance:.2e} away (greedy gap {qgap:.3f})")
+    return {
+        "architecture": type(model).__name__, "dtype": "float32 (experts MXFP4)", "n_vocab": n_vocab,
+        "reference": "transformers from_pretrained(quantization_config=Mxfp4Config(dequantize=True), "
+                     "dtype=float32): the MXFP4 experts dequantized exactly",
+        "logits": logits, "greedy": cases, "min_greedy_gap": gap, "min_router_gap": rgap,
+        "f32_noise": noise,
+        "q8_reference": {"logits": qlogits, "greedy": qcases, "min_greedy_gap": qgap,
+                         "max_distance_from_f32": q8_distance},
+        "converter": converter,
+    }
+
+
+def mxfp4_only():
+    """Only the MXFP4 directory and its goldens, from the committed float32
+    directory and goldens.json."""
+    import json
+
+    import torch
+    from transformers import AutoTokenizer
+
+    torch.set_num_threads(2)
+    moefix.OUT = OUT
+    goldens = json.loads((OUT / "goldens.json").read_text())
+    hf = AutoTokenizer.from_pretrained(str(OUT / NAME))
+    goldens["models"][MXFP4_NAME] = make_mxfp4(hf, goldens["models"][NAME]["logits"]["sequences"])
+    hfdec.write_json(OUT / "goldens.json", goldens)
+
+
 def main():
     import torch
     from tokenizers import AddedToken
@@ -290,6 +512,7 @@ def main():
     files["mxfp4"] = path.name
     entry["gguf"] = files
     goldens["models"][NAME] = entry
+    goldens["models"][MXFP4_NAME] = make_mxfp4(hf, logits["sequences"])
     goldens["yarn"] = yarn_goldens(model.config)
     goldens["sinks"] = sink_goldens(model)
     hfdec.write_json(OUT / "goldens.json", goldens)
@@ -298,4 +521,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--mxfp4"]:
+        mxfp4_only()
+    else:
+        main()

@@ -139,6 +139,18 @@ def router_gap(model, ids):
     return min(gaps)
 
 
+def q8_0(x):
+    """`x` rounded to q8_0 blocks of 32 as ggml rounds activations: d =
+    max|x| / 127 stored as f16, q = round(x / d) half away from zero."""
+    import torch
+
+    blocks = x.reshape(-1, 32)
+    d = blocks.abs().amax(dim=1, keepdim=True) / 127
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    q = torch.sign(blocks) * torch.floor(blocks.abs() * inv + 0.5)
+    return (q * d.half().float()).reshape(x.shape)
+
+
 def dequantized_moe_reference(directory, gguf_path):
     """HF on the q8_0 file's dequantized weights, each quantized matrix's
     input rounded to q8_0 blocks and keys/values to f16 (see the notes)."""
@@ -178,13 +190,6 @@ def dequantized_moe_reference(directory, gguf_path):
             w = weights[f"blk.{parts[2]}.{layer['.'.join(parts[3:])]}.weight"]
         state[key] = torch.tensor(np.ascontiguousarray(w), dtype=torch.float32).reshape(model.state_dict()[key].shape)
     model.load_state_dict(state)
-
-    def q8_0(x):
-        blocks = x.reshape(-1, 32)
-        d = blocks.abs().amax(dim=1, keepdim=True) / 127
-        inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
-        q = torch.sign(blocks) * torch.floor(blocks.abs() * inv + 0.5)
-        return (q * d.half().float()).reshape(x.shape)
 
     # Every F.linear call rounds its input, but the router's (f32 weights).
     import torch.nn.functional as F

@@ -459,3 +459,43 @@ fn gguf_difference(got: &Path, want: &Path) -> String {
     }
     "same metadata and tensors: the layout differs".into()
 }
+
+/// gpt-oss as OpenAI publishes it (experts MXFP4: `_blocks` / `_scales`,
+/// `quantization_config` mxfp4): `ferrite convert --outtype f32|q8_0` is
+/// `convert_hf_to_gguf.py`'s file byte for byte (its sha256, recorded by
+/// `scripts/make-gpt-oss-fixtures.py`, which does not commit the files):
+/// the experts kept MXFP4, repacked into ggml's block layout (nibbles
+/// reordered, the scale byte first), split into gate and up, written
+/// before every other tensor; `general.file_type` MOSTLY_MXFP4_MOE (38)
+/// for f32.
+#[test]
+fn gpt_oss_mxfp4_byte_identical_to_the_converter() {
+    let g: Json = serde_json::from_str(
+        &std::fs::read_to_string(root().join("testdata/hf-gpt-oss/goldens.json")).unwrap(),
+    )
+    .unwrap();
+    let conv = &g["models"]["tiny-gpt-oss-mxfp4"]["converter"];
+    let dir = scratch("gpt-oss-mxfp4");
+    let src = root().join("testdata/hf-gpt-oss/tiny-gpt-oss-mxfp4");
+    for outtype in ["f32", "q8_0"] {
+        let case = &conv[outtype];
+        let out = dir.join(format!("{outtype}.gguf"));
+        convert_dir(&src, &out, &options(outtype, Some("gpt-2")))
+            .unwrap_or_else(|e| panic!("gpt-oss MXFP4 {outtype}: {e}"));
+        let sha = hex(&Sha256::digest(std::fs::read(&out).unwrap()));
+        let f = GgufFile::open(&out).unwrap();
+        assert_eq!(
+            f.header.tensors[0].ty,
+            ferrite_kernels::GgmlType::Mxfp4,
+            "{outtype}"
+        );
+        assert_eq!(
+            sha,
+            case["sha256"].as_str().unwrap(),
+            "gpt-oss MXFP4 --outtype {outtype}: not the converter's file: {}",
+            first_difference(&out, case)
+        );
+        std::fs::remove_file(&out).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

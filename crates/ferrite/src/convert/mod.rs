@@ -280,11 +280,17 @@ fn convert_to<W: Write>(
     let parameters: u64 = planned.iter().map(|p| p.dims.iter().product::<u64>()).sum();
 
     // Metadata.
+    let mxfp4 = decoder.as_ref().is_some_and(|(_, _, hp)| hp.mxfp4);
     let x = Ctx {
         dir,
         c: &st.config,
         arch: spec.arch,
-        file_type: t.file_type(),
+        // The converter's MOSTLY_MXFP4_MOE for an MXFP4 checkpoint written
+        // unquantized (its `prepare_metadata`).
+        file_type: match t {
+            OutType::F32 | OutType::F16 | OutType::Bf16 if mxfp4 => 38,
+            _ => t.file_type(),
+        },
     };
     let mut md = Metadata::default();
     md.insert("general.architecture".into(), Value::String(arch.into()));
@@ -388,7 +394,12 @@ fn plan<'a>(
             if let Some(outs) = special(st, info, hp, &src)? {
                 for (n, o) in outs.into_iter().enumerate() {
                     planned.push(Planned {
-                        to: tensor_type(&o.name, &o.dims, t),
+                        // MXFP4 experts stay MXFP4 whatever the out type.
+                        to: if o.ty == GgmlType::Mxfp4 {
+                            o.ty
+                        } else {
+                            tensor_type(&o.name, &o.dims, t)
+                        },
                         name: o.name,
                         dims: o.dims,
                         from: Source::Special(info, n),
@@ -440,6 +451,9 @@ fn plan<'a>(
         });
     }
     experts.finish(source)?;
+    // The converter writes gpt-oss's MXFP4 experts before every other
+    // tensor (its `generate_extra_tensors`), in their input order.
+    planned.sort_by_key(|p| p.to != GgmlType::Mxfp4);
     Ok(planned)
 }
 

@@ -321,14 +321,34 @@ pub(crate) fn decoder_plan(
     else {
         return Ok(None);
     };
-    if c.get("quantization_config").is_some() {
-        return Err(c.bad(
-            "quantization_config",
-            "quantized checkpoints are not supported (use F32, F16 or BF16 weights)",
-        ));
-    }
+    quantization(&c, family)?;
     let hp = family_config(&c, family, &mut Metadata::default())?;
     Ok(Some((class, family, hp)))
+}
+
+/// Refuses a `quantization_config` ferrite does not read: the one read is
+/// gpt-oss's `mxfp4` (its experts as MXFP4 blocks, see `gpt_oss`).
+fn quantization(c: &Config, family: Family) -> Result<(), Error> {
+    let Some(q) = c.get("quantization_config") else {
+        return Ok(());
+    };
+    let key = "quantization_config.quant_method";
+    let gpt_oss = family.gguf_name() == gpt_oss::HF.arch;
+    match q.get("quant_method").and_then(Json::as_str) {
+        Some("mxfp4") if gpt_oss => Ok(()),
+        Some(m) => Err(c.bad(
+            key,
+            format!(
+                "'{m}' checkpoints are not supported ({})",
+                if gpt_oss {
+                    "gpt-oss: mxfp4, or F32, F16 or BF16 weights"
+                } else {
+                    "use F32, F16 or BF16 weights"
+                }
+            ),
+        )),
+        None => Err(c.bad(key, "missing or not a string")),
+    }
 }
 
 /// A family's `{arch}.*` keys from `config.json` into `md`, and its
@@ -355,12 +375,6 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         json: &st.config,
         source: source.clone(),
     };
-    if c.get("quantization_config").is_some() {
-        return Err(c.bad(
-            "quantization_config",
-            "quantized checkpoints are not supported (use F32, F16 or BF16 weights)",
-        ));
-    }
     let archs = architectures(&st.config);
     let Some((class, family)) = archs
         .iter()
@@ -375,6 +389,7 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
             ),
         ));
     };
+    quantization(&c, family)?;
 
     let mut md = Metadata::default();
     md.insert(

@@ -94,6 +94,19 @@ pub fn check_greedy_cases(model: &dyn CausalLm, cases: &Json, what: &str) {
     }
 }
 
+/// How many of the goldens' greedy `cases` `model` continues as they do.
+pub fn greedy_agreement(model: &dyn CausalLm, cases: &Json) -> usize {
+    cases
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            let want = ids(&c["new_ids"]);
+            greedy(model, &ids(&c["prompt_ids"]), want.len()) == want
+        })
+        .count()
+}
+
 /// A copy of the fixture directory `src` in a fresh temporary directory
 /// (named after `tag`), with `edit` applied to its config.json.
 pub fn damaged_copy(src: &Path, tag: &str, edit: impl FnOnce(&mut Json)) -> PathBuf {

@@ -82,6 +82,9 @@ pub(crate) struct Hp {
     pub(crate) vocab_size: Option<usize>,
     /// Tensors the converter makes up: `rope_freqs.weight` (Llama 3).
     pub(crate) extra: Vec<(&'static str, Vec<f32>)>,
+    /// The experts are MXFP4 blocks (`quantization_config.quant_method`
+    /// `mxfp4`: gpt-oss as OpenAI publishes it).
+    pub(crate) mxfp4: bool,
 }
 
 /// Metadata being written, under `{arch}.` keys.
@@ -436,6 +439,7 @@ pub(crate) fn llama_keys(
         extra: rope_freqs
             .map(|f| vec![(names::ROPE_FREQS, f)])
             .unwrap_or_default(),
+        mxfp4: false,
     })
 }
 
@@ -483,5 +487,6 @@ pub(super) fn gpt2_config(c: &Config, md: &mut Metadata) -> Result<Hp, Error> {
         tied: c.opt_bool("tie_word_embeddings")?.unwrap_or(true),
         vocab_size: c.opt_size("vocab_size")?,
         extra: Vec::new(),
+        mxfp4: false,
     })
 }

@@ -57,6 +57,8 @@ fn positive(c: &Config, key: &str) -> Result<Option<f32>, Error> {
 /// `layer_types`, and non-default SwiGLU constants.
 fn hf_config(c: &Config, k: &mut Keys) -> Result<Hp, Error> {
     let mut hp = llama_keys(c, k, "hidden_act", &["silu"])?;
+    // `hf_decoder::quantization` has refused any other method.
+    hp.mxfp4 = c.get("quantization_config").is_some();
     hp.tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
     let n_experts = c.size("num_local_experts")?;
     let top_k = c.size("num_experts_per_tok")?;
@@ -122,15 +124,36 @@ fn hf_tensor<'a>(
         "mlp.experts.gate_up_proj_bias" => 2,
         "mlp.experts.down_proj" => 3,
         "mlp.experts.down_proj_bias" => 4,
+        "mlp.experts.gate_up_proj_blocks" | "mlp.experts.down_proj_blocks" => {
+            return mxfp4_experts(st, t, hp, l, source).map(Some)
+        }
+        // Read with their blocks.
+        "mlp.experts.gate_up_proj_scales" | "mlp.experts.down_proj_scales" => {
+            let blocks = t.name.replace("_scales", "_blocks");
+            if !hp.mxfp4 || st.tensor_info(&blocks).is_none() {
+                return Err(bad(format!(
+                    "MXFP4 scales without {}",
+                    if hp.mxfp4 {
+                        format!("their blocks '{blocks}'")
+                    } else {
+                        "quantization_config.quant_method 'mxfp4' in config.json".into()
+                    }
+                )));
+            }
+            return Ok(Some(Vec::new()));
+        }
         m if m.starts_with("mlp.experts.") => {
-            return Err(bad(
-                "is not part of a gpt-oss model (MXFP4 checkpoints are not supported yet: \
-                 use F32, F16 or BF16 weights)"
-                    .into(),
-            ))
+            return Err(bad("is not part of a gpt-oss model".into()))
         }
         _ => return Ok(None),
     };
+    if hp.mxfp4 && matches!(kind, 1 | 3) {
+        return Err(bad(
+            "is not MXFP4, but config.json's quantization_config says mxfp4 \
+             (expected '_blocks' and '_scales' tensors)"
+                .into(),
+        ));
+    }
     let ty = match t.ty {
         Some(ty @ (GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)) => ty,
         _ => {
@@ -226,4 +249,101 @@ fn hf_tensor<'a>(
             vec![out("ffn_down_exps", true, dims, Cow::Borrowed(data))]
         }
     }))
+}
+
+/// One MXFP4 block of an HF checkpoint (`_blocks`: code `2k` in byte `k`'s
+/// low nibble, `2k + 1` in its high one; `_scales`: the E8M0 byte) as
+/// ggml's `block_mxfp4` (the scale byte, then code `j` in byte `j`'s low
+/// nibble and code `j + 16` in its high one). The codes and the scale
+/// mean the same in both (E2M1 codes, 2^(e - 127)): bits are only moved.
+fn hf_block_to_ggml(scale: u8, hf: &[u8], out: &mut Vec<u8>) {
+    let code = |i: usize| (hf[i / 2] >> (4 * (i % 2))) & 0x0f;
+    out.push(scale);
+    out.extend((0..16).map(|j| code(j) | (code(j + 16) << 4)));
+}
+
+/// The MXFP4 experts of a checkpoint as OpenAI publishes gpt-oss:
+/// `gate_up_proj_blocks` (`experts x 2 ffn x dim/32 x 16`, rows gate and
+/// up interleaved) with `_scales` (`experts x 2 ffn x dim/32`) into
+/// `ffn_gate_exps` / `ffn_up_exps` (the even and odd rows), and
+/// `down_proj_blocks` (`experts x dim x ffn/32 x 16`) into
+/// `ffn_down_exps`, kept MXFP4 (ggml `[cols, rows, experts]`), as the
+/// converter repacks them (`GptOssModel.repack_mxfp4`).
+fn mxfp4_experts<'a>(
+    st: &'a SafetensorsDir,
+    t: &StTensorInfo,
+    hp: &Hp,
+    l: usize,
+    source: &str,
+) -> Result<Vec<Out<'a>>, Error> {
+    let bad = |name: &str, problem: String| Error::model(source, format!("tensor '{name}': {problem}"));
+    if !hp.mxfp4 {
+        return Err(bad(
+            &t.name,
+            "MXFP4 blocks, but config.json has no quantization_config with quant_method 'mxfp4'"
+                .into(),
+        ));
+    }
+    let scales_name = t.name.replace("_blocks", "_scales");
+    let Some(s) = st.tensor_info(&scales_name) else {
+        return Err(bad(&scales_name, "missing (the scales of MXFP4 blocks)".into()));
+    };
+    for x in [t, s] {
+        if x.dtype != "U8" {
+            return Err(bad(&x.name, format!("dtype {} is not U8", x.dtype)));
+        }
+    }
+    let sh = &t.shape;
+    if sh.len() != 4 || sh[3] != 16 || sh[..3].contains(&0) {
+        return Err(bad(
+            &t.name,
+            format!("shape {sh:?} is not [experts, rows, blocks, 16]"),
+        ));
+    }
+    if s.shape[..] != sh[..3] {
+        return Err(bad(
+            &scales_name,
+            format!("shape {:?} is not its blocks' {:?}", s.shape, &sh[..3]),
+        ));
+    }
+    let (n_exp, rows, n_blocks) = (sh[0], sh[1], sh[2]);
+    let (blocks, scales) = (st.tensor_data(t), st.tensor_data(s));
+    let n = n_exp * rows * n_blocks;
+    if blocks.len() != 16 * n || scales.len() != n {
+        return Err(bad(&t.name, "data size differs from its shape".into()));
+    }
+    let block = |e: usize, r: usize, b: usize| {
+        let i = (e * rows + r) * n_blocks + b;
+        (scales[i], &blocks[16 * i..16 * (i + 1)])
+    };
+    let cols = (32 * n_blocks) as u64;
+    // Rows `first, first + step, ...` of every expert, repacked.
+    let repack = |first: usize, step: usize| {
+        let mut v = Vec::with_capacity(n_exp * rows.div_ceil(step) * n_blocks * 17);
+        for e in 0..n_exp {
+            for r in (first..rows).step_by(step) {
+                for b in 0..n_blocks {
+                    let (scale, hf) = block(e, r, b);
+                    hf_block_to_ggml(scale, hf, &mut v);
+                }
+            }
+        }
+        v
+    };
+    let out = |what: &str, n_rows: usize, data: Vec<u8>| Out {
+        name: blk(l, what),
+        dims: vec![cols, n_rows as u64, n_exp as u64],
+        ty: GgmlType::Mxfp4,
+        data: Cow::Owned(data),
+    };
+    if t.name.ends_with("down_proj_blocks") {
+        return Ok(vec![out("ffn_down_exps", rows, repack(0, 1))]);
+    }
+    if !rows.is_multiple_of(2) {
+        return Err(bad(&t.name, format!("{rows} gate/up rows is odd")));
+    }
+    Ok(vec![
+        out("ffn_gate_exps", rows / 2, repack(0, 2)),
+        out("ffn_up_exps", rows / 2, repack(1, 2)),
+    ])
 }
