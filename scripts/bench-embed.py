@@ -61,6 +61,13 @@ when ferrite could not be run.
 
 A ferrite command that fails (or does not exist yet) is reported, and ferrite
 is shown as missing; the other engines are still measured.
+
+`--ort-avx2` replaces onnxruntime by a copy of it made by scripts/ort-avx2.py,
+in which the AVX-512 (and AVX-VNNI) tests of its CPU kernels are patched to
+fail, so that on an AVX-512 machine it runs the AVX2/FMA3 code an AVX2-only CPU
+would: the fair opponent of `FERRITE_KERNELS=avx2`. onnxruntime itself offers
+no switch for that. Only the onnxruntime build the patch was written for is
+accepted (1.32.0, CPython 3.11, x86-64); the installed package is not touched.
 """
 
 import argparse
@@ -87,6 +94,7 @@ PAUSE_S = 0.5  # between engines
 
 ENGINES = ("ferrite", "onnxruntime", "sentence-transformers")
 SHORT = {"ferrite": "ferrite", "onnxruntime": "ORT", "sentence-transformers": "torch"}
+NAME = {e: e for e in ENGINES}  # the engine names in the tables (--ort-avx2 renames onnxruntime)
 
 
 # ---------------------------------------------------------------------------
@@ -580,6 +588,10 @@ def parse_args():
                     help="time ferrite with --bf16 (bf16 products, AVX512-BF16 only; not the f32 results)")
     ap.add_argument("--int8", action="store_true",
                     help="time ferrite with --int8 (int8 products, any CPU; not the f32 results)")
+    ap.add_argument("--ort-avx2", action="store_true",
+                    help="use a copy of onnxruntime patched to take its AVX2/FMA3 kernels on an AVX-512 CPU "
+                         "(scripts/ort-avx2.py; onnxruntime 1.32.0 x86-64 only), to compare with "
+                         "FERRITE_KERNELS=avx2")
     a = ap.parse_args()
     if a.bf16 and a.int8:
         ap.error("--bf16 and --int8 exclude each other")
@@ -594,8 +606,29 @@ def parse_args():
     return a
 
 
+def use_ort_avx2():
+    """Put the patched AVX2 copy of onnxruntime (scripts/ort-avx2.py) first on sys.path; its directory."""
+    import importlib.util
+
+    if "onnxruntime" in sys.modules:
+        sys.exit("--ort-avx2: onnxruntime was imported before the copy could be put on sys.path")
+    spec = importlib.util.spec_from_file_location("ort_avx2", ROOT / "scripts" / "ort-avx2.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    dest = mod.make_copy(mod.CACHE)
+    sys.path.insert(0, str(dest))
+    import onnxruntime
+
+    if not pathlib.Path(onnxruntime.__file__).resolve().is_relative_to(dest.resolve()):
+        sys.exit(f"--ort-avx2: onnxruntime was imported from {onnxruntime.__file__}, not from the copy in {dest}")
+    SHORT["onnxruntime"] = "ORT-avx2"
+    NAME["onnxruntime"] = "onnxruntime (AVX2 copy)"
+    return dest
+
+
 def main():
     a = parse_args()
+    ort_copy = use_ort_avx2() if a.ort_avx2 else None
 
     if a.make_corpus:
         lines = make_corpus()
@@ -632,6 +665,9 @@ def main():
     print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
     print(f"CPU: {cpu_name()}, {os.cpu_count()} logical cores; load average now "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if ort_copy:
+        print(f"onnxruntime: the copy in {ort_copy} (scripts/ort-avx2.py): its MLAS AVX-512 and AVX-VNNI "
+              "tests are patched out, so it runs its AVX2/FMA3 kernels")
     print(f"model: {a.model}")
     print(f"corpus: {a.corpus} (sha256 {sha256_file(a.corpus)[:16]}…), first {len(texts)}: {corpus_stats(texts)}")
 
@@ -721,7 +757,7 @@ def main():
         doc = {
             "command": wrapper, "python_command": [sys.executable] + sys.argv, "versions": vers,
             "cpu": cpu_name(), "logical_cores": os.cpu_count(), "model": str(a.model),
-            "onnx": str(a.onnx), "corpus": str(a.corpus), "corpus_sha256": sha256_file(a.corpus),
+            "onnx": str(a.onnx), "ort_avx2_copy": str(ort_copy) if ort_copy else None, "corpus": str(a.corpus), "corpus_sha256": sha256_file(a.corpus),
             "n_sentences": len(texts), "n_single": len(single_texts), "batch_size": a.batch_size,
             "rounds": a.rounds, "reps": a.reps, "threads": a.thread_list, "tokens": n_tok,
             "onnx_vs_st_min_cosine": c_ort, "ferrite_error": ferrite_error, "ferrite_commands": ferrite_cmds,
@@ -761,7 +797,7 @@ def report(a, runs, texts, ferrite_error, ferrite_cmds):
             thr = "—" if e == "ferrite" else fmt(ratio(f["sent_per_s"], x["sent_per_s"]), ".3f")
             lat = "—" if e == "ferrite" else fmt(ratio(x["single_ms"], f["single_ms"]), ".3f")
             rounds = ", ".join(f"{v:.1f}" for v in x["sent_per_s_rounds"]) or "missing"
-            print(f"| {e} | {fmt(x['sent_per_s'], '.1f')} | {fmt(x['single_ms'], '.2f')} | {thr} | {lat} | {rounds} |")
+            print(f"| {NAME[e]} | {fmt(x['sent_per_s'], '.1f')} | {fmt(x['single_ms'], '.2f')} | {thr} | {lat} | {rounds} |")
         if t in ferrite_cmds and runs[("ferrite", t)]:
             print(f"\nferrite command: `{ferrite_cmds[t]}`")
     return summary
@@ -771,7 +807,7 @@ def check(a, texts, texts_file, ref, onnx_emb, threads):
     print(f"\n--check: {len(texts)} sentences (onnxruntime and sentence-transformers at {threads} thread(s), "
           "ferrite at its default)")
     status = 0
-    results = [("onnxruntime", "sentence-transformers", min_cosine(onnx_emb, ref))]
+    results = [(NAME["onnxruntime"], "sentence-transformers", min_cosine(onnx_emb, ref))]
     fe = None
     if a.ferrite:
         cmd, rows, err = ferrite_embed(a.ferrite, a.model, texts_file, len(texts), a.timeout)
@@ -788,7 +824,7 @@ def check(a, texts, texts_file, ref, onnx_emb, threads):
                 print(f"ferrite: dimension {fe.shape[1]}, expected {ref.shape[1]}")
                 return 1
             results.insert(0, ("ferrite", "sentence-transformers", min_cosine(fe, ref)))
-            results.insert(1, ("ferrite", "onnxruntime", min_cosine(fe, onnx_emb)))
+            results.insert(1, ("ferrite", NAME["onnxruntime"], min_cosine(fe, onnx_emb)))
     else:
         print("ferrite: left out (--ferrite '')")
     print(f"\n| pair | min cosine | 1 − min cosine | worst sentence | mean cosine | ≥ {a.min_cos} |")

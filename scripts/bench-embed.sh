@@ -6,6 +6,8 @@
 #
 #   scripts/bench-embed.sh [--threads 1,2] [--rounds 3] [--n 512] [--batch-size 32] [--json OUT]
 #   scripts/bench-embed.sh --check      # cosine agreement of the three engines, no timing
+#   FERRITE_KERNELS=avx2 scripts/bench-embed.sh --ort-avx2   # both engines' AVX2 code on an AVX-512 CPU
+#                                       # (onnxruntime: a patched copy made by scripts/ort-avx2.py)
 #
 # All options go to scripts/bench-embed.py (--help lists them). Before that,
 # this sets up the Python reference environment if it is missing
