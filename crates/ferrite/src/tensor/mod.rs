@@ -138,28 +138,25 @@ impl Loader {
         self.linear_of(name, ty, bytes, rows, cols)
     }
 
-    /// The `n` matrices of `rows x cols` stacked in the 3-D tensor `name`
-    /// (ggml dims `[cols, rows, n]`: mixture-of-experts weights, one matrix
-    /// per expert), each a [`Linear`] over its own stretch of the tensor.
-    pub fn stacked_linears(
+    /// Matrix `e` of the `n` matrices of `rows x cols` stacked in the 3-D
+    /// tensor `name` (ggml dims `[cols, rows, n]`: mixture-of-experts
+    /// weights, one matrix per expert), a [`Linear`] over its own stretch
+    /// of the tensor.
+    pub fn stacked_linear(
         &self,
         name: &str,
-        n: usize,
+        (e, n): (usize, usize),
         rows: usize,
         cols: usize,
-    ) -> Result<Vec<Linear>, Error> {
+    ) -> Result<Linear, Error> {
         let (ty, bytes) = self.get(name, &[cols as u64, rows as u64, n as u64])?;
         let each = bytes.range.len() / n.max(1);
-        (0..n)
-            .map(|e| {
-                let start = bytes.range.start + e * each;
-                let part = TensorBytes {
-                    src: bytes.src.clone(),
-                    range: start..start + each,
-                };
-                self.linear_of(name, ty, part, rows, cols)
-            })
-            .collect()
+        let start = bytes.range.start + e * each;
+        let part = TensorBytes {
+            src: bytes.src,
+            range: start..start + each,
+        };
+        self.linear_of(name, ty, part, rows, cols)
     }
 
     /// Rows `part` of the `total x cols` matrix stored as `name`, as a
