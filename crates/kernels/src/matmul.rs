@@ -166,6 +166,9 @@ pub unsafe fn products(
 ) {
     match layout {
         Layout::ByToken { .. } => {
+            if acts.n == 1 {
+                prefetch_start(m, rows.clone());
+            }
             let mut r0 = rows.start;
             while r0 < rows.end {
                 let r1 = (r0 + ROW_BLOCK).min(rows.end);
@@ -177,6 +180,48 @@ pub unsafe fn products(
         // SAFETY: the caller's contract.
         Layout::ByRow { .. } => unsafe { block_products(m, rows, acts, out, layout) },
     }
+}
+
+/// Bytes at the start of a one-token product's rows that [`prefetch_start`]
+/// asks for at once: as far as the one-token group kernels prefetch ahead
+/// of the block they read (`PREFETCH` in `x86::avx2::rows8`), so that
+/// their own hints take over from there.
+const START_PREFETCH: usize = 24576;
+
+/// Asks the memory system for the first [`START_PREFETCH`] bytes of rows
+/// `rows` of `m`, where they are read from (the interleaved copy, or the
+/// file's rows), all at once. A one-token product streams each matrix
+/// once. Without this, its first lines came one demand miss at a time:
+/// the kernels' hints run ahead of the block being read, never at it, and
+/// the hardware prefetchers restart at every matrix. A model of many small
+/// matrices (a mixture of experts) pays that hundreds of times per token.
+/// A hint only: no value changes.
+fn prefetch_start(m: &Matrix, rows: Range<usize>) {
+    let rb = m.row_bytes;
+    let from = match m.groups {
+        Some(g) if rows.start * rb < g.len() && m.kernels.0.group_kernels().is_some() => g,
+        _ => m.data,
+    };
+    let start = (rows.start * rb).min(from.len());
+    let end = (rows.end * rb).min(from.len()).min(start + START_PREFETCH);
+    prefetch_lines(&from[start..end]);
+}
+
+/// A prefetch hint (into every cache level) for each 64-byte line of
+/// `bytes`; nothing on targets without one.
+#[inline]
+fn prefetch_lines(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        for line in bytes.chunks(64) {
+            // SAFETY: SSE is part of x86_64, and a prefetch is a hint that
+            // never faults; the address is inside `bytes` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// [`products`] of one block of rows: each weight row is used for all

@@ -102,15 +102,19 @@ pub fn stacked_experts(
     ffn: usize,
     dim: usize,
 ) -> Result<Vec<Expert>, Error> {
-    let gates = w.stacked_linears(gate, n, ffn, dim)?;
-    let ups = w.stacked_linears(up, n, ffn, dim)?;
-    let downs = w.stacked_linears(down, n, dim, ffn)?;
-    Ok(gates
-        .into_iter()
-        .zip(ups)
-        .zip(downs)
-        .map(|((gate, up), down)| Expert { gate, up, down })
-        .collect())
+    // Expert by expert: each one's repacked matrices then lie side by side
+    // in memory in the order decoding reads them (gate, up, then down), so
+    // the kernels' prefetch past the end of one matrix fetches the start
+    // of the next instead of lines nobody reads.
+    (0..n)
+        .map(|e| {
+            Ok(Expert {
+                gate: w.stacked_linear(gate, (e, n), ffn, dim)?,
+                up: w.stacked_linear(up, (e, n), ffn, dim)?,
+                down: w.stacked_linear(down, (e, n), dim, ffn)?,
+            })
+        })
+        .collect()
 }
 
 fn blk(l: usize, what: &str) -> String {

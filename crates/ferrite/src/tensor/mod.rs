@@ -20,9 +20,11 @@ use crate::Error;
 
 mod acts;
 mod matmul;
+mod packed;
 
 pub use acts::QuantizedActs;
 pub use matmul::{matmul_each, matmul_many, MatmulJob, TILE_ROWS};
+pub use packed::Packed;
 
 /// The bytes of an f32 slice (little-endian on every platform we build
 /// for), as the kernels' f32 dot product takes them.
@@ -136,28 +138,25 @@ impl Loader {
         self.linear_of(name, ty, bytes, rows, cols)
     }
 
-    /// The `n` matrices of `rows x cols` stacked in the 3-D tensor `name`
-    /// (ggml dims `[cols, rows, n]`: mixture-of-experts weights, one matrix
-    /// per expert), each a [`Linear`] over its own stretch of the tensor.
-    pub fn stacked_linears(
+    /// Matrix `e` of the `n` matrices of `rows x cols` stacked in the 3-D
+    /// tensor `name` (ggml dims `[cols, rows, n]`: mixture-of-experts
+    /// weights, one matrix per expert), a [`Linear`] over its own stretch
+    /// of the tensor.
+    pub fn stacked_linear(
         &self,
         name: &str,
-        n: usize,
+        (e, n): (usize, usize),
         rows: usize,
         cols: usize,
-    ) -> Result<Vec<Linear>, Error> {
+    ) -> Result<Linear, Error> {
         let (ty, bytes) = self.get(name, &[cols as u64, rows as u64, n as u64])?;
         let each = bytes.range.len() / n.max(1);
-        (0..n)
-            .map(|e| {
-                let start = bytes.range.start + e * each;
-                let part = TensorBytes {
-                    src: bytes.src.clone(),
-                    range: start..start + each,
-                };
-                self.linear_of(name, ty, part, rows, cols)
-            })
-            .collect()
+        let start = bytes.range.start + e * each;
+        let part = TensorBytes {
+            src: bytes.src,
+            range: start..start + each,
+        };
+        self.linear_of(name, ty, part, rows, cols)
     }
 
     /// Rows `part` of the `total x cols` matrix stored as `name`, as a
@@ -464,39 +463,6 @@ impl Linear {
             data: self.bytes.bytes(),
             groups: self.groups.as_deref().map(|g| &g[..]),
         }
-    }
-}
-
-/// Memory for repacked weights: an anonymous mapping (zero pages that only
-/// become resident as they are written) for which Linux is asked to use
-/// transparent huge pages. Decoding streams every weight once per token;
-/// with 2 MiB pages the hardware prefetchers are not stopped at every 4 KiB
-/// page boundary and the TLB covers far more of the stream.
-pub struct Packed(memmap2::MmapMut);
-
-impl Packed {
-    /// `len` zero bytes, or None if the OS refuses the mapping.
-    fn zeroed(len: usize) -> Option<Packed> {
-        let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
-        #[cfg(target_os = "linux")]
-        {
-            // A hint: without huge page support the pages stay small.
-            let _ = map.advise(memmap2::Advice::HugePage);
-        }
-        Some(Packed(map))
-    }
-}
-
-impl std::ops::Deref for Packed {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Packed {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.0
     }
 }
 
