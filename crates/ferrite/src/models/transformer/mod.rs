@@ -143,18 +143,18 @@ impl Shape {
 /// A decoder-only language model of any supported architecture.
 pub struct Decoder {
     /// The architecture name (`general.architecture`), for messages.
-    pub arch: String,
+    pub(crate) arch: String,
     /// Sizes: layers, heads, widths, vocabulary, context.
-    pub shape: Shape,
+    pub(crate) shape: Shape,
     /// How a token id becomes the first layer's input row.
-    pub input: TokenInput,
+    pub(crate) input: TokenInput,
     /// The RoPE rotations blocks refer to by index (Gemma 3 has two:
     /// global and local layers).
-    pub ropes: Vec<Rope>,
+    pub(crate) ropes: Vec<Rope>,
     /// The transformer layers, in order.
-    pub blocks: Vec<Block>,
+    pub(crate) blocks: Vec<Block>,
     /// The final norm and the output projection to the vocabulary.
-    pub head: Head,
+    pub(crate) head: Head,
 }
 
 /// The rows of one sequence in a batched forward pass: the next `n` rows
@@ -193,6 +193,13 @@ impl Decoder {
             fused_qkv_dim: if fused { s.q_dim() + 2 * s.kv_dim() } else { 0 },
             n_layers: self.blocks.len(),
         }
+    }
+
+    /// The RoPE rotations, for the library's own tests.
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn ropes(&self) -> &[Rope] {
+        &self.ropes
     }
 
     /// Cache slots block `l` needs for a context of `n_ctx` positions: all
