@@ -16,8 +16,8 @@ fuzz_target!(|data: &[u8]| {
     let file = GgufFile::from_vec("fuzz-input", data.to_vec())
         .expect("from_vec must accept what parse_header accepted");
     // Not `file.header == header`: a NaN in the metadata is unequal to itself.
-    assert_eq!(file.header.tensors, header.tensors);
-    assert_eq!(file.header.data_offset, header.data_offset);
+    assert_eq!(file.header().tensors, header.tensors);
+    assert_eq!(file.header().data_offset, header.data_offset);
     assert_eq!(file.metadata().len(), header.metadata.len());
     let mut n = 0usize;
     for view in file.tensors() {

@@ -174,7 +174,7 @@ impl Embedder {
     /// Longest input in tokens; longer ones are cut (or refused).
     #[getter]
     fn max_tokens(&self) -> usize {
-        self.inner.tokenizer.max_tokens
+        self.inner.tokenizer().max_tokens
     }
 
     /// Threads the model computes on.

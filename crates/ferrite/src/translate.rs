@@ -127,11 +127,11 @@ pub struct TranslateOptions {
 /// A loaded translation model (Marian or T5) with its tokenizer.
 pub struct Translator {
     /// The encoder-decoder's weights.
-    pub model: Seq2Seq,
+    model: Seq2Seq,
     /// The model's tokenizer.
-    pub tokenizer: TextCodec,
+    tokenizer: TextCodec,
     /// The model's `generation_config.json` (or `config.json`) settings.
-    pub defaults: SearchOptions,
+    defaults: SearchOptions,
     threads: Threads,
     ws: Mutex<Workspace>,
 }
@@ -254,6 +254,28 @@ impl Translator {
             threads,
             ws: Mutex::new(Workspace::default()),
         })
+    }
+
+    /// The encoder-decoder itself, for the library's own tests.
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn model(&self) -> &Seq2Seq {
+        &self.model
+    }
+
+    /// The tokenizer, for the library's own tests.
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn tokenizer(&self) -> &TextCodec {
+        &self.tokenizer
+    }
+
+    /// The model's own search settings (`generation_config.json`), for the
+    /// library's own tests; [`Translator::search_options`] applies them.
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn defaults(&self) -> &SearchOptions {
+        &self.defaults
     }
 
     /// The search settings for `opts` over the model's defaults.

@@ -50,7 +50,7 @@ fn alone(model: &Decoder, prompt: &[u32], steps: usize) -> Vec<Vec<u32>> {
 fn check(short_name: &str) {
     let (_file, lm) = open_causal_lm(&common::real_model(short_name)).unwrap();
     let model = lm.decoder();
-    let nv = model.shape.n_vocab;
+    let nv = lm.n_vocab();
     let steps = 4;
     let prompts = prompts();
     let want: Vec<_> = prompts.iter().map(|p| alone(model, p, steps)).collect();

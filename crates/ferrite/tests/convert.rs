@@ -91,7 +91,7 @@ fn first_difference(path: &Path, case: &Json) -> String {
         );
     }
     for (i, t) in case["tensors"].as_array().unwrap().iter().enumerate() {
-        let Some(g) = f.header.tensors.get(i) else {
+        let Some(g) = f.header().tensors.get(i) else {
             return format!("tensor {i} ({}) missing", t[0]);
         };
         let data = f.tensor(&g.name).map(|v| hex(&Sha256::digest(v.data)));
@@ -368,7 +368,7 @@ fn quantize_on_load_runs_the_converted_file() {
         let out = dir.join(format!("{ty}.gguf"));
         convert_dir(&resolve(src), &out, &options(ty, Some("gpt-2"))).unwrap();
         let file = Arc::new(GgufFile::open(&out).unwrap());
-        for t in &file.header.tensors {
+        for t in &file.header().tensors {
             let a = file.tensor(&t.name).unwrap();
             let b = hf
                 .file()
@@ -444,8 +444,8 @@ fn gguf_difference(got: &Path, want: &Path) -> String {
             );
         }
     }
-    for i in 0..g.header.tensors.len().max(w.header.tensors.len()) {
-        let (a, b) = (g.header.tensors.get(i), w.header.tensors.get(i));
+    for i in 0..g.header().tensors.len().max(w.header().tensors.len()) {
+        let (a, b) = (g.header().tensors.get(i), w.header().tensors.get(i));
         let desc = |f: &GgufFile, t: Option<&ferrite::formats::gguf::TensorInfo>| {
             t.map(|t| {
                 let sha = f.tensor(&t.name).map(|v| hex(&Sha256::digest(v.data)));
@@ -485,7 +485,7 @@ fn gpt_oss_mxfp4_byte_identical_to_the_converter() {
         let sha = hex(&Sha256::digest(std::fs::read(&out).unwrap()));
         let f = GgufFile::open(&out).unwrap();
         assert_eq!(
-            f.header.tensors[0].ty,
+            f.header().tensors[0].ty,
             ferrite_kernels::GgmlType::Mxfp4,
             "{outtype}"
         );

@@ -54,7 +54,7 @@ fn check_model(short_name: &str) {
     }
     assert_eq!(
         checked,
-        file.header.tensors.len(),
+        file.header().tensors.len(),
         "every tensor has a golden"
     );
     assert!(

@@ -216,7 +216,7 @@ fn inconsistent_configs_are_clear_errors_not_panics() {
 fn token_ids_embed_as_their_text() {
     for name in ["minilm", "nomic-embed-v1.5"] {
         let model = Embedder::open(&common::real_model(name)).unwrap();
-        let tok = &model.tokenizer;
+        let tok = model.tokenizer();
         let texts = ["A cat sits on the mat.", "", "Ünïcödé — 日本語, 🎉!"];
         let with_specials: Vec<Vec<u32>> = texts
             .iter()

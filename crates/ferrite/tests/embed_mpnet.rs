@@ -38,7 +38,7 @@ fn mpnet_relative_buckets_match_hf() {
     let golden = json(&golden_dir().join("buckets.json"));
     let range = golden["range"].as_i64().unwrap();
     let rb = model
-        .encoder
+        .encoder()
         .relative_bias
         .as_ref()
         .expect("MPNet has a relative bias");

@@ -51,13 +51,13 @@ fn worst(got: &[Vec<f32>], want: &[Vec<f32>]) -> (f64, usize) {
 #[test]
 fn nomic_token_ids_match_llama_cpp() {
     let model = open();
-    assert_eq!(model.tokenizer.max_tokens, 2048);
+    assert_eq!(model.tokenizer().max_tokens, 2048);
     let golden = id_lists(&json(&golden_dir().join("ids.json")));
     let texts = texts();
     assert_eq!(texts.len(), golden.len());
     for (i, (t, want)) in texts.iter().zip(&golden).enumerate() {
         assert_eq!(
-            &model.tokenizer.encode_untruncated(t).unwrap(),
+            &model.tokenizer().encode_untruncated(t).unwrap(),
             want,
             "text {i}: {t:?}"
         );
@@ -157,7 +157,7 @@ fn long_inputs_are_cut_to_the_trained_length_unless_asked() {
     let mut texts = texts();
     texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
     let long = texts[..2].join(" ");
-    let n = model.tokenizer.encode_untruncated(&long).unwrap().len();
+    let n = model.tokenizer().encode_untruncated(&long).unwrap().len();
     assert!(n > 2048 && n <= 8192, "{n} tokens");
     let threads = Threads::new(2);
     let cut = model

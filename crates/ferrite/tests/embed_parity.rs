@@ -89,11 +89,11 @@ fn check_fixture(name: &str, gguf: &str, dim: usize) {
         // The GGUF keeps no sentence-transformers length: it takes the
         // model's context, so compare the inputs no truncation touched.
         let keep: Vec<usize> = (0..texts.len())
-            .filter(|&i| full_lengths[i] <= max_len.min(model.tokenizer.max_tokens))
+            .filter(|&i| full_lengths[i] <= max_len.min(model.tokenizer().max_tokens))
             .collect();
         assert!(keep.len() > 100);
         for &i in &keep {
-            let got = model.tokenizer.encode(&texts[i], true).unwrap();
+            let got = model.tokenizer().encode(&texts[i], true).unwrap();
             assert_eq!(
                 got.ids,
                 golden_ids[i],

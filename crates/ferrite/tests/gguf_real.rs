@@ -17,7 +17,7 @@ fn round_trip(short_name: &str) {
         })
         .collect();
     let mut out = Vec::new();
-    write_gguf(&mut out, file.header.version, file.metadata(), &tensors).unwrap();
+    write_gguf(&mut out, file.header().version, file.metadata(), &tensors).unwrap();
     assert_eq!(out.len(), file.bytes().len(), "written size differs");
     assert!(
         out == file.bytes(),
@@ -25,7 +25,7 @@ fn round_trip(short_name: &str) {
         path.display()
     );
     let again = GgufFile::from_vec("round-trip", out).unwrap();
-    assert_eq!(again.header, file.header);
+    assert_eq!(again.header(), file.header());
 }
 
 #[test]

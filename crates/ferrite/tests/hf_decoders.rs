@@ -849,9 +849,9 @@ fn converted_gguf_files_match_hf() {
                 let scaled = r.inv_freq().map(|(inv, attn)| (inv.to_vec(), attn));
                 (r.dims, r.style, r.freq_scale, scaled)
             };
-            let all: Vec<_> = d.ropes.iter().map(one).collect();
+            let all: Vec<_> = d.ropes().iter().map(one).collect();
             let long: Vec<_> = d
-                .ropes
+                .ropes()
                 .iter()
                 .filter_map(|r| r.long.as_ref().map(|l| (one(&l.0), l.1)))
                 .collect();

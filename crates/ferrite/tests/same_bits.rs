@@ -196,7 +196,7 @@ fn seq2seq_bits(dir: &Path, format: WeightFormat) -> String {
         ..LoadOptions::default()
     };
     let tr = Translator::open(dir, &opts).expect("the model opens");
-    let m = &tr.model;
+    let m = tr.model();
     let threads = Threads::new(2);
     let mut ws = Workspace::default();
     let mut bits = Bits::default();
@@ -226,7 +226,7 @@ fn seq2seq_bits(dir: &Path, format: WeightFormat) -> String {
     }
     let seqs: Vec<&[u32]> = inputs.iter().map(|v| &v[..]).collect();
     for beams in [4, 1] {
-        let mut opts = tr.defaults.clone();
+        let mut opts = tr.defaults().clone();
         opts.num_beams = beams;
         opts.max_length = 12;
         let src = m.encode(&seqs, &threads, &mut ws).expect("encodes");

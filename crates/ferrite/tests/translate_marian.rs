@@ -252,10 +252,10 @@ fn a_cancelled_translation_stops() {
     let (threads, mut ws) = (Threads::new(1), Workspace::default());
     let input = tr.encode("Hello!").expect("encodes");
     let src = tr
-        .model
+        .model()
         .encode(&[&input], &threads, &mut ws)
         .expect("encodes");
     let search = tr.search_options(&opts);
-    let err = generate(&tr.model, &src, &search, &threads, &mut ws).err();
+    let err = generate(tr.model(), &src, &search, &threads, &mut ws).err();
     assert!(matches!(err, Some(ferrite::Error::Cancelled)), "{err:?}");
 }

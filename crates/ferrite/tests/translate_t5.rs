@@ -52,13 +52,13 @@ fn tokenizer_ids_and_decoding_match() {
     let entries = g["source"].as_array().expect("entries");
     for e in entries {
         let text = e["text"].as_str().expect("text");
-        let got = tr.tokenizer.encode_source(text).expect("encodes");
+        let got = tr.tokenizer().encode_source(text).expect("encodes");
         if got != ids(&e["ids"]) {
             bad.push(format!("{text:?}: got {got:?}, want {:?}", ids(&e["ids"])));
         }
     }
     for e in g["decode"].as_array().expect("entries") {
-        let got = tr.tokenizer.decode(&ids(&e["ids"]));
+        let got = tr.tokenizer().decode(&ids(&e["ids"]));
         if got != e["text"].as_str().expect("text") {
             bad.push(format!(
                 "decode {:?}: got {got:?}, want {}",
@@ -246,7 +246,7 @@ fn bad_inputs_are_handled() {
     let long = format!("{prefix}{}", "word ".repeat(10_000));
     let ids = tr.encode(&long).expect("encodes");
     assert_eq!(ids.len(), T5_MAX_INPUT);
-    assert_eq!(ids.last(), Some(&tr.model.config.eos));
+    assert_eq!(ids.last(), Some(&tr.model().config.eos));
     assert_eq!(ids[..20], tr.encode(&long[..400]).expect("encodes")[..20]);
     let opts = TranslateOptions {
         beams: Some(2),

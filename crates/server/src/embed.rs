@@ -107,7 +107,7 @@ impl EmbedModel {
 
     /// Most tokens of one input.
     pub fn max_tokens(&self) -> usize {
-        self.embedder.tokenizer.max_tokens
+        self.embedder.tokenizer().max_tokens
     }
 }
 

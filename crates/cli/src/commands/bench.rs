@@ -258,10 +258,10 @@ pub fn run(args: Args) -> CliResult {
     };
     let rss = peak_rss_bytes();
 
-    let tensors = &loaded.file().header.tensors;
+    let tensors: Vec<_> = loaded.file().tensors().map(|t| t.info).collect();
     let size: u64 = tensors.iter().map(|t| t.size).sum();
     let n_params: u64 = tensors.iter().map(|t| t.n_elements()).sum();
-    let md = &loaded.file().header.metadata;
+    let md = loaded.file().metadata();
     let arch = md.get_str("general.architecture").unwrap_or_default();
     let per_token = weights_per_token(
         tensors.iter().map(|t| {

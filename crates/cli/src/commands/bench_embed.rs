@@ -79,7 +79,7 @@ pub fn run(b: EmbedBench) -> CliResult {
     };
     let text = if b.json {
         let json = serde_json::json!({
-            "model": embedder.source.display().to_string(),
+            "model": embedder.source().display().to_string(),
             "kernels": kernels,
             "threads": threads.count(),
             "batch_size": b.batch_size,
@@ -97,7 +97,7 @@ pub fn run(b: EmbedBench) -> CliResult {
              | --- | --- | ---: | ---: | ---: | ---: |\n\
              | {} | {} | {} | {} | {:.1} | {:.2} |\n",
             few.len(),
-            embedder.source.display(),
+            embedder.source().display(),
             kernels,
             threads.count(),
             b.batch_size,

@@ -197,7 +197,7 @@ pub fn run(args: Args) -> CliResult {
         .collect();
     input::warn_cut(
         &cut,
-        opts.max_tokens.unwrap_or(embedder.tokenizer.max_tokens),
+        opts.max_tokens.unwrap_or(embedder.tokenizer().max_tokens),
     );
 
     let result = match &args.output {

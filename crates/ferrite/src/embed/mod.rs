@@ -169,18 +169,18 @@ pub struct Embedding {
 /// A loaded embedding model.
 pub struct Embedder {
     /// The encoder's weights.
-    pub encoder: Encoder,
+    encoder: Encoder,
     /// The model's tokenizer.
-    pub tokenizer: EmbedTokenizer,
+    tokenizer: EmbedTokenizer,
     /// The model's own pooling.
-    pub pooling: Pooling,
+    pooling: Pooling,
     /// nomic-bert's Matryoshka recipe: layer-normalize (no weights) before
     /// cutting dimensions.
     matryoshka_layer_norm: bool,
     /// Whether the model was trained with [`Task`] prefixes.
-    pub task_prefixes: bool,
+    task_prefixes: bool,
     /// Where the model was loaded from.
-    pub source: PathBuf,
+    source: PathBuf,
 }
 
 impl Embedder {
@@ -292,6 +292,23 @@ impl Embedder {
             pooling,
             source: path.to_path_buf(),
         })
+    }
+
+    /// The model's tokenizer (the token ids [`Self::embed_tokens`] takes).
+    pub fn tokenizer(&self) -> &EmbedTokenizer {
+        &self.tokenizer
+    }
+
+    /// Where the model was loaded from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The encoder itself, for the library's own tests.
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn encoder(&self) -> &Encoder {
+        &self.encoder
     }
 
     /// Width of the embeddings before any Matryoshka cut.

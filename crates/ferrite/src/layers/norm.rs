@@ -22,22 +22,12 @@ pub enum Norm {
         bias: Vec<f32>,
         eps: f32,
     },
-    /// No normalization: rows of `dim` values pass unchanged (a block
-    /// without pre-norms, OLMo 2).
-    Identity { dim: usize },
+    /// No normalization: rows pass unchanged (a block without pre-norms,
+    /// OLMo 2).
+    Identity,
 }
 
 impl Norm {
-    /// Values per row.
-    pub fn dim(&self) -> usize {
-        match self {
-            Norm::Rms { weight, .. } | Norm::RmsF32 { weight, .. } | Norm::Layer { weight, .. } => {
-                weight.len()
-            }
-            Norm::Identity { dim } => *dim,
-        }
-    }
-
     /// Normalizes each row of `x` into `out`.
     pub fn apply(&self, x: &[f32], out: &mut [f32]) {
         match self {
@@ -54,7 +44,7 @@ impl Norm {
                 out.copy_from_slice(x);
                 self.apply_in_place(out);
             }
-            Norm::Identity { .. } => out.copy_from_slice(x),
+            Norm::Identity => out.copy_from_slice(x),
         }
     }
 
@@ -83,7 +73,7 @@ impl Norm {
                     layer_norm(row, weight, bias, *eps);
                 }
             }
-            Norm::Identity { .. } => {}
+            Norm::Identity => {}
         }
     }
 

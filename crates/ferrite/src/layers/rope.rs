@@ -378,7 +378,9 @@ impl Rope {
     }
 
     /// The per-pair inverse frequencies and cos/sin factor of a non-linear
-    /// scaling, if the rotation has one.
+    /// scaling, if the rotation has one (the library's own tests compare
+    /// them with transformers').
+    #[cfg(any(test, feature = "internals"))]
     pub fn inv_freq(&self) -> Option<(&[f32], f32)> {
         self.scaled.as_ref().map(|(f, a)| (&f[..], *a))
     }

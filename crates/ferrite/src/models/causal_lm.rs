@@ -1,6 +1,6 @@
 //! The interface every decoder-only model offers its callers
 //! ([`CausalLm`]), and its implementation for the one decoder stack
-//! (`transformer.rs`).
+//! (`transformer/`).
 
 use crate::models::decoder::{DecoderState, Logits};
 use crate::models::transformer::{Decoder, SeqRows};

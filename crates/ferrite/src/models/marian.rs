@@ -224,7 +224,6 @@ pub fn load(dir: &Path, format: WeightFormat) -> Result<Seq2Seq, Error> {
     let n_pos = c.max_position_embeddings;
     Ok(Seq2Seq {
         config: Seq2SeqConfig {
-            arch: "marian",
             dim,
             n_heads: c.encoder_attention_heads,
             head_dim,
@@ -240,7 +239,6 @@ pub fn load(dir: &Path, format: WeightFormat) -> Result<Seq2Seq, Error> {
             placement: NormPlacement::Post,
             decoder_start: c.decoder_start_token_id.unwrap_or(c.pad_token_id),
             eos: c.eos_token_id,
-            pad: c.pad_token_id,
         },
         embed,
         positions: Positions::Sinusoidal {

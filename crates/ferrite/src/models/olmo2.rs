@@ -41,7 +41,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     let rope = rope.build(RopeStyle::Halves, None, &hp)?;
     let s = build::shape(&c);
     let scale = 1.0 / (s.head_dim as f32).sqrt();
-    let none = || Norm::Identity { dim: s.dim };
+    let none = || Norm::Identity;
     let blocks = (0..c.n_layers)
         .map(|l| {
             Ok(Block {

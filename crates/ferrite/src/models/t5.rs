@@ -243,7 +243,6 @@ pub fn load(dir: &Path, format: WeightFormat) -> Result<Seq2Seq, Error> {
     }
     Ok(Seq2Seq {
         config: Seq2SeqConfig {
-            arch: "t5",
             dim,
             n_heads: c.num_heads,
             head_dim: c.d_kv,
@@ -259,7 +258,6 @@ pub fn load(dir: &Path, format: WeightFormat) -> Result<Seq2Seq, Error> {
             placement: NormPlacement::Pre,
             decoder_start: c.decoder_start_token_id.unwrap_or(c.pad_token_id),
             eos: c.eos_token_id,
-            pad: c.pad_token_id,
         },
         embed,
         positions: Positions::Relative(rel),

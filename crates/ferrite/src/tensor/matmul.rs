@@ -6,7 +6,6 @@ use std::ops::Range;
 
 use ferrite_kernels::math::Activation;
 use ferrite_kernels::matmul::{products, ActRows, Layout};
-use ferrite_kernels::GgmlType;
 
 use crate::parallel::{DisjointSlice, Threads};
 use crate::Error;
@@ -33,11 +32,6 @@ impl<'a> MatmulJob<'a> {
 }
 
 impl Linear {
-    /// The format activations must be quantized to for this weight.
-    pub fn act_type(&self) -> GgmlType {
-        self.kernels.act_type()
-    }
-
     /// `out[t][r] = sum_c W[r][c] * x[t][c]` for every token `t` of `x`
     /// (`n_tokens x cols`), into `out` (`n_tokens x rows`).
     ///

@@ -283,7 +283,6 @@ impl Loader {
         }
         Ok(Embedding {
             ty,
-            dim,
             n_vocab,
             bytes,
             groups: None,
@@ -294,7 +293,6 @@ impl Loader {
 /// An embedding table: row `i` is the vector of token `i`.
 pub struct Embedding {
     pub ty: GgmlType,
-    pub dim: usize,
     pub n_vocab: usize,
     bytes: TensorBytes,
     /// The interleaved copy of the same tensor made for the output matrix

@@ -84,18 +84,18 @@ pub fn embed(model: &Embedder, texts: &[String], opts: EmbedOptions) -> Vec<Vec<
 pub fn check_token_ids(model: &Embedder, texts: &[String], golden: &Path, max: usize) -> usize {
     let golden = json(golden);
     assert_eq!(golden["max_seq_length"].as_u64(), Some(max as u64));
-    assert_eq!(model.tokenizer.max_tokens, max);
+    assert_eq!(model.tokenizer().max_tokens, max);
     let full = id_lists(&golden["full"]);
     let truncated = id_lists(&golden["truncated"]);
     assert_eq!(texts.len(), full.len());
     let mut n_cut = 0;
     for (i, t) in texts.iter().enumerate() {
         assert_eq!(
-            model.tokenizer.encode_untruncated(t).unwrap(),
+            model.tokenizer().encode_untruncated(t).unwrap(),
             full[i],
             "text {i}: {t:?}"
         );
-        let got = model.tokenizer.encode(t, true).unwrap();
+        let got = model.tokenizer().encode(t, true).unwrap();
         assert_eq!(got.ids, truncated[i], "text {i} truncated");
         assert_eq!(got.truncated, full[i].len() > max);
         n_cut += got.truncated as usize;

@@ -42,7 +42,7 @@ pub fn encoder_diff(tr: &Translator, goldens: &Value) -> f32 {
     for e in goldens["encoder"].as_array().expect("entries") {
         let input = ids(&e["ids"]);
         let out = tr
-            .model
+            .model()
             .encode(&[&input], &threads, &mut ws)
             .expect("encodes");
         worst = worst.max(max_diff(&out[0].hidden, &floats(&e["hidden"])));
@@ -53,7 +53,7 @@ pub fn encoder_diff(tr: &Translator, goldens: &Value) -> f32 {
 /// Largest difference of the decoder's logits, every position of a forced
 /// decoder input fed one token at a time, from the goldens'.
 pub fn logits_diff(tr: &Translator, goldens: &Value) -> f32 {
-    let m = &tr.model;
+    let m = tr.model();
     let threads = Threads::new(2);
     let mut ws = Workspace::default();
     let n_vocab = m.config.n_vocab;
@@ -82,7 +82,7 @@ pub fn logits_diff(tr: &Translator, goldens: &Value) -> f32 {
 /// defaults.
 pub fn options(tr: &Translator, run: &Value) -> SearchOptions {
     let o = &run["options"];
-    let mut s = tr.defaults.clone();
+    let mut s = tr.defaults().clone();
     s.num_beams = o["num_beams"].as_u64().expect("num_beams") as usize;
     s.max_length = o["max_length"].as_u64().expect("max_length") as usize;
     if let Some(p) = o.get("length_penalty").and_then(Value::as_f64) {
@@ -109,10 +109,10 @@ pub fn generation_mismatches(tr: &Translator, goldens: &Value) -> (usize, Vec<St
             let input = ids(&o["ids"]);
             let want = ids(&o["out"]);
             let src = tr
-                .model
+                .model()
                 .encode(&[&input], &threads, &mut ws)
                 .expect("encodes");
-            let got = generate(&tr.model, &src, &opts, &threads, &mut ws).expect("generates");
+            let got = generate(tr.model(), &src, &opts, &threads, &mut ws).expect("generates");
             if got[0] != want {
                 bad.push(format!(
                     "{name} {input:?}:\n  got  {:?}\n  want {want:?}",
@@ -131,10 +131,13 @@ pub fn assert_batch_independent(tr: &Translator, inputs: &[Vec<u32>]) {
     let threads = Threads::new(2);
     let mut ws = Workspace::default();
     let seqs: Vec<&[u32]> = inputs.iter().map(|v| &v[..]).collect();
-    let together = tr.model.encode(&seqs, &threads, &mut ws).expect("encodes");
+    let together = tr
+        .model()
+        .encode(&seqs, &threads, &mut ws)
+        .expect("encodes");
     for (s, t) in seqs.iter().zip(&together) {
         let alone = tr
-            .model
+            .model()
             .encode(&[s], &Threads::new(1), &mut ws)
             .expect("encodes");
         assert_eq!(
@@ -143,9 +146,9 @@ pub fn assert_batch_independent(tr: &Translator, inputs: &[Vec<u32>]) {
         );
         assert_eq!(alone[0].cross, t.cross, "cross K/V depend on the batch");
     }
-    let n_vocab = tr.model.config.n_vocab;
-    let start = tr.model.config.decoder_start;
-    let mut caches: Vec<_> = together.iter().map(|_| tr.model.new_cache()).collect();
+    let n_vocab = tr.model().config.n_vocab;
+    let start = tr.model().config.decoder_start;
+    let mut caches: Vec<_> = together.iter().map(|_| tr.model().new_cache()).collect();
     let mut batched = Vec::new();
     let mut rows: Vec<StepRow> = caches
         .iter_mut()
@@ -156,18 +159,18 @@ pub fn assert_batch_independent(tr: &Translator, inputs: &[Vec<u32>]) {
             source,
         })
         .collect();
-    tr.model
+    tr.model()
         .step(&mut rows, &threads, &mut ws, &mut batched)
         .expect("steps");
     for (i, src) in together.iter().enumerate() {
-        let mut cache = tr.model.new_cache();
+        let mut cache = tr.model().new_cache();
         let mut one = Vec::new();
         let mut rows = [StepRow {
             token: start,
             cache: &mut cache,
             source: src,
         }];
-        tr.model
+        tr.model()
             .step(&mut rows, &Threads::new(1), &mut ws, &mut one)
             .expect("steps");
         assert_eq!(
@@ -194,7 +197,7 @@ pub fn assert_batch_independent(tr: &Translator, inputs: &[Vec<u32>]) {
 /// fed the same tokens one row at a time; after `start_search` the old
 /// caches are refused with an error.
 pub fn assert_forks_share_and_stale_caches_fail(tr: &Translator, input: &[u32]) {
-    let m = &tr.model;
+    let m = tr.model();
     let threads = Threads::new(2);
     let mut ws = Workspace::default();
     let src = m.encode(&[input], &threads, &mut ws).expect("encodes");

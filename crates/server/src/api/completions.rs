@@ -96,7 +96,7 @@ pub async fn handle(
             ))
         }
     };
-    let n_vocab = model.decoder().shape.n_vocab;
+    let n_vocab = model.lm.n_vocab();
     let mut parts = Vec::new();
     let mut echoed = Vec::new();
     for p in prompts(req.prompt)? {

@@ -128,7 +128,7 @@ pub async fn handle(
     let m = model.clone();
     let (texts, n_tokens) = tokio::task::spawn_blocking(move || {
         let max = m.max_tokens();
-        let tok = &m.embedder.tokenizer;
+        let tok = m.embedder.tokenizer();
         let mut counts = Vec::with_capacity(texts.len());
         let mut ids = Vec::with_capacity(texts.len());
         for (i, t) in texts.iter().enumerate() {

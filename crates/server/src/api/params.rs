@@ -196,7 +196,7 @@ impl Common {
         }
         let stop = stop.into_iter().filter(|s| !s.is_empty()).collect();
         let defaults = SamplerOptions::default();
-        let n_vocab = m.decoder().shape.n_vocab;
+        let n_vocab = m.lm.n_vocab();
         let mut logit_bias = Vec::new();
         for (k, &v) in self.logit_bias.iter().flatten() {
             let id: u32 = k

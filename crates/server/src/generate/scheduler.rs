@@ -319,7 +319,7 @@ impl<'t> Scheduler<'t> {
             return;
         }
         let logits = std::mem::take(&mut self.logits);
-        let nv = self.m.decoder().shape.n_vocab;
+        let nv = self.m.lm.n_vocab();
         for (i, owner) in owners.into_iter().enumerate() {
             let row = &logits[i * nv..(i + 1) * nv];
             match owner {

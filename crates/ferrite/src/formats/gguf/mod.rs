@@ -130,10 +130,6 @@ impl GgufHeader {
     pub fn architecture(&self) -> Option<&str> {
         self.metadata.get_str("general.architecture")
     }
-
-    pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensors.iter().find(|t| t.name == name)
-    }
 }
 
 /// A GGUF file opened read-only and memory-mapped: the parsed header plus
@@ -142,7 +138,7 @@ pub struct GgufFile {
     path: PathBuf,
     bytes: Bytes,
     /// The parsed header: version, metadata and tensor table.
-    pub header: GgufHeader,
+    pub(crate) header: GgufHeader,
     by_name: HashMap<String, usize>,
 }
 
@@ -252,6 +248,13 @@ impl GgufFile {
         }
         #[cfg(not(unix))]
         let _ = range;
+    }
+
+    /// The parsed header, for the library's own tests.
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn header(&self) -> &GgufHeader {
+        &self.header
     }
 
     /// The metadata key/values, in file order.

@@ -64,7 +64,6 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
         format!("{p}encoder.layer.{i}.{part}")
     };
     load(
-        "bert",
         src,
         &sizes,
         act,
@@ -100,7 +99,6 @@ pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
         format!("blk.{i}.{part}")
     };
     load(
-        "bert",
         src,
         &sizes,
         act,
@@ -140,11 +138,9 @@ pub(crate) fn layer_norm(
     })
 }
 
-/// Loads a BERT-shaped encoder (`arch` names it in errors and the
-/// config) whose layer `i`'s part `what` (`q`, `k`, `v`, `out`,
+/// Loads a BERT-shaped encoder whose layer `i`'s part `what` (`q`, `k`, `v`, `out`,
 /// `attn_norm`, `up`, `down`, `out_norm`) is named `names(i, what)`.
 pub(crate) fn load(
-    arch: &'static str,
     src: &WeightSource,
     s: &Sizes,
     act: Activation,
@@ -153,7 +149,7 @@ pub(crate) fn load(
 ) -> Result<Encoder, Error> {
     let dim = s.dim;
     let tables = token_tables(src, &g.token, &g.token_type, dim)?;
-    let mut config = s.config(arch, tables.n_vocab, false, &src.source())?;
+    let mut config = s.config(tables.n_vocab, false, &src.source())?;
     if g.first_position >= s.n_positions {
         return Err(Error::model(
             src.source(),
@@ -201,7 +197,6 @@ pub(crate) fn load(
         token_type0: tables.type0,
         positions: Positions::Learned {
             table,
-            n: s.n_positions,
             first: g.first_position,
         },
         relative_bias: None,

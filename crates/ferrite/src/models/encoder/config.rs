@@ -55,13 +55,11 @@ impl Sizes {
     /// (`even`: RoPE needs an even head size).
     pub fn config(
         &self,
-        arch: &'static str,
         n_vocab: usize,
         even: bool,
         source: &str,
     ) -> Result<EncoderConfig, Error> {
         Ok(EncoderConfig {
-            arch,
             dim: self.dim,
             n_heads: self.n_heads,
             head_dim: self.check_heads(source, even)?,

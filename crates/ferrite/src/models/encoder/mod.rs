@@ -43,7 +43,6 @@ pub enum Positions {
     /// RoBERTa, whose position ids count from `padding_idx + 1`).
     Learned {
         table: Vec<f32>,
-        n: usize,
         first: usize,
     },
     /// Rotary embeddings on Q and K, rotating dimension `i` with `i +
@@ -80,7 +79,6 @@ pub struct EncoderLayer {
 /// Sizes of an encoder.
 #[derive(Clone, Debug)]
 pub struct EncoderConfig {
-    pub arch: &'static str,
     pub dim: usize,
     pub n_heads: usize,
     pub head_dim: usize,

@@ -71,7 +71,7 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
         norm: format!("{p}embeddings.LayerNorm"),
         first_position: FIRST_POSITION,
     };
-    let mut encoder = load("mpnet", src, &sizes, act, &globals, &names)?;
+    let mut encoder = load(src, &sizes, act, &globals, &names)?;
     let table = src.matrix(
         &format!("{p}encoder.relative_attention_bias.weight"),
         n_buckets,

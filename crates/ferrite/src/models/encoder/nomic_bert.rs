@@ -200,7 +200,7 @@ pub fn from_gguf(src: &WeightSource, hp: &HParams) -> Result<Encoder, Error> {
 fn load(src: &WeightSource, s: &Sizes, rope: &Rope, layout: &Layout) -> Result<Encoder, Error> {
     let dim = s.dim;
     let tables = token_tables(src, layout.token(), layout.token_type(), dim)?;
-    let config = s.config("nomic-bert", tables.n_vocab, true, &src.source())?;
+    let config = s.config(tables.n_vocab, true, &src.source())?;
     // A weight with an optional bias.
     let bias = |name: &str, rows: usize| -> Result<Option<Vec<f32>>, Error> {
         let bias_name = format!("{name}.bias");

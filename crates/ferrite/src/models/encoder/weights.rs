@@ -220,16 +220,6 @@ impl Matrix {
         }
     }
 
-    /// Bytes held.
-    pub fn size_bytes(&self) -> usize {
-        match self {
-            Matrix::F32(w) => w.size_bytes(),
-            Matrix::F16(w) => w.size_bytes(),
-            Matrix::Bf16(w) => w.size_bytes(),
-            Matrix::Int8(w) => w.size_bytes(),
-        }
-    }
-
     /// This matrix rounded to bf16 (see `ferrite_kernels::gemm_bf16`).
     pub fn to_bf16(&self) -> Matrix {
         match self {

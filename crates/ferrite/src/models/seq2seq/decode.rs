@@ -8,10 +8,8 @@
 
 use ferrite_kernels::columns::store_columns;
 
-use super::forward::{
-    add_logits_bias, attend_rows, resize, Head, HypCache, StepRow, TileFn, Workspace,
-};
-use super::weights::{apply, each_row};
+use super::forward::{attend_rows, resize, Head, HypCache, StepRow, TileFn, Workspace};
+use super::weights::apply;
 use super::{AttnWeights, Proj, Seq2Seq};
 use crate::parallel::Threads;
 use crate::tensor::TILE_ROWS;
@@ -48,7 +46,9 @@ impl Seq2Seq {
     }
 
     /// Feeds one token to each row and writes the next-token logits,
-    /// `(rows, n_vocab)`, into `logits`.
+    /// `(rows, n_vocab)`, into `logits` (the library's own tests; beam
+    /// search runs [`Seq2Seq::step_unbiased`]).
+    #[cfg(any(test, feature = "internals"))]
     pub fn step(
         &self,
         rows: &mut [StepRow],
@@ -58,8 +58,8 @@ impl Seq2Seq {
     ) -> Result<(), Error> {
         self.step_unbiased(rows, threads, ws, Head::Logits(logits))?;
         if let Some(b) = &self.logits_bias {
-            each_row(logits, self.config.n_vocab, threads, |row| {
-                add_logits_bias(row, b)
+            super::weights::each_row(logits, self.config.n_vocab, threads, |row| {
+                super::forward::add_logits_bias(row, b)
             });
         }
         Ok(())

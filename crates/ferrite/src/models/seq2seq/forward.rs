@@ -26,7 +26,9 @@ use crate::Error;
 pub struct Encoded {
     /// Tokens in the input.
     pub len: usize,
-    /// Last hidden state, `(len, dim)`.
+    /// Last hidden state, `(len, dim)` (kept for the library's own tests
+    /// only: the decoder reads `cross`).
+    #[cfg(any(test, feature = "internals"))]
     pub hidden: Vec<f32>,
     /// Per decoder layer: cross-attention keys and values, `(len, dim)` each.
     pub cross: Vec<(Vec<f32>, Vec<f32>)>,
@@ -305,6 +307,7 @@ impl Seq2Seq {
         let mut out: Vec<Encoded> = (0..inputs.len())
             .map(|i| Encoded {
                 len: inputs[i].len(),
+                #[cfg(any(test, feature = "internals"))]
                 hidden: x[starts[i] * dim..starts[i + 1] * dim].to_vec(),
                 cross: Vec::with_capacity(self.decoder.len()),
             })

@@ -126,7 +126,6 @@ pub enum Positions {
 /// Sizes and token roles.
 #[derive(Clone, Debug)]
 pub struct Seq2SeqConfig {
-    pub arch: &'static str,
     pub dim: usize,
     pub n_heads: usize,
     pub head_dim: usize,
@@ -143,7 +142,6 @@ pub struct Seq2SeqConfig {
     pub placement: NormPlacement,
     pub decoder_start: u32,
     pub eos: u32,
-    pub pad: u32,
 }
 
 pub struct Seq2Seq {

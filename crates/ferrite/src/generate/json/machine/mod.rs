@@ -4,12 +4,15 @@
 //! token mask is built: a token is allowed when all its bytes feed.
 //! Whitespace between tokens is allowed in short runs only, and free
 //! strings and arrays have length caps, so a constrained reply always
-//! reaches the end of its value.
+//! reaches the end of its value. Objects (keys, required and extra
+//! properties) are fed in `object.rs`.
 
+use super::grammar::{Grammar, Node, NodeId, BOOL_TRIE, MAX_REF_DEPTH, NULL_TRIE};
 use super::number::{FreeNum, NumStep, NumText};
-use super::grammar::{Grammar, Node, NodeId, Obj, BOOL_TRIE, MAX_REF_DEPTH, NULL_TRIE};
 use super::string::{FreeStr, StrStep};
 use super::trie::TrieNode;
+
+mod object;
 
 /// Most whitespace bytes in a row.
 const MAX_WS: u8 = 8;
@@ -45,9 +48,10 @@ enum Frame {
         value: NodeId,
         depth: usize,
     },
-    /// A key of object node `obj` (see [`Obj`]): `at` is where it is in the
-    /// declared keys' trie (`None`: it is none of them), `len` its bytes
-    /// after the opening quote (`None` before it).
+    /// A key of object node `obj` (see [`Obj`](super::grammar::Obj)):
+    /// `at` is where it is in the declared keys' trie (`None`: it is none
+    /// of them), `len` its bytes after the opening quote (`None` before
+    /// it).
     Key {
         obj: NodeId,
         at: Option<TrieNode>,
@@ -215,76 +219,9 @@ impl JsonState {
                     let (node, depth) = (*node, *depth);
                     return self.start_value(g, node, depth, c);
                 }
-                Frame::Object {
-                    node,
-                    phase,
-                    prop,
-                    value,
-                    depth,
-                } => {
-                    let fixed = match (*node != NodeId::MAX).then(|| g.node(*node)) {
-                        Some(Node::Object(o)) => Some(o),
-                        _ => None,
-                    };
-                    let (obj_node, depth) = (*node, *depth);
-                    match (*phase, fixed) {
-                        (ObjPhase::Open, Some(o)) if c == b'}' => {
-                            let ok = o.next_required[0] == o.props.len();
-                            return self.close(ok);
-                        }
-                        (ObjPhase::Open | ObjPhase::Key, Some(_)) => {
-                            *phase = ObjPhase::Colon;
-                            self.stack.push(Frame::Key {
-                                obj: obj_node,
-                                at: Some(0),
-                                len: None,
-                            });
-                        }
-                        (ObjPhase::Open, None) if c == b'}' => return self.close(true),
-                        (ObjPhase::Open | ObjPhase::Key, None) => {
-                            if c != b'"' {
-                                return false;
-                            }
-                            *phase = ObjPhase::Colon;
-                            self.stack.push(Frame::Str(FreeStr::default()));
-                            return true;
-                        }
-                        (ObjPhase::Colon, _) => {
-                            if c != b':' {
-                                return false;
-                            }
-                            *phase = ObjPhase::Next;
-                            let value = *value;
-                            self.stack.push(Frame::Value {
-                                node: value,
-                                depth: depth + 1,
-                            });
-                            return true;
-                        }
-                        (ObjPhase::Next, Some(o)) => {
-                            let more = *prop < o.props.len() || extra_allowed(o, *prop);
-                            return match c {
-                                b',' if more => {
-                                    *phase = ObjPhase::Key;
-                                    true
-                                }
-                                b'}' => {
-                                    let ok = o.next_required[*prop] == o.props.len();
-                                    self.close(ok)
-                                }
-                                _ => false,
-                            };
-                        }
-                        (ObjPhase::Next, None) => {
-                            return match c {
-                                b',' => {
-                                    *phase = ObjPhase::Key;
-                                    true
-                                }
-                                b'}' => self.close(true),
-                                _ => false,
-                            };
-                        }
+                Frame::Object { .. } => {
+                    if let Some(ok) = self.feed_object(g, c) {
+                        return ok;
                     }
                 }
                 Frame::Key { obj, at, len } => {
@@ -433,77 +370,6 @@ impl JsonState {
         }
     }
 
-    /// Feeds byte `c` to the key on top (of object node `obj`, `at` in its
-    /// keys' trie, `len` bytes after its opening quote).
-    fn feed_key(
-        &mut self,
-        g: &Grammar,
-        obj: NodeId,
-        at: Option<TrieNode>,
-        len: Option<u16>,
-        c: u8,
-    ) -> bool {
-        let Node::Object(o) = g.node(obj) else {
-            return false;
-        };
-        let t = &g.tries[o.keys];
-        let Some(n) = len else {
-            if c != b'"' {
-                return false;
-            }
-            let at = at.and_then(|a| t.step(a, c));
-            self.set_key(at, 0);
-            return true;
-        };
-        let Some(&Frame::Object { prop: lo, .. }) = self.stack.iter().rev().nth(1) else {
-            return false;
-        };
-        let last = o.props.len().wrapping_sub(1);
-        let hi = o.next_required.get(lo).map_or(0, |&h| h.min(last));
-        let extra = extra_allowed(o, lo);
-        let next = at.and_then(|a| t.step(a, c));
-        let declared = lo < o.props.len() && next.is_some_and(|m| t.reaches(m, lo, hi));
-        if c == b'"' {
-            // A declared key that may come here, or (none of them) another.
-            let chosen = match next.filter(|&m| t.is_leaf(m)) {
-                Some(m) if declared => t.value(m),
-                Some(_) => return false,
-                None if extra && n > 0 => None,
-                None => return false,
-            };
-            self.stack.pop();
-            let Some(Frame::Object { prop, value, .. }) = self.stack.last_mut() else {
-                return false;
-            };
-            match chosen {
-                Some(i) => {
-                    *prop = i + 1;
-                    *value = o.props[i].node;
-                }
-                None => {
-                    *prop = o.props.len();
-                    *value = o.extra.unwrap_or(NodeId::MAX);
-                }
-            }
-            return true;
-        }
-        if !declared {
-            let room = usize::from(n) + 1 < g.max_string;
-            if !extra || !(0x20..0x80).contains(&c) || c == b'\\' || !room {
-                return false;
-            }
-        }
-        self.set_key(next, n + 1);
-        true
-    }
-
-    fn set_key(&mut self, to: Option<TrieNode>, n: u16) {
-        if let Some(Frame::Key { at, len, .. }) = self.stack.last_mut() {
-            *at = to;
-            *len = Some(n);
-        }
-    }
-
     /// Pops a finished container or string if `ok`.
     fn close(&mut self, ok: bool) -> bool {
         if ok {
@@ -610,10 +476,4 @@ impl JsonState {
         self.stack.push(frame);
         c == opener
     }
-}
-
-/// Whether keys other than the declared ones may come when the declared
-/// properties from `prop` on are still to come: none of those is required.
-fn extra_allowed(o: &Obj, prop: usize) -> bool {
-    o.extra.is_some() && o.next_required.get(prop) == Some(&o.props.len())
 }
