@@ -101,9 +101,9 @@ pub(super) struct KeySpan<'a> {
     /// Added to score `j` of head `h` at `h * n + j` (T5 relative
     /// positions), `(n_heads, n)`.
     pub(super) bias: Option<&'a [f32]>,
-    /// The key and value rows of position `j` (`keys`' and `values`' row
-    /// `j` if `None`).
-    pub(super) rows: Option<(&'a [&'a [f32]], &'a [&'a [f32]])>,
+    /// The key and value rows of position `j`, read from value 0 on
+    /// (`keys`' and `values`' row `j` if `None`).
+    pub(super) rows: Option<Listed<'a>>,
 }
 
 /// Heads `heads` of one query row `q` (`(n_heads, head_dim)`): per head,
@@ -132,11 +132,7 @@ pub(super) fn attend_heads(
         ld,
         n,
         head_dim: hd,
-        rows: span.rows.map(|(keys, values)| Listed {
-            keys,
-            values,
-            offset: first,
-        }),
+        rows: span.rows.map(|l| Listed { offset: first, ..l }),
     };
     let how = Scoring {
         bias: span.bias.map(|b| &b[heads.start * n..]),
@@ -182,7 +178,12 @@ pub(super) fn attend_rows<'a>(
                     value_rows.clear();
                     key_rows.extend((0..n).map(|p| layer.key_f32(p)));
                     value_rows.extend((0..n).map(|p| layer.value_f32(p)));
-                    (&[][..], &[][..], Some((&key_rows[..], &value_rows[..])))
+                    let listed = Listed {
+                        keys: &key_rows[..],
+                        values: &value_rows[..],
+                        offset: 0,
+                    };
+                    (&[][..], &[][..], Some(listed))
                 }
             };
             let span = KeySpan {
