@@ -208,7 +208,6 @@ fn seq2seq_bits(dir: &Path, format: WeightFormat) -> String {
         bits.ids(input);
         let src = m.encode(&[input], &threads, &mut ws).expect("encodes");
         bits.floats(&src[0].hidden);
-        m.start_search(&mut ws, 8);
         let mut cache = m.new_cache();
         let mut logits = Vec::new();
         let mut token = m.config.decoder_start;

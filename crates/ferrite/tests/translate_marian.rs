@@ -141,10 +141,10 @@ fn batched_is_bit_identical_to_alone() {
 }
 
 #[test]
-fn forked_caches_share_rows_and_stale_ones_are_refused() {
+fn forked_caches_share_rows_and_foreign_ones_are_refused() {
     let input = &golden_inputs()[0];
-    seq2seq::assert_forks_share_and_stale_caches_fail(translator(), input);
-    seq2seq::assert_forks_share_and_stale_caches_fail(&q8_0_translator(), input);
+    seq2seq::assert_forks_share_and_foreign_caches_fail(translator(), input);
+    seq2seq::assert_forks_share_and_foreign_caches_fail(&q8_0_translator(), input);
 }
 
 #[test]

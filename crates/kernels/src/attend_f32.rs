@@ -77,9 +77,11 @@ mod portable {
 
 /// Heads of one query row and the cached positions they attend to: head
 /// `i`'s query is `q[i * hd..(i + 1) * hd]`, its key and value at position
-/// `j < n` are `keys[r * ld + i * hd..]` and `values[r * ld + i * hd..]`
-/// (`hd` values each) of row `r = rows[j]` (`r = j` if `rows` is `None`:
-/// positions stored in order).
+/// `j < n` are `keys[j * ld + i * hd..]` and `values[j * ld + i * hd..]`
+/// (`hd` values each: positions stored in order as rows of a matrix), or,
+/// if `rows` lists each position's own key and value rows (a KV cache's
+/// rows, wherever they are), `rows.keys[j][rows.offset + i * hd..]` and
+/// `rows.values[j][rows.offset + i * hd..]`.
 #[derive(Clone, Copy, Debug)]
 pub struct Heads<'a> {
     pub q: &'a [f32],
@@ -89,28 +91,37 @@ pub struct Heads<'a> {
     pub n: usize,
     pub hd: usize,
     pub scale: f32,
-    pub rows: Option<&'a [u32]>,
+    pub rows: Option<Listed<'a>>,
+}
+
+/// The key and value rows of each position, listed (`keys[j]`,
+/// `values[j]` for position `j`), read from value `offset` on.
+#[derive(Clone, Copy, Debug)]
+pub struct Listed<'a> {
+    pub keys: &'a [&'a [f32]],
+    pub values: &'a [&'a [f32]],
+    pub offset: usize,
 }
 
 impl<'a> Heads<'a> {
-    /// The row position `j` is stored in.
-    #[inline(always)]
-    pub(crate) fn row(&self, j: usize) -> usize {
-        self.rows.map_or(j, |r| r[j] as usize)
-    }
-
     /// The keys of `heads` heads at position `j`.
     #[inline(always)]
     pub(crate) fn key_row(&self, j: usize, heads: usize) -> &'a [f32] {
-        let start = self.row(j) * self.ld;
-        &self.keys[start..start + heads * self.hd]
+        let len = heads * self.hd;
+        match self.rows {
+            Some(l) => &l.keys[j][l.offset..l.offset + len],
+            None => &self.keys[j * self.ld..j * self.ld + len],
+        }
     }
 
     /// The values of `heads` heads at position `j`.
     #[inline(always)]
     pub(crate) fn value_row(&self, j: usize, heads: usize) -> &'a [f32] {
-        let start = self.row(j) * self.ld;
-        &self.values[start..start + heads * self.hd]
+        let len = heads * self.hd;
+        match self.rows {
+            Some(l) => &l.values[j][l.offset..l.offset + len],
+            None => &self.values[j * self.ld..j * self.ld + len],
+        }
     }
 
     /// Panics unless the keys and values of `heads` heads at `n` positions
@@ -127,15 +138,21 @@ impl<'a> Heads<'a> {
         } = *self;
         assert!(hd > 0, "whole heads");
         if n > 0 && heads > 0 {
-            let last_row = match rows {
-                Some(r) => {
-                    assert!(r.len() >= n, "a row per position");
-                    r[..n].iter().max().map_or(0, |&r| r as usize)
+            match rows {
+                Some(l) => {
+                    assert!(
+                        l.keys.len() >= n && l.values.len() >= n,
+                        "a row per position"
+                    );
+                    let end = l.offset + heads * hd;
+                    let fits = |r: &[&[f32]]| r[..n].iter().all(|r| r.len() >= end);
+                    assert!(fits(l.keys) && fits(l.values), "whole rows");
                 }
-                None => n - 1,
-            };
-            let last = last_row * ld + heads * hd;
-            assert!(keys.len() >= last && values.len() >= last, "n positions");
+                None => {
+                    let last = (n - 1) * ld + heads * hd;
+                    assert!(keys.len() >= last && values.len() >= last, "n positions");
+                }
+            }
         }
     }
 }
@@ -225,9 +242,23 @@ mod tests {
             let keys = rnd(n.max(1) * ld);
             let values = rnd(n.max(1) * ld);
             let p: Vec<f32> = rnd(heads * n).iter().map(|x| x.abs()).collect();
-            // Positions stored out of order (rows given), or in order.
-            let shuffled: Vec<u32> = (0..n as u32).map(|j| (j * 7 + 3) % n as u32).collect();
-            for rows in [None, Some(&shuffled[..])] {
+            // Positions as rows of a matrix in order, or listed (rows of
+            // it out of order, read from value `off` on).
+            let shuffled: Vec<usize> = (0..n).map(|j| (j * 7 + 3) % n).collect();
+            let off = 3;
+            fn row_list<'m>(m: &'m [f32], order: &[usize], ld: usize) -> Vec<&'m [f32]> {
+                order.iter().map(|&r| &m[r * ld..(r + 1) * ld]).collect()
+            }
+            let (lk, lv) = (
+                row_list(&keys, &shuffled, ld),
+                row_list(&values, &shuffled, ld),
+            );
+            let listed = super::Listed {
+                keys: &lk,
+                values: &lv,
+                offset: off,
+            };
+            for rows in [None, Some(listed)] {
                 let a = super::Heads {
                     q: &q,
                     keys: &keys,
@@ -240,12 +271,16 @@ mod tests {
                 };
                 let what = format!("heads {heads} hd {hd} n {n} rows {}", rows.is_some());
                 let want = check_sets(&a, heads, &p, &what);
-                if let Some(rows) = rows {
+                if rows.is_some() {
                     // The same as the rows gathered into position order.
                     let gather = |m: &[f32]| -> Vec<f32> {
-                        let mut g: Vec<f32> = rows
+                        let mut g: Vec<f32> = shuffled
                             .iter()
-                            .flat_map(|&r| m[r as usize * ld..(r as usize + 1) * ld].to_vec())
+                            .flat_map(|&r| {
+                                let mut row = m[r * ld + off..(r + 1) * ld].to_vec();
+                                row.resize(ld, 0.0);
+                                row
+                            })
                             .collect();
                         g.resize(n.max(1) * ld, 0.0);
                         g

@@ -2,15 +2,23 @@
 //! as f16 like llama.cpp's default cache (half the memory of f32, and the
 //! same rounding llama.cpp applies).
 //!
-//! Paged: a layer's slots live in blocks of [`KV_BLOCK`] positions, each
-//! allocated when its first position is stored and counted in a
-//! [`KvPool`]. Blocks are reference-counted and copied on write: cloning a
-//! cache (a fork: `n > 1` choices, beam hypotheses) shares every block,
-//! and a block is copied only when one of its holders stores a position in
-//! it; the server's prefix cache holds the same blocks. A block's memory
-//! is freed when its last holder drops it. Attention reads a layer as
-//! runs of rows, one per block, in position order: the kernels sum over
-//! the rows in that order whatever the runs, so paging changes no bits.
+//! Paged: a layer's slots live in blocks of [`KV_BLOCK`] positions (the
+//! decoders'; one position for the encoder-decoders' beam hypotheses,
+//! [`KvCache::rows`]), each allocated when its first position is stored
+//! and counted in a [`KvPool`]. Blocks are reference-counted and copied on
+//! write: cloning a cache (a fork: `n > 1` choices, beam hypotheses)
+//! shares every block, and a block is copied only when one of its holders
+//! stores a position in it; the server's prefix cache holds the same
+//! blocks. A block's memory is freed when its last holder drops it.
+//! Attention reads a layer as runs of rows, one per block, in position
+//! order (f16), or row by row (f32): the kernels sum over the rows in that
+//! order whatever the runs, so paging changes no bits.
+//!
+//! The block size is what a fork copies: a hypothesis forked mid-block
+//! copies that block at its next store. Decoders fork rarely (a prompt's
+//! `n > 1` choices) and read runs of 16 rows; a beam search forks several
+//! hypotheses every step, so its caches use one-position blocks: a fork
+//! shares every row and never copies one.
 //!
 //! A layer's cache may hold fewer slots than the context (sliding-window
 //! layers): position `p` lives in slot `p % capacity`. Such a ring can only
@@ -25,7 +33,7 @@ use std::sync::Arc;
 use ferrite_kernels::attend::F16Rows;
 use ferrite_kernels::quant::f16_bits_from_f32;
 
-/// Positions per block.
+/// Positions per block of a decoder's cache.
 pub const KV_BLOCK: usize = 16;
 
 /// How a cache stores keys and values.
@@ -56,9 +64,9 @@ impl KvPool {
     }
 }
 
-/// [`KV_BLOCK`] positions of one layer: their keys then their values
-/// (`kv_dim` values each), in f16 bits (`f16`) or f32 (`f32`; the other
-/// one empty).
+/// The positions of one block of a layer (the layer's block size, e.g.
+/// [`KV_BLOCK`]): their keys then their values (`kv_dim` values each), in
+/// f16 bits (`f16`) or f32 (`f32`; the other one empty).
 #[derive(Debug)]
 pub struct KvBlock {
     f16: Vec<u16>,
@@ -67,8 +75,8 @@ pub struct KvBlock {
 }
 
 impl KvBlock {
-    fn new(kv_dim: usize, ty: KvType, pool: &KvPool) -> KvBlock {
-        let n = 2 * KV_BLOCK * kv_dim;
+    fn new(kv_dim: usize, rows: usize, ty: KvType, pool: &KvPool) -> KvBlock {
+        let n = 2 * rows * kv_dim;
         let (n16, n32) = match ty {
             KvType::F16 => (n, 0),
             KvType::F32 => (0, n),
@@ -102,13 +110,15 @@ impl Drop for KvBlock {
 }
 
 /// Keys and values of one layer: `capacity` slots of `kv_dim` values each,
-/// in blocks of [`KV_BLOCK`] slots (`None` until a slot of it is stored).
+/// in blocks of `1 << shift` slots (`None`, or past the end of `blocks`,
+/// until a slot of it is stored).
 #[derive(Clone)]
 pub struct LayerKv {
     kv_dim: usize,
     capacity: usize,
     ty: KvType,
     pool: KvPool,
+    shift: u32,
     blocks: Vec<Option<Arc<KvBlock>>>,
 }
 
@@ -123,13 +133,32 @@ impl LayerKv {
 
     /// As [`LayerKv::with_type`], its blocks counted in `pool`.
     pub fn in_pool(kv_dim: usize, capacity: usize, ty: KvType, pool: &KvPool) -> LayerKv {
+        LayerKv::blocks_of(KV_BLOCK, kv_dim, capacity, ty, pool)
+    }
+
+    /// As [`LayerKv::in_pool`], in blocks of `rows` positions (a power of
+    /// two).
+    fn blocks_of(
+        rows: usize,
+        kv_dim: usize,
+        capacity: usize,
+        ty: KvType,
+        pool: &KvPool,
+    ) -> LayerKv {
+        assert!(rows.is_power_of_two(), "blocks of a power of two rows");
         LayerKv {
             kv_dim,
             capacity,
             ty,
             pool: pool.clone(),
-            blocks: vec![None; capacity.div_ceil(KV_BLOCK)],
+            shift: rows.trailing_zeros(),
+            blocks: Vec::new(),
         }
+    }
+
+    /// Positions per block.
+    fn block_rows(&self) -> usize {
+        1 << self.shift
     }
 
     /// Whether keys and values are kept in f32 (read them with
@@ -147,7 +176,7 @@ impl LayerKv {
     /// The value of position `pos` in an f32 cache (`kv_dim` values).
     pub fn value_f32(&self, pos: usize) -> &[f32] {
         let (b, r) = self.locate(pos);
-        let r = KV_BLOCK + r;
+        let r = self.block_rows() + r;
         &self.stored(b).f32[r * self.kv_dim..(r + 1) * self.kv_dim]
     }
 
@@ -157,15 +186,20 @@ impl LayerKv {
 
     /// The block and row within it of position `pos`'s slot.
     fn locate(&self, pos: usize) -> (usize, usize) {
-        let s = pos % self.capacity;
-        (s / KV_BLOCK, s % KV_BLOCK)
+        let s = if pos < self.capacity {
+            pos
+        } else {
+            pos % self.capacity
+        };
+        (s >> self.shift, s & (self.block_rows() - 1))
     }
 
     /// Block `b`, which must hold a stored position (attention reads only
     /// positions stored before).
     fn stored(&self, b: usize) -> &KvBlock {
-        self.blocks[b]
-            .as_deref()
+        self.blocks
+            .get(b)
+            .and_then(Option::as_deref)
             .expect("KV cache read of a position never stored")
     }
 
@@ -173,11 +207,23 @@ impl LayerKv {
     /// first use, copied first when other caches share it), with the
     /// offsets of its key row and value row.
     fn writable(&mut self, pos: usize) -> (&mut KvBlock, usize, usize) {
-        let (kv_dim, ty) = (self.kv_dim, self.ty);
+        let (kv_dim, ty, rows) = (self.kv_dim, self.ty, self.block_rows());
         let (b, r) = self.locate(pos);
-        let pool = &self.pool;
-        let block = self.blocks[b].get_or_insert_with(|| Arc::new(KvBlock::new(kv_dim, ty, pool)));
-        (Arc::make_mut(block), r * kv_dim, (KV_BLOCK + r) * kv_dim)
+        let LayerKv { blocks, pool, .. } = self;
+        if b >= blocks.len() {
+            blocks.resize(b + 1, None);
+        }
+        let block =
+            blocks[b].get_or_insert_with(|| Arc::new(KvBlock::new(kv_dim, rows, ty, pool)));
+        (Arc::make_mut(block), r * kv_dim, (rows + r) * kv_dim)
+    }
+
+    /// The table entry of block `b`, the table grown to hold it.
+    fn slot(&mut self, b: usize) -> &mut Option<Arc<KvBlock>> {
+        if b >= self.blocks.len() {
+            self.blocks.resize(b + 1, None);
+        }
+        &mut self.blocks[b]
     }
 
     /// Stores the key and value of position `pos` (`kv_dim` values each),
@@ -185,6 +231,19 @@ impl LayerKv {
     /// it.
     pub fn store(&mut self, pos: usize, k: &[f32], v: &[f32]) {
         let (kv_dim, ty) = (self.kv_dim, self.ty);
+        if self.shift == 0 && ty == KvType::F32 {
+            // A one-position block is made from the row itself (no zeroed
+            // block to overwrite).
+            let (b, _) = self.locate(pos);
+            if self.blocks.get(b).is_none_or(Option::is_none) {
+                let mut f32 = Vec::with_capacity(2 * kv_dim);
+                f32.extend_from_slice(&k[..kv_dim]);
+                f32.extend_from_slice(&v[..kv_dim]);
+                let block = KvBlock::counted(Vec::new(), f32, self.pool.clone());
+                *self.slot(b) = Some(Arc::new(block));
+                return;
+            }
+        }
         let (block, kr, vr) = self.writable(pos);
         if ty == KvType::F32 {
             block.f32[kr..kr + kv_dim].copy_from_slice(&k[..kv_dim]);
@@ -218,11 +277,11 @@ impl LayerKv {
         offset: usize,
         out: &mut Vec<F16Rows<'a>>,
     ) {
-        self.runs(KV_BLOCK, positions, offset, out)
+        self.runs(self.block_rows(), positions, offset, out)
     }
 
     /// Runs of the rows from row `half` of each block (0: keys,
-    /// `KV_BLOCK`: values).
+    /// the block size: values).
     fn runs<'a>(
         &'a self,
         half: usize,
@@ -230,12 +289,12 @@ impl LayerKv {
         offset: usize,
         out: &mut Vec<F16Rows<'a>>,
     ) {
-        let stride = 2 * self.kv_dim;
+        let (stride, rows) = (2 * self.kv_dim, self.block_rows());
         let mut left = positions.len().min(self.capacity);
         let mut slot = positions.start % self.capacity.max(1);
         while left > 0 {
-            let (b, r) = (slot / KV_BLOCK, slot % KV_BLOCK);
-            let n = left.min(KV_BLOCK - r).min(self.capacity - slot);
+            let (b, r) = (slot >> self.shift, slot & (rows - 1));
+            let n = left.min(rows - r).min(self.capacity - slot);
             let bytes = u16_bytes(&self.stored(b).f16);
             out.push(F16Rows {
                 bytes: bytes
@@ -261,7 +320,7 @@ impl LayerKv {
     fn raw(&self, pos: usize) -> (&[u8], &[u8]) {
         let (b, r) = self.locate(pos);
         let block = self.stored(b);
-        let (k, v) = (r * self.kv_dim, (KV_BLOCK + r) * self.kv_dim);
+        let (k, v) = (r * self.kv_dim, (self.block_rows() + r) * self.kv_dim);
         let n = self.kv_dim;
         if self.is_f32() {
             (
@@ -301,8 +360,8 @@ impl LayerKv {
         self.raw(pos).1
     }
 
-    /// Block `b` (slots `b * KV_BLOCK..`), shared: what a prefix cache
-    /// keeps. `None` when none of its slots was stored.
+    /// Block `b` (slots `b * KV_BLOCK..` in a decoder's cache), shared:
+    /// what a prefix cache keeps. `None` when none of its slots was stored.
     pub fn block(&self, b: usize) -> Option<Arc<KvBlock>> {
         self.blocks.get(b)?.clone()
     }
@@ -312,13 +371,14 @@ impl LayerKv {
     /// were stored there, and storing into it copies it first. Ignored
     /// when `b` is past the layer's slots or `block` has another shape.
     pub fn share_block(&mut self, b: usize, block: Arc<KvBlock>) {
-        let n = 2 * KV_BLOCK * self.kv_dim;
+        let rows = self.block_rows();
+        let n = 2 * rows * self.kv_dim;
         let fits = match self.ty {
             KvType::F16 => block.f16.len() == n,
             KvType::F32 => block.f32.len() == n,
         };
-        if let (Some(slot), true) = (self.blocks.get_mut(b), fits) {
-            *slot = Some(block);
+        if fits && b < self.capacity.div_ceil(rows) {
+            *self.slot(b) = Some(block);
         }
     }
 }
@@ -380,6 +440,24 @@ impl KvCache {
         }
     }
 
+    /// A cache of `layers` layers for an encoder-decoder's beam search:
+    /// f32 keys and values (`kv_dim` each) in one-position blocks, as many
+    /// positions as are stored (the model checks its own limit). A fork
+    /// (a clone) shares every position; storing the next position adds a
+    /// block and copies nothing.
+    pub fn rows(kv_dim: usize, layers: usize) -> KvCache {
+        let pool = KvPool::new();
+        KvCache {
+            layers: (0..layers)
+                .map(|_| LayerKv::blocks_of(1, kv_dim, usize::MAX, KvType::F32, &pool))
+                .collect(),
+            n_ctx: usize::MAX,
+            len: 0,
+            max_rewind: usize::MAX,
+            written: 0,
+        }
+    }
+
     /// A fork of the sequence (what the server's `n > 1` choices start
     /// from): the same as `clone`, which shares every block copy-on-write.
     pub fn fork(&self) -> KvCache {
@@ -396,7 +474,7 @@ impl KvCache {
     pub fn stored_rows(&self, layer: usize, pos: usize) -> Option<(&[u8], &[u8])> {
         let l = self.layers.get(layer)?;
         let end = self.written.max(self.len);
-        (pos < end && pos + l.capacity >= end).then(|| l.raw(pos))
+        (pos < end && pos.saturating_add(l.capacity) >= end).then(|| l.raw(pos))
     }
 
     /// Limits how far back [`KvCache::truncate`] may go, counted from the
@@ -568,6 +646,46 @@ mod tests {
         drop((a, b));
         assert_eq!(pool.bytes(), block, "c holds one block");
         drop(c);
+        assert_eq!(pool.bytes(), 0);
+    }
+
+    /// A cache of one-position blocks (an encoder-decoder hypothesis'):
+    /// a fork copies no row, the next position adds one row, rewriting a
+    /// shared position copies that row only; both sides read their own.
+    #[test]
+    fn one_position_blocks_fork_without_copying_rows() {
+        let row = 2 * 3 * 4;
+        let mut a = KvCache::rows(3, 2);
+        let pool = a.layers[0].pool.clone();
+        let kv = |p: usize| ([p as f32, 1.5, -0.0], [-(p as f32), f32::MIN_POSITIVE, 7.0]);
+        for p in 0..5 {
+            let (k, v) = kv(p);
+            for l in &mut a.layers {
+                l.store(p, &k, &v);
+            }
+        }
+        a.len = 5;
+        assert_eq!(pool.bytes(), 2 * 5 * row);
+        let mut b = a.fork();
+        assert_eq!(pool.bytes(), 2 * 5 * row, "a fork copies nothing");
+        b.layers[1].store(5, &[9.0; 3], &[8.0; 3]);
+        assert_eq!(pool.bytes(), 2 * 5 * row + row, "one new row");
+        b.layers[0].store(2, &[4.0; 3], &[3.0; 3]);
+        assert_eq!(pool.bytes(), 2 * 5 * row + 2 * row, "one row copied");
+        for p in 0..5 {
+            let (k, v) = kv(p);
+            assert_eq!(a.layers[0].key_f32(p), k);
+            assert_eq!(a.layers[0].value_f32(p), v);
+            assert_eq!(b.layers[1].key_f32(p), k);
+        }
+        assert_eq!(b.layers[0].key_f32(2), [4.0; 3]);
+        assert_eq!(b.layers[0].value_f32(2), [3.0; 3]);
+        assert_eq!(b.layers[1].value_f32(5), [8.0; 3]);
+        // Rewriting a row no one shares writes it in place.
+        b.layers[1].store(5, &[1.0; 3], &[1.0; 3]);
+        assert_eq!(pool.bytes(), 2 * 5 * row + 2 * row);
+        assert_eq!(b.layers[1].key_f32(5), [1.0; 3]);
+        drop((a, b));
         assert_eq!(pool.bytes(), 0);
     }
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use ferrite::generate::beam::{generate, EarlyStopping, SearchOptions};
+use ferrite::generate::kv_cache::KvCache;
 use ferrite::models::seq2seq::forward::{StepRow, Workspace};
 use ferrite::parallel::Threads;
 use ferrite::translate::{TranslateOptions, Translator};
@@ -192,18 +193,17 @@ pub fn assert_batch_independent(tr: &Translator, inputs: &[Vec<u32>]) {
     }
 }
 
-/// A hypothesis forked from another (its cache copied: the same arena
-/// rows) and stepped in the same batch gives the bits of a fresh cache
-/// fed the same tokens one row at a time; after `start_search` the old
-/// caches are refused with an error.
-pub fn assert_forks_share_and_stale_caches_fail(tr: &Translator, input: &[u32]) {
+/// A hypothesis forked from another (its cache cloned: the same rows,
+/// shared) and stepped in the same batch gives the bits of a fresh cache
+/// fed the same tokens one row at a time; a cache of another shape is
+/// refused with an error.
+pub fn assert_forks_share_and_foreign_caches_fail(tr: &Translator, input: &[u32]) {
     let m = tr.model();
     let threads = Threads::new(2);
     let mut ws = Workspace::default();
     let src = m.encode(&[input], &threads, &mut ws).expect("encodes");
     let start = m.config.decoder_start;
     let (x, y) = (5u32, 7u32);
-    m.start_search(&mut ws, 8);
     let mut logits = Vec::new();
     let mut a = m.new_cache();
     let mut rows = [StepRow {
@@ -250,15 +250,20 @@ pub fn assert_forks_share_and_stale_caches_fail(tr: &Translator, input: &[u32]) 
             "fork {i} differs from its own history"
         );
     }
-    // An impossible amount of room asked for (a hint) is no failure.
-    m.start_search(&mut ws, usize::MAX);
-    let mut rows = [StepRow {
-        token: x,
-        cache: &mut a,
-        source: &src[0],
-    }];
-    let err = m
-        .step(&mut rows, &threads, &mut ws, &mut logits)
-        .expect_err("a cache of an earlier search is refused");
-    assert!(err.to_string().contains("earlier search"), "{err}");
+    // A cache of other widths or layers (another model's) is refused.
+    let n_layers = a.layers.len();
+    for mut other in [
+        KvCache::rows(m.dim() + 1, n_layers),
+        KvCache::rows(m.dim(), n_layers + 1),
+    ] {
+        let mut rows = [StepRow {
+            token: x,
+            cache: &mut other,
+            source: &src[0],
+        }];
+        let err = m
+            .step(&mut rows, &threads, &mut ws, &mut logits)
+            .expect_err("a cache of another model is refused");
+        assert!(err.to_string().contains("another model"), "{err}");
+    }
 }

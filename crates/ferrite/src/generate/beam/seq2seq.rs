@@ -5,16 +5,15 @@
 //! unfinished input as rows of one [`Seq2Seq::step`]; an input's choices
 //! depend only on its own rows, so its output is the same alone or in any
 //! batch. Beam search keeps `num_beams` running hypotheses per input, each
-//! with its own self-attention cache ([`HypCache`]: the rows of the search's
-//! key/value arena that hold its positions); a hypothesis that two
-//! continuations extend is forked by copying that list of rows.
+//! with its own self-attention cache (a [`KvCache`] of one-position
+//! blocks); a hypothesis that two continuations extend is forked by
+//! cloning it, which shares its rows and copies none.
 
 use ferrite_kernels::math::argmax_first;
 
 use super::{choose, forced_picks, process, Hyp, Rules, Search, SearchOptions, NEG};
-use crate::models::seq2seq::forward::{
-    add_logits_bias, Encoded, Head, HypCache, StepRow, Workspace,
-};
+use crate::generate::kv_cache::KvCache;
+use crate::models::seq2seq::forward::{add_logits_bias, Encoded, Head, StepRow, Workspace};
 use crate::models::seq2seq::Seq2Seq;
 use crate::parallel::{DisjointSlice, Threads};
 use crate::Error;
@@ -43,7 +42,7 @@ pub fn generate(
         seq: vec![c.decoder_start],
         score: 0.0,
     };
-    let mut searches: Vec<Search<HypCache>> = inputs
+    let mut searches: Vec<Search<KvCache>> = inputs
         .iter()
         .map(|_| Search {
             prompt_len: 1,
@@ -68,14 +67,6 @@ pub fn generate(
             done: false,
         })
         .collect();
-    // Room for every step's keys and values (a step runs at most num_beams
-    // rows per input, and there are at most max_length - 1 steps, and no
-    // more than the model has positions).
-    let steps = c
-        .max_positions
-        .map_or(opts.max_length, |p| opts.max_length.min(p));
-    let most_rows = inputs.len().saturating_mul(nb).saturating_mul(steps);
-    model.start_search(ws, most_rows);
     let mut logits = Vec::new();
     let mut picks = Vec::new();
     let n_vocab = c.n_vocab;
@@ -214,7 +205,7 @@ struct Rows<'a> {
 /// the logits bias, processed (the first of equal maxima, as
 /// torch.argmax), into `rows.picks[r]` as (token, logit). Everything is
 /// done to one row while it is in cache; rows are split across threads.
-fn score_rows(searches: &[Search<HypCache>], rows: Rows, rules: Rules, threads: &Threads) {
+fn score_rows(searches: &[Search<KvCache>], rows: Rows, rules: Rules, threads: &Threads) {
     let (opts, n, owners) = (rules.opts, rules.n_vocab, rows.owners);
     rows.picks.resize(owners.len(), Vec::new());
     let logits = DisjointSlice::new(&mut rows.logits[..owners.len() * n]);

@@ -4,12 +4,14 @@
 //! head, if any) and the weighted sum of the values, in one fixed order.
 //! Every attention that reads a cache goes through it: the decoders'
 //! (causal, over a [`crate::generate::kv_cache::LayerKv`], optionally
-//! windowed) and the encoder-decoders' (causal self-attention over the
-//! beam search's row arena, bidirectional encoder self-attention,
-//! cross-attention over the encoder's keys).
+//! windowed) and the encoder-decoders' (causal self-attention over a
+//! hypothesis' `LayerKv` of one-position blocks, read row by row,
+//! bidirectional encoder self-attention, cross-attention over the
+//! encoder's keys).
 //!
-//! What differs between them is only the storage: f16 or f32 rows, paged
-//! in blocks or listed by row, and the dot product its kernel takes. A
+//! What differs between them is only how the rows are read: f16 or f32,
+//! in runs of a block's rows or listed row by row, and the dot product
+//! the reading kernel takes. A
 //! storage gives the core its two loops as a [`KvSource`]; the mask is the
 //! caller's choice of positions (a causal query's span ends at itself, a
 //! window starts later, a bidirectional or cross query sees them all).
@@ -147,10 +149,11 @@ impl KvSource for F16Runs<'_> {
 }
 
 /// f32 keys and values as rows of a matrix (`ld` values apart), head `h`
-/// of the call reading values `h * head_dim..` of its rows; position `j`
-/// in row `rows[j]` (or row `j`): the encoder-decoders' caches, through
-/// `ferrite_kernels::attend_f32` (its dot product: eight lanes folded in
-/// order, then the tail).
+/// of the call reading values `h * head_dim..` of its rows, position `j`
+/// in row `j`; or each position's rows listed (`rows`: an encoder-decoder
+/// hypothesis' [`crate::generate::kv_cache::KvCache`] rows): the
+/// encoder-decoders' attention, through `ferrite_kernels::attend_f32` (its
+/// dot product: eight lanes folded in order, then the tail).
 #[derive(Clone, Copy, Debug)]
 pub struct F32Rows<'a> {
     pub keys: &'a [f32],
@@ -158,7 +161,7 @@ pub struct F32Rows<'a> {
     pub ld: usize,
     pub n: usize,
     pub head_dim: usize,
-    pub rows: Option<&'a [u32]>,
+    pub rows: Option<attend_f32::Listed<'a>>,
 }
 
 impl F32Rows<'_> {

@@ -1,48 +1,27 @@
 //! The decoder side of [`Seq2Seq`]: [`Seq2Seq::step`] feeds one token to
 //! each of many hypotheses at once (rows of one product), each with its own
-//! self-attention cache ([`HypCache`], rows of the workspace's
-//! [`KvArena`]) and its input's cross-attention keys and values (from
+//! self-attention cache (a [`KvCache`] of one-position blocks, which a
+//! fork shares) and its input's cross-attention keys and values (from
 //! [`Seq2Seq::encode`]), and turns the last hidden states into logits, whole
 //! or tile by tile ([`Head`]). See `forward.rs` for why every row's values
 //! are the same bits in any batch.
 
 use ferrite_kernels::columns::store_columns;
 
-use super::forward::{attend_rows, resize, Head, HypCache, StepRow, TileFn, Workspace};
+use super::forward::{attend_rows, resize, Head, Keys, StepRow, TileFn, Workspace};
 use super::weights::apply;
 use super::{AttnWeights, Proj, Seq2Seq};
+use crate::generate::kv_cache::{KvCache, LayerKv};
 use crate::parallel::Threads;
 use crate::tensor::TILE_ROWS;
 use crate::Error;
 
 impl Seq2Seq {
-    /// A new, empty hypothesis cache.
-    pub fn new_cache(&self) -> HypCache {
-        HypCache::default()
-    }
-
-    /// Starts a new search in `ws`: empties its arena of keys and values
-    /// (caches made before are refused from now on) and makes room for
-    /// `rows` rows per layer (the hypotheses a search will run, summed
-    /// over its steps; a hint), keeping at most twice that from earlier
-    /// searches.
-    pub fn start_search(&self, ws: &mut Workspace, rows: usize) {
-        let kv = &mut ws.kv;
-        kv.search += 1;
-        kv.rows = 0;
-        let want = rows.saturating_mul(self.qdim());
-        for layers in [&mut kv.keys, &mut kv.values] {
-            layers.resize_with(self.decoder.len(), Vec::new);
-            for l in layers.iter_mut() {
-                l.clear();
-                if l.capacity() / 2 > want {
-                    *l = Vec::new();
-                }
-                // Room is only a hint: if it cannot be had (an absurd
-                // max_length), the rows grow as steps make them.
-                let _ = l.try_reserve(want);
-            }
-        }
+    /// A new, empty hypothesis cache: every decoder layer's self-attention
+    /// keys and values, one position per block ([`KvCache::rows`]), so
+    /// that beam search forks it (a clone) without copying a row.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::rows(self.qdim(), self.decoder.len())
     }
 
     /// Feeds one token to each row and writes the next-token logits,
@@ -92,32 +71,17 @@ impl Seq2Seq {
                     )));
                 }
             }
-            if row.cache.len > 0 && row.cache.search != ws.kv.search {
-                return Err(Error::Input(
-                    "a decoder cache from an earlier search (Seq2Seq::start_search \
-                     has emptied the arena since)"
-                        .into(),
-                ));
-            }
             self.embed_row(row.token, row.cache.len, &mut x[r * dim..(r + 1) * dim])?;
         }
-        // Each row's keys and values go to arena row base + r, every layer.
-        let base = ws.kv.rows;
-        if base + m > u32::MAX as usize {
-            return Err(Error::Input(
-                "too many decoder positions in one search".into(),
-            ));
+        // A cache of this model: f32 rows of its width, one per layer.
+        let fits = |l: &LayerKv| l.is_f32() && l.row_bytes() == 4 * self.qdim();
+        for row in rows.iter() {
+            if row.cache.layers.len() != self.decoder.len() || !row.cache.layers.iter().all(fits) {
+                return Err(Error::Input(
+                    "a decoder cache of another model (Seq2Seq::new_cache makes one)".into(),
+                ));
+            }
         }
-        for layers in [&mut ws.kv.keys, &mut ws.kv.values] {
-            layers.resize_with(self.decoder.len(), Vec::new);
-        }
-        for (r, row) in rows.iter_mut().enumerate() {
-            let cache = &mut *row.cache;
-            cache.search = ws.kv.search;
-            cache.rows.truncate(cache.len);
-            cache.rows.push((base + r) as u32);
-        }
-        ws.kv.rows += m;
         let result = (|| {
             for (l, layer) in self.decoder.iter().enumerate() {
                 self.residual(&mut x, &layer.self_norm, ws, threads, |this, h, ws| {
@@ -235,18 +199,16 @@ impl Seq2Seq {
         let (qd, m) = (self.qdim(), rows.len());
         let rel = self.relative();
         self.project_qkv(w, h, m, threads, ws)?;
-        // This step's rows: base..base + m of the arena (see step_unbiased).
-        let base = ws.kv.rows - m;
-        for (layer, new) in [(&mut ws.kv.keys[l], &ws.k), (&mut ws.kv.values[l], &ws.v)] {
-            layer.resize(base * qd, 0.0);
-            layer.extend_from_slice(&new[..m * qd]);
+        // This step's key and value of each row, at its next position.
+        for (r, row) in rows.iter_mut().enumerate() {
+            let (k, v) = (&ws.k[r * qd..(r + 1) * qd], &ws.v[r * qd..(r + 1) * qd]);
+            row.cache.layers[l].store(row.cache.len, k, v);
         }
         let c = &self.config;
-        let (keys, values) = (&ws.kv.keys[l][..], &ws.kv.values[l][..]);
+        let rows = &*rows;
         attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, bias| {
             // The row's positions, this one last.
-            let positions = &rows[r].cache.rows[..];
-            let pos = positions.len() - 1;
+            let pos = rows[r].cache.len;
             if let Some(rb) = rel {
                 bias.clear();
                 for h in 0..c.n_heads {
@@ -258,7 +220,7 @@ impl Seq2Seq {
                     }
                 }
             }
-            (keys, values, pos + 1, rel.is_some(), Some(positions))
+            (Keys::Cache(&rows[r].cache.layers[l]), pos + 1, rel.is_some())
         });
         apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
     }
@@ -284,7 +246,7 @@ impl Seq2Seq {
         attend_rows(c, &ws.q, m, &mut ws.attn, threads, |r, _| {
             let src = rows[r].source;
             let (keys, values) = &src.cross[l];
-            (&keys[..], &values[..], src.len, false, None)
+            (Keys::Matrix(keys, values), src.len, false)
         });
         apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
     }

@@ -2,10 +2,10 @@
 //! once per input (several inputs packed one after another, no padding) and
 //! computes every decoder layer's cross-attention keys and values once;
 //! [`Seq2Seq::step`] feeds one token to each of many hypotheses at once
-//! (rows of one product), each with its own self-attention cache
-//! ([`HypCache`]: the rows of its positions in the workspace's key/value
-//! arena, [`KvArena`], so that beam search forks it by copying a list of
-//! rows) and its input's cross-attention keys and values.
+//! (rows of one product), each with its own self-attention cache (the
+//! library's [`KvCache`], in one-position blocks: [`KvCache::rows`], so
+//! that beam search forks it without copying a row) and its input's
+//! cross-attention keys and values.
 //!
 //! Attention runs per (row, head) in one fixed order: scores, softmax,
 //! weighted sum of values added in position order (a row's heads together,
@@ -17,6 +17,9 @@ use ferrite_kernels::math::Activation;
 
 use super::weights::{apply, apply_same_input, each_row};
 use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Seq2Seq};
+use ferrite_kernels::attend_f32::Listed;
+
+use crate::generate::kv_cache::{KvCache, LayerKv};
 use crate::layers::attention::core::{attend, F32Rows, Scoring};
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::{QuantizedActs, TILE_ROWS};
@@ -34,42 +37,11 @@ pub struct Encoded {
     pub cross: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
-/// A hypothesis's decoder self-attention cache: which rows of the
-/// workspace's [`KvArena`] hold its keys and values, one per position fed
-/// so far. A hypothesis that two continuations extend is forked by
-/// copying this list; the rows themselves are shared.
-#[derive(Clone, Debug, Default)]
-pub struct HypCache {
-    /// Positions fed so far.
-    pub len: usize,
-    /// The arena row of each position.
-    pub(super) rows: Vec<u32>,
-    /// The search ([`Seq2Seq::start_search`]) whose arena holds the rows.
-    pub(super) search: u64,
-}
-
-/// The decoder self-attention keys and values of every hypothesis of a
-/// search, per layer: each step appends one row (`n_heads * head_dim`
-/// values) per hypothesis run, and hypotheses list the rows of their
-/// positions ([`HypCache`]), so that forks share their common past instead
-/// of copying it, and the hypotheses of one input read it from cache one
-/// after the other.
-#[derive(Default)]
-pub struct KvArena {
-    /// Bumped by [`Seq2Seq::start_search`]; caches of an earlier search
-    /// are refused.
-    pub(super) search: u64,
-    /// Rows stored (the same in every layer).
-    pub(super) rows: usize,
-    pub(super) keys: Vec<Vec<f32>>,
-    pub(super) values: Vec<Vec<f32>>,
-}
-
 /// One row of a decoder step: the token fed, the hypothesis's cache and
 /// its input's encoder output.
 pub struct StepRow<'a> {
     pub token: u32,
-    pub cache: &'a mut HypCache,
+    pub cache: &'a mut KvCache,
     pub source: &'a Encoded,
 }
 
@@ -86,7 +58,6 @@ pub struct Workspace {
     pub(super) proj: Vec<f32>,
     pub(super) up: Vec<f32>,
     pub(super) gate: Vec<f32>,
-    pub(super) kv: KvArena,
 }
 
 pub(super) fn resize(v: &mut Vec<f32>, n: usize) {
@@ -112,9 +83,19 @@ pub enum Head<'a> {
     Tiles(&'a TileFn<'a>),
 }
 
+/// The keys and values a query row attends to: rows of a matrix (`ld`
+/// values each: every head's, one after the other), positions in order,
+/// or positions `0..n` of a hypothesis' cache layer.
+#[derive(Clone, Copy)]
+pub(super) enum Keys<'a> {
+    Matrix(&'a [f32], &'a [f32]),
+    Cache(&'a LayerKv),
+}
+
 /// Where one query row's keys and values are, and its score biases.
 pub(super) struct KeySpan<'a> {
-    /// Rows of `ld` values (every head's, one after the other).
+    /// Rows of `ld` values (every head's, one after the other), unless
+    /// `rows` lists them.
     pub(super) keys: &'a [f32],
     pub(super) values: &'a [f32],
     /// Positions attended: `0..n`.
@@ -122,8 +103,9 @@ pub(super) struct KeySpan<'a> {
     /// Added to score `j` of head `h` at `h * n + j` (T5 relative
     /// positions), `(n_heads, n)`.
     pub(super) bias: Option<&'a [f32]>,
-    /// Row of position `j` (`j` itself if `None`).
-    pub(super) rows: Option<&'a [u32]>,
+    /// The key and value rows of position `j`, read from value 0 on
+    /// (`keys`' and `values`' row `j` if `None`).
+    pub(super) rows: Option<Listed<'a>>,
 }
 
 /// Heads `heads` of one query row `q` (`(n_heads, head_dim)`): per head,
@@ -152,7 +134,7 @@ pub(super) fn attend_heads(
         ld,
         n,
         head_dim: hd,
-        rows: span.rows,
+        rows: span.rows.map(|l| Listed { offset: first, ..l }),
     };
     let how = Scoring {
         bias: span.bias.map(|b| &b[heads.start * n..]),
@@ -167,17 +149,16 @@ pub(super) fn attend_heads(
 /// Attention of every head of `m` query rows (`q`, `(m, n_heads *
 /// head_dim)`) into `out` (same shape), split across threads by row (by
 /// row and head when there are too few rows to keep every thread busy).
-/// `span(row, bias)` gives that row's keys, values (rows of `n_heads *
-/// head_dim`), number of positions, whether it filled `bias` with the
-/// score biases (`(n_heads, positions)`), and the positions' rows (if not
-/// in order).
+/// `span(row, bias)` gives that row's keys and values ([`Keys`]), number
+/// of positions, and whether it filled `bias` with the score biases
+/// (`(n_heads, positions)`).
 pub(super) fn attend_rows<'a>(
     c: &super::Seq2SeqConfig,
     q: &[f32],
     m: usize,
     out: &mut [f32],
     threads: &Threads,
-    span: impl Fn(usize, &mut Vec<f32>) -> (&'a [f32], &'a [f32], usize, bool, Option<&'a [u32]>) + Sync,
+    span: impl Fn(usize, &mut Vec<f32>) -> (Keys<'a>, usize, bool) + Sync,
 ) {
     let (hd, qd, nh) = (c.head_dim, c.n_heads * c.head_dim, c.n_heads);
     // Heads per work item: all of a row's, or one when rows are few.
@@ -186,10 +167,27 @@ pub(super) fn attend_rows<'a>(
     let out = DisjointSlice::new(out);
     threads.split(m * groups, |items| {
         let (mut scores, mut bias) = (Vec::new(), Vec::new());
+        // A cache's rows of the item's positions, keys and values.
+        let (mut key_rows, mut value_rows) = (Vec::new(), Vec::new());
         for item in items {
             let (r, g) = (item / groups, item % groups);
             let heads = g * per..((g + 1) * per).min(nh);
-            let (keys, values, n, biased, rows) = span(r, &mut bias);
+            let (kv, n, biased) = span(r, &mut bias);
+            let (keys, values, rows) = match kv {
+                Keys::Matrix(k, v) => (k, v, None),
+                Keys::Cache(layer) => {
+                    key_rows.clear();
+                    value_rows.clear();
+                    key_rows.extend((0..n).map(|p| layer.key_f32(p)));
+                    value_rows.extend((0..n).map(|p| layer.value_f32(p)));
+                    let listed = Listed {
+                        keys: &key_rows[..],
+                        values: &value_rows[..],
+                        offset: 0,
+                    };
+                    (&[][..], &[][..], Some(listed))
+                }
+            };
             let span = KeySpan {
                 keys,
                 values,
@@ -435,7 +433,11 @@ impl Seq2Seq {
                     }
                 }
             }
-            (&k[first * qd..], &v[first * qd..], n, rel.is_some(), None)
+            (
+                Keys::Matrix(&k[first * qd..], &v[first * qd..]),
+                n,
+                rel.is_some(),
+            )
         });
         apply(&w.o, &ws.attn, m, &mut ws.proj, None, &mut ws.acts, threads)
     }

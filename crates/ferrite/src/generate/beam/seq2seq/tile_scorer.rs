@@ -9,7 +9,8 @@ use std::ops::Range;
 use super::super::{
     each_banned, forced, forced_picks, picks_per_row, score_all, Hyp, Rules, Search,
 };
-use crate::models::seq2seq::forward::{HypCache, Workspace};
+use crate::generate::kv_cache::KvCache;
+use crate::models::seq2seq::forward::Workspace;
 use crate::models::seq2seq::Seq2Seq;
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::TILE_ROWS;
@@ -24,7 +25,7 @@ const EXTRA_CANDIDATES: usize = 4;
 /// (hypothesis) `r` is `owners[r]` = (input, beam) of `searches`; the
 /// model and workspace of the step give its logits again if needed.
 pub(super) struct Step<'a, 'w> {
-    pub(super) searches: &'a [Search<HypCache>],
+    pub(super) searches: &'a [Search<KvCache>],
     pub(super) owners: &'a [(usize, usize)],
     pub(super) model: &'a Seq2Seq,
     pub(super) ws: &'w mut Workspace,
