@@ -20,6 +20,7 @@ use std::arch::x86_64::*;
 
 use super::{load_i8, load_u8, load_u8x16};
 use crate::dot::{whole_blocks, Dot16NFn, Dot8Fn, Dot8NFn};
+use crate::matmul::PREFETCH_AHEAD;
 use crate::quant::{Block, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::GgmlType;
 
@@ -250,14 +251,6 @@ unsafe fn small_isums_vnni<K: Small>(q: &[__m256i; 8], x: &[i8; 32]) -> __m256i 
     sums
 }
 
-/// How far ahead of the block being read [`dot8`] prefetches: a few
-/// groups of eight rows (a Q4_K group of 1024 columns is 4.6 KiB), so
-/// that the lines arrive before they are read even when other processes
-/// share the memory system (4 KiB, about one group, left decode waiting on
-/// memory: 24 KiB gave 3-10% more tokens per CPU-second on the Qwen3-MoE
-/// bench file, Qwen2.5 0.5B Q4_K_M and SmolLM2 Q4_1 at load ~10).
-const PREFETCH: usize = 24576;
-
 /// Defines `$name::<K: Rows8>(group, act, out)`: the eight rows of
 /// `group` against the activation row `act`, compiled with the target
 /// features `$features` (those `K::term` needs, so that it inlines).
@@ -277,7 +270,7 @@ macro_rules! dot8_with {
                 // Weights stream from memory once per token: ask for the
                 // lines a little ahead (a hint only; never faults,
                 // whatever the address).
-                let ahead = w.as_ptr().wrapping_add(PREFETCH).cast::<i8>();
+                let ahead = w.as_ptr().wrapping_add(PREFETCH_AHEAD).cast::<i8>();
                 for line in (0..step).step_by(64) {
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
                 }
