@@ -81,8 +81,10 @@ unsafe fn pass<const G: usize>(
     let qs = qs.map(|q| q.as_ptr());
     let chunks = head_dim / LANES;
     let mut o = 0;
-    for run in runs {
+    prefetch_first_rows(runs, 2 * head_dim);
+    for (r, run) in runs.iter().enumerate() {
         for j in 0..run.n {
+            prefetch_row(runs, r, j + ROWS_AHEAD, 2 * head_dim);
             let k = &run.bytes[j * run.stride..][..2 * head_dim];
             // SAFETY: `k` holds `chunks` whole chunks of 32 f16 values and
             // each query as many of 32 f32 values (head_dim = 32 * chunks).
@@ -133,6 +135,48 @@ unsafe fn fold(acc: [__m256; 4]) -> f32 {
     let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     let x = _mm_add_ss(x, _mm_shuffle_ps::<0b01>(x, x));
     _mm_cvtss_f32(x)
+}
+
+/// How many rows ahead of the one being read the loops ask the memory
+/// system for. A decoder's cached keys and values are written once per
+/// position and read once per token, and the weights streamed between two
+/// reads evict them from every cache: without hints each row was a miss
+/// waiting on memory (`perf` put most of the loops' samples on the f16
+/// loads). With them, the two loops went from 6.1% to 3.7% of a one-thread
+/// decode's samples on a Llama-3-shaped 0.44 B Q4_K_M, and tg128 gained
+/// 3.7% there and 4.2% on a Qwen3-MoE (Zen 5; 32 rows ahead was slower).
+const ROWS_AHEAD: usize = 16;
+
+/// A prefetch hint for the first `len` bytes of row `j` of run `r`,
+/// counting on into the next runs if run `r` has fewer rows; nothing past
+/// the last row. A hint only: never faults, whatever the address.
+#[inline(always)]
+fn prefetch_row(runs: &[F16Rows], mut r: usize, mut j: usize, len: usize) {
+    while let Some(run) = runs.get(r) {
+        if j < run.n {
+            let row = run.bytes.as_ptr().wrapping_add(j * run.stride);
+            // Every line the row touches: one each 64 bytes, and the
+            // line of its last byte (a row need not start on a line).
+            for at in (0..len)
+                .step_by(64)
+                .chain(std::iter::once(len.saturating_sub(1)))
+            {
+                // SAFETY: SSE is part of x86_64; a prefetch never faults.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(at).cast()) };
+            }
+            return;
+        }
+        j -= run.n;
+        r += 1;
+    }
+}
+
+/// Hints for the rows the loops read before their own hints take over.
+#[inline(always)]
+fn prefetch_first_rows(runs: &[F16Rows], len: usize) {
+    for j in 0..ROWS_AHEAD {
+        prefetch_row(runs, 0, j, len);
+    }
 }
 
 /// The float kernel's lane count.
@@ -205,8 +249,16 @@ unsafe fn sum_pass<const G: usize>(
     for d0 in (0..blocked).step_by(BLOCK) {
         let mut acc = [[_mm256_setzero_ps(); BLOCK / 8]; G];
         let mut j_all = 0;
-        for run in runs {
+        // The first block of values asks for whole rows; the later ones
+        // find them in cache.
+        if d0 == 0 {
+            prefetch_first_rows(runs, 2 * head_dim);
+        }
+        for (r, run) in runs.iter().enumerate() {
             for j in 0..run.n {
+                if d0 == 0 {
+                    prefetch_row(runs, r, j + ROWS_AHEAD, 2 * head_dim);
+                }
                 let row = &run.bytes[j * run.stride + 2 * d0..][..2 * BLOCK];
                 // SAFETY: `row` is 2 * BLOCK readable bytes; `loadu` has no
                 // alignment requirement.
