@@ -22,6 +22,12 @@
 #   AVX2=1 scripts/bench-vs-llamacpp.sh gemma3-270m
 # (AVX2=1 BUILD_ONLY=1 only builds that llama-bench and prints its path.)
 # FERRITE_BIN=path runs that ferrite binary instead of building this tree's.
+# MEMBW=1 also runs the memory read probe (the kernels crate's `membw`
+# example) before each round and prints, per thread count, its median read
+# bandwidth next to the GB/s of weights each engine's tg reads (the weights
+# ferrite reads per token, which llama.cpp reads too, times tokens/s): on a
+# shared machine whose bandwidth changes from minute to minute, this says
+# whether a decode ran at the machine's limit when it ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -144,23 +150,41 @@ tg = pick(lambda x: x["n_gen"] > 0 and x["n_prompt"] == 0)
 print("llama.cpp", sys.argv[1], pp, tg)'
 parse_ferrite='import json, sys
 r = json.load(open(sys.argv[2]))
-print("ferrite", sys.argv[1], r["pp_tok_s"] or "nan", r["tg_tok_s"] or "nan", r["kernels"])'
+print("ferrite", sys.argv[1], r["pp_tok_s"] or "nan", r["tg_tok_s"] or "nan", r["kernels"])
+print("weights", r["weights_read_per_token_bytes"] or "nan")'
 results=$log/results
+membw_bin=
+if [ "${MEMBW:-0}" = 1 ]; then
+  cargo build --release -p ferrite-kernels --example membw --quiet
+  membw_bin=$repo/target/release/examples/membw
+fi
 for round in $(seq "$ROUNDS"); do
+  if [ -n "$membw_bin" ]; then
+    # "membw threads GB/s" lines: each thread count's wall-clock median.
+    "$membw_bin" 512 7 | sed -n 's/^threads \([0-9]*\), wall clock: median \([0-9.]*\) GB\/s.*/membw \1 \2/p' >>"$results"
+    grep '^membw' "$results" | tail -n 2 | sed "s/^/  round $round: /"
+  fi
   for t in $THREADS; do
     "${llama_cmd[@]}" "$t" >"$log/out" 2>"$log/err" || { cat "$log/err" >&2; exit 1; }
     python3 -c "$parse_llama" "$t" "$log/out" >>"$results"
     "${ferrite_cmd[@]}" "$t" >"$log/out" 2>"$log/err" || { cat "$log/err" >&2; exit 1; }
     python3 -c "$parse_ferrite" "$t" "$log/out" >>"$results"
-    tail -n 2 "$results" | sed "s/^/  round $round: /"
+    grep -v '^weights\|^membw' "$results" | tail -n 2 | sed "s/^/  round $round: /"
   done
 done
 
 python3 - "$results" "$N_PROMPT" "$N_GEN" "$ROUNDS" "$REPS" <<'EOF'
 import statistics, sys
 path, p, n, rounds, reps = sys.argv[1:]
-runs, kernels = {}, set()
+runs, kernels, membw, weights = {}, set(), {}, float("nan")
 for line in open(path):
+    if line.startswith("membw"):
+        _, t, gbs = line.split()
+        membw.setdefault(int(t), []).append(float(gbs))
+        continue
+    if line.startswith("weights"):
+        weights = float(line.split()[1])
+        continue
     engine, t, pp, tg, *rest = line.split()
     runs.setdefault((engine, int(t)), []).append((float(pp), float(tg)))
     kernels.update(rest)
@@ -176,4 +200,14 @@ for t in sorted({t for _, t in runs}):
     lpp, ltg = med(x[0] for x in l), med(x[1] for x in l)
     fpp, ftg = med(x[0] for x in f), med(x[1] for x in f)
     print(f"| {t} | {lpp:.1f} | {fpp:.1f} | {fpp / lpp:.3f} | {ltg:.1f} | {ftg:.1f} | {ftg / ltg:.3f} |")
+if membw:
+    print(f"\nmemory read bandwidth (membw, median of the rounds' medians) and the weights")
+    print(f"tg reads ({weights / 1e6:.1f} MB per token x median t/s), GB/s:")
+    print("| threads | membw | llama.cpp tg | ferrite tg | ferrite / membw |")
+    print("|---:|---:|---:|---:|---:|")
+    for t in sorted({t for _, t in runs}):
+        bw = med(membw.get(t, [float("nan")]))
+        ltg = med(x[1] for x in runs[("llama.cpp", t)]) * weights / 1e9
+        ftg = med(x[1] for x in runs[("ferrite", t)]) * weights / 1e9
+        print(f"| {t} | {bw:.1f} | {ltg:.1f} | {ftg:.1f} | {ftg / bw:.2f} |")
 EOF
