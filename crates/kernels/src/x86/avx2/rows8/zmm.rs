@@ -99,26 +99,7 @@ impl Rows8 for Q6KVnni {
         // and `pair[m]`: pieces m and m + 1 of a vector to lanes 0..8 and
         // 8..16 (m even).
         let xv: [__m512i; 4] = std::array::from_fn(|c| load64(&x[64 * c..]));
-        let pair = |m: i32| {
-            _mm512_setr_epi32(
-                m,
-                m,
-                m,
-                m,
-                m,
-                m,
-                m,
-                m,
-                m + 1,
-                m + 1,
-                m + 1,
-                m + 1,
-                m + 1,
-                m + 1,
-                m + 1,
-                m + 1,
-            )
-        };
+        let pair = |m: i32| _mm512_mask_set1_epi32(_mm512_set1_epi32(m), 0xff00, m + 1);
         let nib = _mm512_set1_epi8(0x0f);
         let tops02 = _mm512_set1_epi8(0x33);
         let tops13 = _mm512_set1_epi8(0xccu8 as i8);
