@@ -816,6 +816,127 @@ fn dot8_matches_scalar_rows_bit_for_bit() {
     eprintln!("{total} dot8 row results in all");
 }
 
+/// A Q6_K block: every value `q` (0..64) from `q(i)`, the 16 group scales
+/// from `sc(g)`, `d` the f16 bits `d`.
+fn q6_k_block(q: impl Fn(usize) -> u8, sc: impl Fn(usize) -> i8, d: u16) -> Vec<u8> {
+    let mut b = vec![0u8; std::mem::size_of::<BlockQ6K>()];
+    let (ql, qh) = (offset_of!(BlockQ6K, ql), offset_of!(BlockQ6K, qh));
+    for i in 0..256 {
+        // Value i: half h, position l, run k of the half (see BlockQ6K).
+        let (h, l, k) = (i / 128, i % 32, (i % 128) / 32);
+        let v = q(i);
+        assert!(v < 64);
+        b[ql + 64 * h + 32 * (k % 2) + l] |= (v & 0x0f) << (4 * (k / 2));
+        b[qh + 32 * h + l] |= (v >> 4) << (2 * k);
+    }
+    for g in 0..16 {
+        b[offset_of!(BlockQ6K, scales) + g] = sc(g) as u8;
+    }
+    b[offset_of!(BlockQ6K, d)..][..2].copy_from_slice(&d.to_le_bytes());
+    b
+}
+
+/// A Q8_K block of the values `x(i)`, scale `d`, and `bsums` that are
+/// not the sums (Q6_K's kernels must not read them).
+fn q8_k_block(x: impl Fn(usize) -> i8, d: f32) -> Vec<u8> {
+    let mut b = vec![0x5au8; std::mem::size_of::<BlockQ8K>()];
+    b[offset_of!(BlockQ8K, d)..][..4].copy_from_slice(&d.to_le_bytes());
+    for i in 0..256 {
+        b[offset_of!(BlockQ8K, qs) + i] = x(i) as u8;
+    }
+    b
+}
+
+/// Q6_K's eight-row kernels at the corners of their integer sums: values
+/// all 0, all 63, all 32 or mixed, scales -128 and 127 (and mixed),
+/// activations +-127 and -128 (and mixed), on 1 to 7 blocks, each of the
+/// eight rows different, against the scalar reference bit for bit; and the
+/// extreme sum checked by hand (`isum = 256 * (0 - 32) * -128 * -128 =
+/// -2^27` per block, exact in f32).
+#[test]
+fn q6_k_dot8_extremes_match_scalar() {
+    let values: [fn(usize) -> u8; 5] = [
+        |_| 0,
+        |_| 63,
+        |_| 32,
+        |i| if i % 2 == 0 { 63 } else { 0 },
+        |i| ((i * 37 + i / 16) % 64) as u8,
+    ];
+    let scales: [fn(usize) -> i8; 4] = [
+        |_| -128,
+        |_| 127,
+        |g| if g % 3 == 0 { -128 } else { 127 },
+        |g| (g as i8).wrapping_mul(29).wrapping_sub(100),
+    ];
+    let acts: [fn(usize) -> i8; 5] = [
+        |_| 127,
+        |_| -128,
+        |_| -127,
+        |i| if i % 2 == 0 { 127 } else { -128 },
+        |i| (i as i8).wrapping_mul(77),
+    ];
+    let scalar = scalar_vec_dot_kernel(Q6K).expect("scalar kernel");
+    let mut checked = 0;
+    for (set, _) in simd_sets() {
+        let Some(dot8) = set.vec_dot_kernel(Q6K).and_then(|k| k.dot8) else {
+            continue;
+        };
+        let mut tally = Tally::default();
+        for blocks in [1, 2, 3, 5, 7] {
+            for case in 0..values.len() * scales.len() {
+                // Row r, block b: its own pattern of values and scales.
+                let rows: Vec<u8> = (0..8)
+                    .flat_map(|r| {
+                        (0..blocks).flat_map(move |b| {
+                            let v = values[(case + r + b) % values.len()];
+                            let sc = scales[(case / values.len() + r) % scales.len()];
+                            let d = if (r + b) % 4 == 3 { 0xb555 } else { 0x3c00 };
+                            q6_k_block(v, sc, d)
+                        })
+                    })
+                    .collect();
+                for (ai, x) in acts.iter().enumerate() {
+                    let d = if ai == 4 { 0.37 } else { 1.0 };
+                    let a: Vec<u8> = (0..blocks).flat_map(|_| q8_k_block(x, d)).collect();
+                    let what = format!(
+                        "{} Q6_K dot8 blocks={blocks} case={case} a={ai}",
+                        set.name()
+                    );
+                    check_dot8(&mut tally, &what, Q6K, dot8, scalar.dot, (&rows, &a), false);
+                    // Fewer activation blocks than the rows have.
+                    let cut = &a[..a.len() - std::mem::size_of::<BlockQ8K>()];
+                    check_dot8(
+                        &mut tally,
+                        &what,
+                        Q6K,
+                        dot8,
+                        scalar.dot,
+                        (&rows, cut),
+                        false,
+                    );
+                }
+            }
+        }
+        // The largest sum in size, by hand.
+        let rows: Vec<u8> = (0..8 * 3)
+            .flat_map(|_| q6_k_block(|_| 0, |_| -128, 0x3c00))
+            .collect();
+        let a: Vec<u8> = (0..3).flat_map(|_| q8_k_block(|_| -128, 1.0)).collect();
+        let mut group = vec![0u8; rows.len()];
+        assert!(interleave::interleave(Q6K, 8, &rows, &mut group));
+        let mut out = [0f32; 8];
+        dot8(&group, &a, &mut out);
+        assert_eq!(out, [-3.0 * (1u32 << 27) as f32; 8], "{}", set.name());
+        eprintln!(
+            "{}  Q6_K: dot8, {} extreme row results bit-identical",
+            set.name(),
+            tally.cases
+        );
+        checked += tally.cases;
+    }
+    eprintln!("{checked} Q6_K extreme dot8 results in all");
+}
+
 #[test]
 fn dot8n_matches_dot8_row_by_row() {
     let mut total = 0;

@@ -9,7 +9,8 @@
 //! (`dot8`) of Q8_0, Q4_K and Q6_K, whose integer sums take one `vpdpbusd`
 //! per 32 bytes instead of `vpmaddubsw` + `vpaddw` (+ `vpmaddwd`), or for
 //! Q8_0 instead of two sign extensions and two `vpmaddwd` (its weights read
-//! as `w + 128`, `128 * sum(x)` subtracted); the two-group many-row kernels
+//! as `w + 128`, `128 * sum(x)` subtracted), Q6_K's in 512-bit registers
+//! (two pieces of the eight rows per `vpdpbusd`); the two-group many-row kernels
 //! (`dot16n`) of Q4_0, Q4_1, Q5_0 and Q8_0, sixteen rows' lanes in one
 //! 512-bit register (Q4_K and Q6_K too); the attention scores and weighted
 //! sums, four heads of a group per converted key or value row (AVX2's code

@@ -293,6 +293,9 @@ dot8_with!(
 mod prefill;
 mod q8_0;
 mod two_groups;
+mod zmm;
+
+use zmm::Q6KVnni;
 
 pub(crate) use two_groups::kernel16n_vnni_fn;
 
@@ -1012,57 +1015,6 @@ impl Rows8 for Q4KVnni {
     }
 }
 
-/// Q6_K in the interleaved layout, its group sums taken with VNNI.
-struct Q6KVnni;
-
-impl Rows8 for Q6KVnni {
-    const BLOCK: usize = 210;
-    type A = BlockQ8K;
-    /// As `Q6K::term`: the exact integer `sum over the 16 groups of
-    /// sc * (sum(q * x) - 32 * sum(x))`, each group's `sum(q * x)` by
-    /// `dpbusd` (|.| <= 16 * 63 * 128) times its signed scale in i32, and
-    /// `32 * sum(sc * sum(x))` once per block from the group sums of `x`
-    /// (taken from its values; Q6_K does not read `bsums`) by `madd`: the
-    /// same integer (no partial sum exceeds `16 * 127 * 16 * 63 * 128` in
-    /// size), so the same bits.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    #[inline]
-    unsafe fn term(w: &[u8], a: &BlockQ8K) -> __m256 {
-        let x = &a.qs;
-        let xs = two_groups::group_sums(x);
-        let pair_low = _mm256_set1_epi32(0xffff);
-        let (mut isum, mut bsum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-        for r in 0..8 {
-            let scales = load_u8(&w[1536 + 32 * (2 * r / 4)..]);
-            let sc: [__m256i; 2] =
-                std::array::from_fn(|half| lane_byte::<true>(scales, (2 * r + half) % 4));
-            for (half, sc) in sc.iter().enumerate() {
-                let mut qx = _mm256_setzero_si256();
-                for i4 in 4 * half..4 * half + 4 {
-                    let q = q6_k_values(w, r, i4);
-                    let xb = _mm256_set1_epi32(x4(x, 32 * r + 4 * i4));
-                    qx = _mm256_dpbusd_epi32(qx, q, xb);
-                }
-                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(qx, *sc));
-            }
-            // Both scales as the i16 pair `madd` takes, against the pair
-            // of group sums.
-            let pair = _mm256_or_si256(
-                _mm256_and_si256(sc[0], pair_low),
-                _mm256_slli_epi32::<16>(sc[1]),
-            );
-            let bs = i32::from(xs[2 * r] as u16) | (i32::from(xs[2 * r + 1] as u16) << 16);
-            bsum = _mm256_add_epi32(bsum, _mm256_madd_epi16(pair, _mm256_set1_epi32(bs)));
-        }
-        let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<5>(bsum));
-        let d = _mm256_cvtph_ps(load_u8x16(&w[1664..]));
-        _mm256_mul_ps(
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
-            _mm256_cvtepi32_ps(isum),
-        )
-    }
-}
-
 /// `dot8` of a Q4_K group with [`Q4KVnni`] against many activation rows,
 /// bit for bit: each super-block's 64 nibble vectors and its scales and
 /// mins are decoded once per pass of up to [`TOKENS`] rows, then every row
@@ -1136,8 +1088,9 @@ fn q4_k_q8_k_x8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32
 /// `dot8` of a Q6_K group with [`Q6KVnni`] against many activation rows,
 /// bit for bit: each super-block's 64 value vectors and 16 scales are
 /// decoded once per pass of up to [`TOKENS`] rows (into a 2 KiB buffer
-/// that stays in L1), then every row takes its integer sums from them with
-/// `dpbusd` exactly as [`Q6KVnni::term`] does, and adds the same term.
+/// that stays in L1), then every row takes its integer sum from them with
+/// `dpbusd` (the same exact integer as [`Q6KVnni::term`]'s, grouped
+/// otherwise) and adds the same term.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn q6_k_dot8n_vnni(group: &[u8], acts: &[u8], act_row: usize, out: &mut [[f32; ROWS]]) {

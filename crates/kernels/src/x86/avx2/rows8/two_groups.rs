@@ -685,27 +685,6 @@ unsafe fn q6_k_terms<const N: usize>(w: &Q6KPair, a: [&BlockQ8K; N]) -> [__m512;
     terms
 }
 
-/// The sums of the 16 groups of 16 values of a Q8_K block's `qs` (each
-/// within +-2048, so an i16), from `vpsadbw` on the values read as
-/// `x + 128`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-pub(super) unsafe fn group_sums(x: &[i8; 256]) -> [i16; 16] {
-    let flip = _mm512_set1_epi8(i8::MIN);
-    let mut eights = [0u64; 32];
-    for (i, part) in eights.chunks_exact_mut(8).enumerate() {
-        // SAFETY: bytes 64i..64i + 64 of `x` are readable and `part` is 8
-        // writable u64; neither access needs alignment.
-        unsafe {
-            let v = _mm512_loadu_si512(x.as_ptr().add(64 * i).cast());
-            let s = _mm512_sad_epu8(_mm512_xor_si512(v, flip), _mm512_setzero_si512());
-            _mm512_storeu_si512(part.as_mut_ptr().cast(), s);
-        }
-    }
-    // Each u64 is the sum of 8 values + 8 * 128.
-    std::array::from_fn(|g| (eights[2 * g] + eights[2 * g + 1]) as i16 - 2048)
-}
-
 /// Each row's sixteen sums into its output entry.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
