@@ -21,6 +21,7 @@ fn main() {
             bytes: &cache,
             stride: 2 * kv_dim,
             n,
+            cold: false,
         }];
         let q: Vec<f32> = (0..head_dim).map(|i| (i % 13) as f32 * 0.1).collect();
         let p: Vec<f32> = (0..n).map(|i| 1.0 / (1 + i) as f32).collect();

@@ -302,6 +302,7 @@ impl LayerKv {
                     .unwrap_or_default(),
                 stride,
                 n,
+                cold: false,
             });
             left -= n;
             slot = (slot + n) % self.capacity;

@@ -83,6 +83,10 @@ pub fn attention(
         1
     };
     let n_units = shape.n_heads / per_item;
+    // A decode step (one query of this sequence) reads rows the weights
+    // streamed since the last step have evicted; a prompt's queries read
+    // rows just written.
+    let cold = at.n == 1;
     let per_thread = scratch.len() / threads.count();
     let scratch = DisjointSlice::new(scratch);
     let out = DisjointSlice::new(out);
@@ -115,7 +119,8 @@ pub fn attention(
             // SAFETY: the (token, head) pairs are split across threads, so
             // these heads' output values are written by this thread only.
             let o = unsafe { out.segment(t * q_dim + heads.start * hd, per_item * hd) };
-            let span = CacheSpan::new(cache, first..pos + 1, kv_off, hd, &mut keys, &mut values);
+            let (positions, kv) = (first..pos + 1, (&mut keys, &mut values));
+            let span = CacheSpan::new(cache, positions, kv_off, hd, kv, cold);
             attend(&span, qs, per_item, &how, scores, o);
         }
     });
@@ -132,16 +137,19 @@ pub enum CacheSpan<'a> {
 }
 
 impl<'a> CacheSpan<'a> {
-    /// Positions `positions` of `cache` at value `offset`; `keys` and
-    /// `values` are room for the runs of an f16 cache.
+    /// Positions `positions` of `cache` at value `offset`; `kv` is room
+    /// for the runs of keys and values of an f16 cache, marked `cold`
+    /// ([`F16Rows::cold`]: the kernels then prefetch ahead; no result
+    /// changes) when they are probably in no cache.
     pub fn new<'c: 'a>(
         cache: &'c LayerKv,
         positions: Range<usize>,
         offset: usize,
         head_dim: usize,
-        keys: &'a mut Vec<F16Rows<'c>>,
-        values: &'a mut Vec<F16Rows<'c>>,
+        kv: (&'a mut Vec<F16Rows<'c>>, &'a mut Vec<F16Rows<'c>>),
+        cold: bool,
     ) -> CacheSpan<'a> {
+        let (keys, values) = kv;
         if cache.is_f32() {
             return CacheSpan::F32(F32Slots {
                 cache,
@@ -154,6 +162,9 @@ impl<'a> CacheSpan<'a> {
         values.clear();
         cache.key_runs(positions.clone(), offset, keys);
         cache.value_runs(positions, offset, values);
+        for run in keys.iter_mut().chain(values.iter_mut()) {
+            run.cold = cold;
+        }
         CacheSpan::F16(F16Runs {
             keys,
             values,

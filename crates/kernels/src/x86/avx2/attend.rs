@@ -81,10 +81,15 @@ unsafe fn pass<const G: usize>(
     let qs = qs.map(|q| q.as_ptr());
     let chunks = head_dim / LANES;
     let mut o = 0;
-    prefetch_first_rows(runs, 2 * head_dim);
+    let cold = runs.first().is_some_and(|r| r.cold);
+    if cold {
+        prefetch_first_rows(runs, 2 * head_dim);
+    }
     for (r, run) in runs.iter().enumerate() {
         for j in 0..run.n {
-            prefetch_row(runs, r, j + ROWS_AHEAD, 2 * head_dim);
+            if cold {
+                prefetch_row(runs, r, j + ROWS_AHEAD, 2 * head_dim);
+            }
             let k = &run.bytes[j * run.stride..][..2 * head_dim];
             // SAFETY: `k` holds `chunks` whole chunks of 32 f16 values and
             // each query as many of 32 f32 values (head_dim = 32 * chunks).
@@ -138,7 +143,7 @@ unsafe fn fold(acc: [__m256; 4]) -> f32 {
 }
 
 /// How many rows ahead of the one being read the loops ask the memory
-/// system for. A decoder's cached keys and values are written once per
+/// system for, when the rows are marked cold (`F16Rows::cold`). A decoder's cached keys and values are written once per
 /// position and read once per token, and the weights streamed between two
 /// reads evict them from every cache: without hints each row was a miss
 /// waiting on memory (`perf` put most of the loops' samples on the f16
@@ -246,17 +251,18 @@ unsafe fn sum_pass<const G: usize>(
 ) {
     let ps: [&[f32]; G] = std::array::from_fn(|g| &p[(h0 + g) * total..][..total]);
     let blocked = head_dim / BLOCK * BLOCK;
+    let cold = runs.first().is_some_and(|r| r.cold);
     for d0 in (0..blocked).step_by(BLOCK) {
         let mut acc = [[_mm256_setzero_ps(); BLOCK / 8]; G];
         let mut j_all = 0;
         // The first block of values asks for whole rows; the later ones
         // find them in cache.
-        if d0 == 0 {
+        if cold && d0 == 0 {
             prefetch_first_rows(runs, 2 * head_dim);
         }
         for (r, run) in runs.iter().enumerate() {
             for j in 0..run.n {
-                if d0 == 0 {
+                if cold && d0 == 0 {
                     prefetch_row(runs, r, j + ROWS_AHEAD, 2 * head_dim);
                 }
                 let row = &run.bytes[j * run.stride + 2 * d0..][..2 * BLOCK];
