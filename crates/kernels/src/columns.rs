@@ -325,8 +325,8 @@ pub fn rescaled_sums(
 }
 
 /// A product's results for up to sixteen tokens (`part[t][r]`: row `r` of
-/// the weights against token `t`) stored vocabulary-major: `out[r * width
-/// + c0 + t] = part[t][r]` for the first `span` rows.
+/// the weights against token `t`) stored vocabulary-major:
+/// `out[r * width + c0 + t] = part[t][r]` for the first `span` rows.
 pub fn store_columns(part: &[[f32; 16]], span: usize, out: &mut [f32], width: usize, c0: usize) {
     assert!(part.len() <= 16 && span <= 16, "at most a 16 x 16 tile");
     assert!(c0 + part.len() <= width, "the tile's columns fit the width");

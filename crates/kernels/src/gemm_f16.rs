@@ -3,7 +3,7 @@
 //! in the same panel layout as [`PackedWeights`]. A product converts a few
 //! panels at a time (with the set's own f16 conversion) into a per-thread
 //! f32 buffer that stays in the L2 cache, and runs the set's f32
-//! micro-kernel on it ([`gemm_f16_panels_converting`]). The AVX-512 set
+//! micro-kernel on it (`gemm_f16_panels_converting`). The AVX-512 set
 //! instead converts in the micro-kernel, as it loads each line of 16
 //! weights, when there are few activation rows (a single sentence): the
 //! buffer then costs more than the multiply-adds it serves, because each

@@ -125,7 +125,7 @@ pub(crate) fn quantize_k4_groups(
 
 impl BlockQ4K {
     /// Quantizes 256 values as `quantize_row_q4_K_ref` (see
-    /// [`quantize_k4_groups`]).
+    /// `quantize_k4_groups`).
     #[inline(always)]
     pub fn from_f32(x: &[f32; QK_K]) -> Self {
         const SEARCH: Qkx2 = Qkx2 {
