@@ -722,13 +722,21 @@ impl Rows8 for Q6K {
                 }
             }
         }
-        // q6_k_term: (d * d_x) * isum.
-        let d = _mm256_cvtph_ps(load_u8x16(&w[1664..]));
-        _mm256_mul_ps(
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
-            _mm256_cvtepi32_ps(isum),
-        )
+        q6_k_term(w, a, isum)
     }
+}
+
+/// A Q6_K block's term from its exact integer sums: `(d * d_x) * isum`
+/// for the eight rows (`d` at byte 1664 of the interleaved block), as the
+/// scalar reference rounds it.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_k_term(w: &[u8], a: &BlockQ8K, isum: __m256i) -> __m256 {
+    let d = _mm256_cvtph_ps(load_u8x16(&w[1664..]));
+    _mm256_mul_ps(
+        _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
+        _mm256_cvtepi32_ps(isum),
+    )
 }
 
 /// Q2_K (super-blocks of 256 values, 16 groups of 16 with 4-bit scales

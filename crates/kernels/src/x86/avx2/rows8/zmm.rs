@@ -23,7 +23,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{load_u8, load_u8x16, Rows8};
+use super::{load_u8, q6_k_term, Rows8};
 use crate::quant::BlockQ8K;
 
 /// The first 64 bytes of `s`, a slice of bytes (`u8` or `i8`; panics if
@@ -170,11 +170,6 @@ impl Rows8 for Q6KVnni {
             _mm512_castsi512_si256(isum),
             _mm512_extracti64x4_epi64::<1>(isum),
         );
-        // q6_k_term: (d * d_x) * isum.
-        let d = _mm256_cvtph_ps(load_u8x16(&w[1664..]));
-        _mm256_mul_ps(
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d())),
-            _mm256_cvtepi32_ps(isum),
-        )
+        q6_k_term(w, a, isum)
     }
 }
