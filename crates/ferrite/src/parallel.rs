@@ -13,9 +13,18 @@
 //! same items and is passed index `i` (for per-part scratch space), and what
 //! is computed for an item does not depend on which thread runs it. Results
 //! are therefore bit-identical for any thread count and any scheduling.
+//!
+//! Panics: a part that panics, on a worker or on the caller, is caught where
+//! it ran and its part still counts as done; the caller always waits for
+//! every part (the workers borrow its closure until then) and then resumes
+//! the first panic. So a panic reaches the caller of
+//! [`Threads::split_indexed`] as if the work had run on its own thread, the
+//! workers live on, and the pool serves the next call.
 
+use std::any::Any;
 use std::cell::Cell;
 use std::ops::Range;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -55,8 +64,10 @@ struct Shared {
     slot: Mutex<Slot>,
     /// Bumped once per job (after the slot is written); workers watch it.
     generation: AtomicU64,
-    /// Parts of the current job finished so far.
+    /// Parts of the current job finished so far (panicked ones included).
     done: AtomicUsize,
+    /// The first panic of the current job's parts, for the caller to resume.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
     shutdown: AtomicBool,
     sleepers: AtomicUsize,
     park_lock: Mutex<()>,
@@ -77,6 +88,16 @@ impl Shared {
         }
         slot.claimed[i] = true;
         slot.job
+    }
+
+    /// Runs part `i` of `job`, keeping a panic for the caller, and counts
+    /// the part done either way.
+    fn run_counted(&self, f: &(dyn Fn(usize, Range<usize>) + Sync), i: usize, n_items: usize) {
+        if let Err(payload) = run_part(f, i, self.n_threads, n_items) {
+            let mut first = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert(payload);
+        }
+        self.done.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -106,6 +127,7 @@ impl Pool {
             }),
             generation: AtomicU64::new(0),
             done: AtomicUsize::new(0),
+            panic: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
@@ -152,16 +174,15 @@ impl Pool {
             let _g = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.park_cvar.notify_all();
         }
-        run_part(f, 0, n, n_items);
-        s.done.fetch_add(1, Ordering::AcqRel);
+        s.run_counted(f, 0, n_items);
         // Take over every part no worker has started.
         for i in 1..n {
             if s.claim(generation, i).is_some() {
-                run_part(f, i, n, n_items);
-                s.done.fetch_add(1, Ordering::AcqRel);
+                s.run_counted(f, i, n_items);
             }
         }
-        // Wait for the parts workers did claim.
+        // Wait for the parts workers did claim: even after a panic, since
+        // they borrow `f` until they report their part done.
         let mut spins = 0u32;
         while s.done.load(Ordering::Acquire) != n {
             spins = spins.saturating_add(1);
@@ -171,16 +192,46 @@ impl Pool {
                 std::thread::yield_now();
             }
         }
+        let panicked = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(payload) = panicked {
+            resume_unwind(payload);
+        }
     }
 }
 
-fn run_part(f: &(dyn Fn(usize, Range<usize>) + Sync), i: usize, n: usize, n_items: usize) {
-    let range = range_of(i, n, n_items);
-    if !range.is_empty() {
+/// Clears [`IN_JOB`] when dropped, so a part that panics does not leave
+/// its thread marked as inside a job.
+struct InJob;
+
+impl InJob {
+    fn enter() -> InJob {
         IN_JOB.with(|flag| flag.set(true));
-        f(i, range);
+        InJob
+    }
+}
+
+impl Drop for InJob {
+    fn drop(&mut self) {
         IN_JOB.with(|flag| flag.set(false));
     }
+}
+
+/// Runs part `i` of `n` of a job, catching a panic of `f`.
+fn run_part(
+    f: &(dyn Fn(usize, Range<usize>) + Sync),
+    i: usize,
+    n: usize,
+    n_items: usize,
+) -> Result<(), Box<dyn Any + Send>> {
+    let range = range_of(i, n, n_items);
+    if range.is_empty() {
+        return Ok(());
+    }
+    let _in_job = InJob::enter();
+    // AssertUnwindSafe: whatever state `f` left half-updated belongs to the
+    // caller of `Threads::split_indexed`, which gets the panic back (resumed
+    // once every part is done) exactly as if it had run `f` itself.
+    catch_unwind(AssertUnwindSafe(|| f(i, range)))
 }
 
 fn worker_loop(s: &Shared, index: usize) {
@@ -223,8 +274,7 @@ fn worker_loop(s: &Shared, index: usize) {
             // still inside `Pool::run` and keeps the closure alive until we
             // report the part done below.
             let f = unsafe { &*job.f };
-            run_part(f, index, s.n_threads, job.n_items);
-            s.done.fetch_add(1, Ordering::AcqRel);
+            s.run_counted(f, index, job.n_items);
         }
     }
 }
@@ -379,5 +429,59 @@ mod tests {
                 });
             }
         });
+    }
+
+    /// Runs `f` on a thread of its own and fails the test if it has not
+    /// returned within a minute (a pool that loses a part spins forever).
+    fn within_a_minute<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the pool hung after a panic")
+    }
+
+    /// A part that panics, on the caller (part 0) or on a worker, reaches
+    /// the caller as a panic once every other part is done; the pool then
+    /// serves the next job, and no thread stays marked as inside a job.
+    #[test]
+    fn a_panicking_part_reaches_the_caller_and_the_pool_lives_on() {
+        for (n, bad_part) in [(2, 0), (2, 1), (3, 1), (3, 2), (4, 0)] {
+            let (caught, finished, in_job_after, sum) = within_a_minute(move || {
+                let threads = Threads::new(n);
+                let finished = Arc::new(AtomicU32::new(0));
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    threads.split_indexed(n * 4, |i, _| {
+                        if i == bad_part {
+                            panic!("part {i} fails");
+                        }
+                        // The other parts outlive the panic: they must
+                        // still be able to use what the caller lent them.
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        finished.fetch_add(1, Ordering::SeqCst);
+                    })
+                }));
+                let caught = result
+                    .err()
+                    .and_then(|p| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                let in_job_after = IN_JOB.with(|flag| flag.get());
+                let sum = AtomicU32::new(0);
+                threads.split(100, |r| {
+                    sum.fetch_add(r.len() as u32, Ordering::Relaxed);
+                });
+                (
+                    caught,
+                    finished.load(Ordering::SeqCst),
+                    in_job_after,
+                    sum.load(Ordering::Relaxed),
+                )
+            });
+            assert_eq!(caught, format!("part {bad_part} fails"), "n={n}");
+            assert_eq!(finished, n as u32 - 1, "n={n}: every other part ran");
+            assert!(!in_job_after, "n={n}: the caller is not left inside a job");
+            assert_eq!(sum, 100, "n={n}: the pool serves the next job");
+        }
     }
 }
