@@ -6,14 +6,16 @@
 //!   runs one step over the rows of many sequences at once
 //!   ([`Decoder::forward_batch`] with [`BatchItem`]s and a [`Workspace`]),
 //!   each row's result bit-identical to running its sequence alone.
-//! - The KV cache: a [`KvCache`] per sequence, paged in [`KvBlock`]s of
+//! - The KV cache: a [`KvCache`] per sequence, paged in blocks of
 //!   [`KV_BLOCK`] positions that forks share copy-on-write, counted in a
-//!   [`KvPool`]. [`Decoder::kv_block_bytes`] says how many bytes storing
+//!   [`KvPool`]; a prefix cache keeps a prompt's blocks as
+//!   [`KvPrefixBlock`]s and starts later sequences from them
+//!   ([`KvCache::share_prefix`]). [`Decoder::kv_block_bytes`] says how many bytes storing
 //!   a range of positions allocates (what a scheduler reserves), and
 //!   [`Decoder::kv_bytes`] what a whole context takes.
 //! - One sequence's reply: a [`Continuation`] turns each step's logits
 //!   into a [`Pick`] (sampling with a [`Sampler`], JSON-schema constraints
-//!   through a [`JsonState`] over a [`Grammar`], tool-call [`Trigger`]s,
+//!   through a [`JsonState`] over a [`Grammar`](crate::Grammar), tool-call [`Trigger`]s,
 //!   stop strings held back with [`held_back`]); a [`Session`] does the
 //!   same for one sequence that owns its model.
 //! - Chat: a model's [`ChatTemplate`] ([`model_template`]) renders
@@ -29,14 +31,14 @@ pub use crate::generate::beam::SearchOptions;
 pub use crate::generate::cancel::{Cancel, CancelOnDrop};
 pub use crate::generate::chat::{
     fit_prompt, guarded_json_prompt_tokens, guarded_prompt_tokens, model_template, prompt_tokens,
-    turn_end_tokens, with_bos, ChatTemplate, FittedPrompt, PromptBudget, PromptError, TEMPLATE_KEY,
+    turn_end_tokens, with_bos, ChatTemplate, PromptBudget, PromptError, TEMPLATE_KEY,
 };
 pub use crate::generate::continuation::{held_back, Continuation, Pick, Trigger};
-pub use crate::generate::json::{CallSyntax, Grammar, JsonState};
-pub use crate::generate::kv_cache::{KvBlock, KvCache, KvPool, KV_BLOCK};
+pub use crate::generate::json::{CallSyntax, JsonState};
 pub use crate::generate::sampler::Sampler;
-pub use crate::generate::session::{Session, Stats};
+pub use crate::generate::session::Session;
+pub use crate::kv_cache::{KvCache, KvPool, KvPrefixBlock, KV_BLOCK};
 pub use crate::models::decoder::{DecoderState, Logits, Workspace, MAX_CHUNK};
 pub use crate::models::transformer::{BatchItem, Decoder};
-pub use crate::models::{load_causal_lm, open_causal_lm, CausalLm};
-pub use crate::tokenize::{StreamDecoder, Tokenizer};
+pub use crate::models::{load_causal_lm, CausalLm};
+pub use crate::tokenize::StreamDecoder;

@@ -201,10 +201,10 @@ fn kv_bytes_is_what_a_full_cache_allocates() {
     for (short_name, n_ctx) in [("gemma3-270m", 1001), ("smollm2", 1001), ("smollm2", 64)] {
         let (_file, lm) = open_causal_lm(&common::real_model(short_name)).unwrap();
         let model = lm.decoder();
-        let pool = ferrite::generate::kv_cache::KvPool::new();
+        let pool = ferrite::kv_cache::KvPool::new();
         let mut cache = model.new_cache_in(n_ctx, &pool).unwrap();
         let mut fill = |range: std::ops::Range<usize>| {
-            for layer in &mut cache.layers {
+            for layer in cache.layers_mut() {
                 let dim = layer.row_bytes() / if layer.is_f32() { 4 } else { 2 };
                 let row = vec![0.5f32; dim];
                 for pos in range.clone() {

@@ -51,7 +51,7 @@ fn logits(
 fn local_layers_keep_only_the_window() {
     let model = model();
     let st = model.new_state(N_CTX, Threads::new(1)).unwrap();
-    let caps: Vec<usize> = st.cache.layers.iter().map(|l| l.capacity()).collect();
+    let caps: Vec<usize> = st.cache.layers().iter().map(|l| l.capacity()).collect();
     let ring = WINDOW + MAX_CHUNK - 1;
     // gemma3.attention.sliding_window_pattern is absent: llama.cpp's
     // default period of 6 makes every sixth layer global.
@@ -61,7 +61,7 @@ fn local_layers_keep_only_the_window() {
     assert_eq!(caps, want);
     // A context that fits in a ring needs no ring.
     let small = model.new_state(100, Threads::new(1)).unwrap();
-    assert!(small.cache.layers.iter().all(|l| l.capacity() == 100));
+    assert!(small.cache.layers().iter().all(|l| l.capacity() == 100));
 }
 
 #[test]

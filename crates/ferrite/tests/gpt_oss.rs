@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use ferrite::formats::gguf::Value;
 use ferrite::generate::chat::{model_template, prompt_tokens};
-use ferrite::generate::kv_cache::{KvType, LayerKv};
+use ferrite::kv_cache::{KvType, LayerKv};
 use ferrite::layers::attention::{attention, attention_scratch_len, AttnShape, Positions};
 use ferrite::layers::rope::{scaled_inv_freq, Scaling};
 use ferrite::models::{open_causal_lm, CausalLm};

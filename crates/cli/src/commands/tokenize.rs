@@ -6,8 +6,8 @@
 use crate::error::{CliError, CliResult};
 use std::io::{self, Write};
 
-use ferrite::serving::Tokenizer;
 use ferrite::tools::EmbedTokenizer;
+use ferrite::tools::Tokenizer;
 use ferrite::tools::{wrong_kind, Found};
 use ferrite::ModelKind;
 

@@ -8,6 +8,5 @@ pub mod json;
 // Documentation of the public items in these files waits for wave/attn,
 // which is rewriting them (attention / KV cache): see issue 28.
 
-pub mod kv_cache;
 pub mod sampler;
 pub mod session;

@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use crate::generate::kv_cache::KvCache;
+use crate::kv_cache::KvCache;
 use crate::layers::attention::attention_scratch_len;
 use crate::layers::rope::Rope;
 use crate::parallel::Threads;

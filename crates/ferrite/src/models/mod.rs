@@ -162,15 +162,15 @@ pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static Encod
         })
 }
 
-/// Opens a GGUF file, or a Hugging Face decoder directory (read into an
-/// in-memory GGUF file by `formats::hf_decoder`), and loads its
-/// decoder model.
+/// Opens the decoder at `path` by `open`'s rules (a GGUF file, a Hugging
+/// Face directory, a llama2.c checkpoint; [`crate::open::find`]) and loads
+/// its model: the library's own tests and examples use it.
 pub fn open_causal_lm(path: &Path) -> Result<(Arc<GgufFile>, Box<dyn CausalLm>), Error> {
-    let file = Arc::new(if path.is_dir() {
-        crate::formats::hf_decoder::open(path)?
-    } else {
-        GgufFile::open(path)?
-    });
+    use crate::open::{find, wrong_kind, Found, ModelKind, OpenOptions};
+    let file = match find(path, &OpenOptions::default())? {
+        Found::Generator(file) => file,
+        other => return Err(wrong_kind(path, other.kind(), ModelKind::Generator)),
+    };
     let model = load_causal_lm(file.clone())?;
     Ok((file, model))
 }

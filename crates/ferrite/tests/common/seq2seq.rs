@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use ferrite::generate::beam::{generate, EarlyStopping, SearchOptions};
-use ferrite::generate::kv_cache::KvCache;
+use ferrite::kv_cache::KvCache;
 use ferrite::models::seq2seq::forward::{StepRow, Workspace};
 use ferrite::parallel::Threads;
 use ferrite::translate::{TranslateOptions, Translator};
@@ -251,7 +251,7 @@ pub fn assert_forks_share_and_foreign_caches_fail(tr: &Translator, input: &[u32]
         );
     }
     // A cache of other widths or layers (another model's) is refused.
-    let n_layers = a.layers.len();
+    let n_layers = a.layers().len();
     for mut other in [
         KvCache::rows(m.dim() + 1, n_layers),
         KvCache::rows(m.dim(), n_layers + 1),

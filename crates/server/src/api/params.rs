@@ -11,7 +11,7 @@ use crate::config::Limits;
 use crate::error::ApiError;
 use crate::generate::request::GenParams;
 use crate::generate::GenModel;
-use ferrite::serving::Grammar;
+use ferrite::Grammar;
 
 /// `stop`: a string or a list of strings.
 #[derive(Deserialize, Debug)]

@@ -21,9 +21,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use ferrite::serving::CallSyntax;
 use ferrite::serving::ChatTemplate;
 use ferrite::serving::Trigger;
-use ferrite::serving::{CallSyntax, Grammar};
+use ferrite::Grammar;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use ferrite::serving::KvCache;
 use ferrite::serving::Sampler;
-use ferrite::serving::Tokenizer;
 use ferrite::serving::{Continuation, Pick};
+use ferrite::tools::Tokenizer;
 
 use super::request::{Event, FinishReason, GenParams, TokenLogprob};
 
@@ -102,7 +102,7 @@ impl<'t> Choice<'t> {
             return Some(self.finish(FinishReason::Stop, emit));
         }
         let cache = self.cache.as_ref()?;
-        if self.cont.generated >= ends.params.max_tokens || cache.len >= cache.n_ctx {
+        if self.cont.generated >= ends.params.max_tokens || cache.len() >= cache.n_ctx() {
             return Some(self.finish(FinishReason::Length, emit));
         }
         self.next = Some(token);

@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use ferrite::serving::Decoder;
 use ferrite::serving::KvPool;
-use ferrite::serving::Tokenizer;
 use ferrite::serving::{load_causal_lm, CausalLm};
 use ferrite::serving::{model_template, turn_end_tokens, ChatTemplate};
 use ferrite::tools::GgufFile;
+use ferrite::tools::Tokenizer;
 
 use crate::config::Limits;
 use crate::metrics::ModelMetrics;

@@ -18,9 +18,8 @@
 //! is bit-identical however it is split into chunks.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use ferrite::serving::{KvBlock, KvCache, KV_BLOCK};
+use ferrite::serving::{KvCache, KvPrefixBlock, KV_BLOCK};
 
 /// Positions per block.
 pub const BLOCK: usize = KV_BLOCK;
@@ -35,7 +34,7 @@ struct Node {
     tokens: Vec<u32>,
     /// Every layer's block of these positions, shared with the caches
     /// that ran or reuse them.
-    blocks: Vec<Arc<KvBlock>>,
+    blocks: KvPrefixBlock,
     /// Their bytes.
     bytes: usize,
     children: usize,
@@ -91,7 +90,7 @@ impl PrefixCache {
     /// cache), so that a block's positions are all still held when the
     /// prompt has run.
     fn usable(&self, cache: &KvCache) -> bool {
-        self.budget > 0 && cache.layers.iter().all(|l| l.capacity() >= cache.n_ctx)
+        self.budget > 0 && cache.keeps_every_position()
     }
 
     /// Shares the longest cached prefix of `prompt` (whole blocks, leaving
@@ -102,7 +101,7 @@ impl PrefixCache {
             positions: 0,
             held: None,
         };
-        if !self.usable(cache) || cache.len != 0 {
+        if !self.usable(cache) || !cache.is_empty() {
             return hit;
         }
         let mut parent = ROOT;
@@ -117,19 +116,19 @@ impl PrefixCache {
                 None => break,
             }
         }
-        for (b, id) in chain.iter().enumerate() {
+        let mut blocks = Vec::with_capacity(chain.len());
+        for id in &chain {
             let now = self.tick();
             let node = self.nodes.get_mut(id).expect("indexed blocks exist");
             node.last_used = now;
-            for (layer, block) in cache.layers.iter_mut().zip(&node.blocks) {
-                layer.share_block(b, block.clone());
-            }
+            blocks.push(node.blocks.clone());
         }
         if let Some(&last) = chain.last() {
-            self.nodes.get_mut(&last).expect("held").holders += 1;
-            hit.held = Some(last);
-            hit.positions = chain.len() * BLOCK;
-            cache.len = hit.positions;
+            hit.positions = cache.share_prefix(&blocks);
+            if hit.positions > 0 {
+                self.nodes.get_mut(&last).expect("held").holders += 1;
+                hit.held = Some(last);
+            }
         }
         hit
     }
@@ -153,13 +152,10 @@ impl PrefixCache {
         if !self.usable(cache) {
             return;
         }
-        let Some(row) = cache.layers.first().map(|l| l.row_bytes()) else {
-            return;
-        };
-        let block_bytes = cache.layers.len() * BLOCK * 2 * row;
+        let block_bytes = cache.prefix_block_bytes();
         let mut parent = ROOT;
         for (b, block) in prompt.chunks_exact(BLOCK).enumerate() {
-            if (b + 1) * BLOCK > cache.len {
+            if (b + 1) * BLOCK > cache.len() {
                 return;
             }
             let key = (parent, block.to_vec());
@@ -182,7 +178,7 @@ impl PrefixCache {
             if !room {
                 return;
             }
-            let Some(blocks) = cache.layers.iter().map(|l| l.block(b)).collect() else {
+            let Some(blocks) = cache.prefix_block(b) else {
                 return;
             };
             let id = self.next_id;
@@ -245,9 +241,8 @@ mod tests {
     fn filled(n: usize, ctx: usize) -> KvCache {
         let mut c = KvCache::new(2, ctx, &[ctx]);
         for p in 0..n {
-            c.layers[0].store(p, &[p as f32; 2], &[-(p as f32); 2]);
+            c.push(&[(&[p as f32; 2], &[-(p as f32); 2])]);
         }
-        c.len = n;
         c
     }
 
@@ -265,7 +260,7 @@ mod tests {
         // 32 positions come back, bit for bit; the last token is left.
         let mut c = KvCache::new(2, 64, &[64]);
         let hit = pc.lookup(&prompt[..33], &mut c);
-        assert_eq!((hit.positions, c.len), (32, 32));
+        assert_eq!((hit.positions, c.len()), (32, 32));
         let full = filled(40, 64);
         for p in 0..32 {
             assert_eq!(c.stored_rows(0, p), full.stored_rows(0, p));

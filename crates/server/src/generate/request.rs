@@ -7,8 +7,8 @@ use std::time::Instant;
 use ferrite::SamplerOptions;
 use tokio::sync::mpsc::UnboundedSender;
 
-use ferrite::serving::Grammar;
 use ferrite::serving::Trigger;
+use ferrite::Grammar;
 
 /// Options of one generation request, checked by the HTTP side.
 #[derive(Clone, Debug)]

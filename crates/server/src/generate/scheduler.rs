@@ -416,7 +416,7 @@ impl<'t> Scheduler<'t> {
             // turn of a chat; the cache is then freed.
             if let Some(cache) = choice.ended_cache.take() {
                 if c == 0 {
-                    let ran = cache.len.saturating_sub(act.req.prompt.len());
+                    let ran = cache.len().saturating_sub(act.req.prompt.len());
                     let mut seq = act.req.prompt.clone();
                     seq.extend(choice.tokens.iter().take(ran));
                     self.prefix.insert(&seq, &cache, None);

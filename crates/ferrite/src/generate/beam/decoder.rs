@@ -5,7 +5,7 @@
 //! The prompt is prefilled once; its logits score the first step of every
 //! beam (they are all the prompt then; HF scores all but the first -1e9)
 //! and its cache is copied to each. After that every step feeds each
-//! running hypothesis' last token through its own KV cache ([`crate::generate::kv_cache::KvCache`]:
+//! running hypothesis' last token through its own KV cache ([`crate::kv_cache::KvCache`]:
 //! cloning it forks the sequence) and scores all its logits.
 
 use super::{choose, each_banned, forced_picks, score_all, Hyp, Rules, Search, SearchOptions, NEG};

@@ -12,7 +12,7 @@
 use ferrite_kernels::math::argmax_first;
 
 use super::{choose, forced_picks, process, Hyp, Rules, Search, SearchOptions, NEG};
-use crate::generate::kv_cache::KvCache;
+use crate::kv_cache::KvCache;
 use crate::models::seq2seq::forward::{add_logits_bias, Encoded, Head, StepRow, Workspace};
 use crate::models::seq2seq::Seq2Seq;
 use crate::parallel::{DisjointSlice, Threads};

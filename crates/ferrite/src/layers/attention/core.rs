@@ -3,7 +3,7 @@
 //! head and position, a soft-cap), the softmax (with a sink logit per
 //! head, if any) and the weighted sum of the values, in one fixed order.
 //! Every attention that reads a cache goes through it: the decoders'
-//! (causal, over a [`crate::generate::kv_cache::LayerKv`], optionally
+//! (causal, over a [`crate::kv_cache::LayerKv`], optionally
 //! windowed) and the encoder-decoders' (causal self-attention over a
 //! hypothesis' `LayerKv` of one-position blocks, read row by row,
 //! bidirectional encoder self-attention, cross-attention over the
@@ -151,7 +151,7 @@ impl KvSource for F16Runs<'_> {
 /// f32 keys and values as rows of a matrix (`ld` values apart), head `h`
 /// of the call reading values `h * head_dim..` of its rows, position `j`
 /// in row `j`; or each position's rows listed (`rows`: an encoder-decoder
-/// hypothesis' [`crate::generate::kv_cache::KvCache`] rows): the
+/// hypothesis' [`crate::kv_cache::KvCache`] rows): the
 /// encoder-decoders' attention, through `ferrite_kernels::attend_f32` (its
 /// dot product: eight lanes folded in order, then the tail).
 #[derive(Clone, Copy, Debug)]

@@ -17,7 +17,7 @@ use ferrite_kernels::matmul::RowKernels;
 use ferrite_kernels::GgmlType;
 
 use self::core::{attend, F16Runs, KvSource, Scoring};
-use crate::generate::kv_cache::LayerKv;
+use crate::kv_cache::LayerKv;
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::f32_bytes;
 /// Shape of an attention layer.

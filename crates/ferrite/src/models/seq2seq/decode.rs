@@ -11,7 +11,7 @@ use ferrite_kernels::columns::store_columns;
 use super::forward::{attend_rows, resize, Head, Keys, StepRow, TileFn, Workspace};
 use super::weights::apply;
 use super::{AttnWeights, Proj, Seq2Seq};
-use crate::generate::kv_cache::{KvCache, LayerKv};
+use crate::kv_cache::{KvCache, LayerKv};
 use crate::parallel::Threads;
 use crate::tensor::TILE_ROWS;
 use crate::Error;

@@ -19,7 +19,7 @@ use super::weights::{apply, apply_same_input, each_row};
 use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Seq2Seq};
 use ferrite_kernels::attend_f32::Listed;
 
-use crate::generate::kv_cache::{KvCache, LayerKv};
+use crate::kv_cache::{KvCache, LayerKv};
 use crate::layers::attention::core::{attend, F32Rows, Scoring};
 use crate::parallel::{DisjointSlice, Threads};
 use crate::tensor::{QuantizedActs, TILE_ROWS};

@@ -19,7 +19,7 @@
 use ferrite_kernels::math::Activation;
 use ferrite_kernels::GgmlType;
 
-use crate::generate::kv_cache::{KvCache, KvPool, KvType, KV_BLOCK};
+use crate::kv_cache::{KvCache, KvPool, KvType, KV_BLOCK};
 use crate::layers::moe::Moe;
 pub use crate::layers::norm::Norm;
 use crate::layers::rope::Rope;

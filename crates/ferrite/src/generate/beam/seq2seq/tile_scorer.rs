@@ -9,7 +9,7 @@ use std::ops::Range;
 use super::super::{
     each_banned, forced, forced_picks, picks_per_row, score_all, Hyp, Rules, Search,
 };
-use crate::generate::kv_cache::KvCache;
+use crate::kv_cache::KvCache;
 use crate::models::seq2seq::forward::Workspace;
 use crate::models::seq2seq::Seq2Seq;
 use crate::parallel::{DisjointSlice, Threads};

@@ -156,3 +156,48 @@ fn one_position_blocks_fork_without_copying_rows() {
     drop((a, b));
     assert_eq!(pool.bytes(), 0);
 }
+
+/// A prompt's whole blocks, taken with `prefix_block` and shared into an
+/// empty cache with `share_prefix`, read back as the same bits with no
+/// copy; the calls refuse what they cannot do (partial blocks, a ring
+/// layer, a cache already started, another model's shape).
+#[test]
+fn prefix_blocks_share_whole_blocks_and_refuse_the_rest() {
+    let layer = |p: usize, l: usize| ([p as f32 + l as f32 * 0.5; 4], [-(p as f32); 4]);
+    let mut full = KvCache::new(4, 64, &[64, 64]);
+    for p in 0..40 {
+        let (k0, v0) = layer(p, 0);
+        let (k1, v1) = layer(p, 1);
+        full.push(&[(&k0, &v0), (&k1, &v1)]);
+    }
+    assert_eq!(full.len(), 40);
+    assert_eq!(full.prefix_block_bytes(), 2 * KV_BLOCK * 2 * 4 * 2);
+    // Blocks 0 and 1 are whole; block 2 (positions 32..48) is not.
+    let blocks: Vec<_> = (0..2).map(|b| full.prefix_block(b).unwrap()).collect();
+    assert!(full.prefix_block(2).is_none());
+    assert_eq!(blocks[0].bytes(), full.prefix_block_bytes());
+
+    let pool_before = full.layers[0].pool.bytes();
+    let mut c = KvCache::new(4, 64, &[64, 64]);
+    assert_eq!(c.share_prefix(&blocks), 32);
+    assert_eq!(c.len(), 32);
+    assert_eq!(full.layers[0].pool.bytes(), pool_before, "shared, not copied");
+    assert_eq!(c.layers[0].pool.bytes(), 0, "no block of its own yet");
+    for l in 0..2 {
+        for p in 0..32 {
+            assert_eq!(c.stored_rows(l, p), full.stored_rows(l, p));
+        }
+    }
+    // Not again: the cache is no longer empty.
+    assert_eq!(c.share_prefix(&blocks), 0);
+    // A ring layer (window shorter than the context) neither gives nor takes.
+    let mut ring = KvCache::new(4, 64, &[64, 16]);
+    assert!(!ring.keeps_every_position());
+    assert_eq!(ring.share_prefix(&blocks), 0);
+    assert_eq!(ring.len(), 0);
+    // Another model's shape (wider rows, or one layer) is refused whole.
+    assert_eq!(KvCache::new(8, 64, &[64, 64]).share_prefix(&blocks), 0);
+    assert_eq!(KvCache::new(4, 64, &[64]).share_prefix(&blocks), 0);
+    // More blocks than the context holds.
+    assert_eq!(KvCache::new(4, 16, &[16, 16]).share_prefix(&blocks), 0);
+}

@@ -390,11 +390,11 @@ impl LayerKv {
 #[derive(Clone)]
 pub struct KvCache {
     /// One cache per layer, in layer order.
-    pub layers: Vec<LayerKv>,
+    pub(crate) layers: Vec<LayerKv>,
     /// Positions the model may attend to at most (the context size).
-    pub n_ctx: usize,
+    pub(crate) n_ctx: usize,
     /// Positions filled so far: the next token goes at position `len`.
-    pub len: usize,
+    pub(crate) len: usize,
     /// Most positions [`KvCache::truncate`] may drop and still keep the rest.
     max_rewind: usize,
     /// Positions written since the cache last started over (at least `len`
@@ -465,6 +465,124 @@ impl KvCache {
         self.clone()
     }
 
+    /// Positions filled so far: the next token goes at position `len()`.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is filled yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions the model may attend to at most (the context size).
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// Whether every layer keeps every position of the context (no ring of
+    /// a sliding window shorter than it): only then does a block, once
+    /// written, keep its positions for the rest of the sequence, so that it
+    /// can be shared with later sequences ([`KvCache::prefix_block`]).
+    pub fn keeps_every_position(&self) -> bool {
+        self.layers.iter().all(|l| l.capacity >= self.n_ctx)
+    }
+
+    /// Bytes one [`KvPrefixBlock`] of this cache holds (every layer's keys
+    /// and values of [`KV_BLOCK`] positions).
+    pub fn prefix_block_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| l.block_rows() * 2 * l.row_bytes())
+            .sum()
+    }
+
+    /// Block `b` of every layer (positions `b * KV_BLOCK ..`), shared, not
+    /// copied; `None` if the cache does not keep every position, has not
+    /// filled the whole block yet, or any layer has not written it.
+    pub fn prefix_block(&self, b: usize) -> Option<KvPrefixBlock> {
+        if !self.keeps_every_position() || (b + 1).saturating_mul(KV_BLOCK) > self.len {
+            return None;
+        }
+        let blocks = self
+            .layers
+            .iter()
+            .map(|l| (l.block_rows() == KV_BLOCK).then(|| l.block(b)).flatten())
+            .collect::<Option<Vec<_>>>()?;
+        Some(KvPrefixBlock(blocks))
+    }
+
+    /// Starts an empty cache from `prefix`, blocks taken from caches of the
+    /// same model ([`KvCache::prefix_block`] `0, 1, ...` of one prompt):
+    /// they are shared, not copied, and the cache then holds
+    /// `prefix.len() * KV_BLOCK` positions, the same bits running those
+    /// tokens would have stored. Returns how many positions it holds: 0 if
+    /// the cache was not empty, does not keep every position, or the
+    /// blocks do not fit it (nothing is shared then).
+    pub fn share_prefix(&mut self, prefix: &[KvPrefixBlock]) -> usize {
+        let positions = prefix.len().saturating_mul(KV_BLOCK);
+        let fits = self.len == 0
+            && self.keeps_every_position()
+            && positions <= self.n_ctx
+            && prefix.iter().all(|p| {
+                p.0.len() == self.layers.len()
+                    && self
+                        .layers
+                        .iter()
+                        .zip(&p.0)
+                        .all(|(l, b)| {
+                            l.block_rows() == KV_BLOCK
+                                && b.bytes() == KV_BLOCK * 2 * l.row_bytes()
+                        })
+            });
+        if !fits {
+            return 0;
+        }
+        for (b, blocks) in prefix.iter().enumerate() {
+            for (layer, block) in self.layers.iter_mut().zip(&blocks.0) {
+                layer.share_block(b, block.clone());
+            }
+        }
+        self.len = positions;
+        positions
+    }
+
+    /// Stores one more position: `rows[l]` is layer `l`'s key and value
+    /// (`kv_dim` floats each, rounded as the cache stores them). For a
+    /// program that fills a cache itself (a test, a cache restored from
+    /// elsewhere); the model's forward pass stores its own.
+    pub fn push(&mut self, rows: &[(&[f32], &[f32])]) {
+        assert_eq!(rows.len(), self.layers.len(), "one key/value pair per layer");
+        assert!(self.len < self.n_ctx, "the cache is full");
+        let pos = self.len;
+        for (layer, (k, v)) in self.layers.iter_mut().zip(rows) {
+            layer.store(pos, k, v);
+        }
+        self.len += 1;
+    }
+
+    /// The layers' caches (the library's own tests look inside).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn layers(&self) -> &[LayerKv] {
+        &self.layers
+    }
+
+    /// The layers' caches, writable (the library's own tests).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn layers_mut(&mut self) -> &mut [LayerKv] {
+        &mut self.layers
+    }
+
+    /// Sets how many positions are filled (the library's own tests, after
+    /// storing rows through [`KvCache::layers_mut`]).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn set_len(&mut self, len: usize) {
+        self.len = len;
+    }
+
     /// The key and value bytes (f16 or f32 as stored) of position `pos`
     /// in layer `layer`, or `None` when the cache does not hold them: not
     /// written yet, or overwritten in a ring layer. Copying positions
@@ -498,6 +616,19 @@ impl KvCache {
             self.len = self.len.min(len);
         }
         self.len
+    }
+}
+
+/// Every layer's block of the same [`KV_BLOCK`] positions of one sequence,
+/// shared (a handle: cloning it copies no row). What the server's prefix
+/// cache keeps; [`KvCache::share_prefix`] starts a new sequence from them.
+#[derive(Clone)]
+pub struct KvPrefixBlock(Vec<Arc<KvBlock>>);
+
+impl KvPrefixBlock {
+    /// Bytes the blocks hold (counted once however many caches share them).
+    pub fn bytes(&self) -> usize {
+        self.0.iter().map(|b| b.bytes()).sum()
     }
 }
 
