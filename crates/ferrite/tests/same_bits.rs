@@ -14,8 +14,8 @@
 //! output, the decoder's logits over three forced steps, and beam-4 and
 //! greedy outputs.
 //!
-//! Every kernel set computes the same bits (README, "Where the speed comes
-//! from"), so the hashes hold on every CPU. `FERRITE_BLESS_BITS=1` rewrites
+//! Every kernel set computes the same bits (the book's "The determinism
+//! contract", `docs/src/determinism.md`), so the hashes hold on every CPU. `FERRITE_BLESS_BITS=1` rewrites
 //! the file instead of comparing: only for a change that is meant to change
 //! results, and say so in its commit.
 
