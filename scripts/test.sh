@@ -17,10 +17,14 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The library's rustdoc: no broken or private links (the facade's examples
 # run as doctests in `cargo test`).
 RUSTDOCFLAGS='-D warnings' cargo doc -p ferrite --no-deps --quiet
+# The book (docs/): mdBook from crates.io if missing, then built (its
+# commands and links are checked by crates/cli/tests/readme.rs).
+command -v mdbook >/dev/null || cargo install mdbook --locked
+mdbook build docs
 cargo test --workspace
 scripts/test-serve-openai.sh
 # The Python package (python/): built with maturin into its own venv,
 # pytest against the CLI, the two-node Ray test once.
 scripts/test-python.sh
-# ARM64 under qemu: cross toolchain, kernels suite, x86 bits (README "ARM64").
+# ARM64 under qemu: cross toolchain, kernels suite, x86 bits (docs/src/arm64.md).
 scripts/test-arm.sh

@@ -466,10 +466,11 @@ fn inspect_sees_an_hf_directory_chat_template() {
 #[test]
 fn bf16_help_states_the_tested_bar() {
     // The bar tests/embed_bf16.rs (crates/ferrite) holds every text to,
-    // the same in the help and in README.md.
+    // the same in the help and in the book's `embed` page.
     let help = ok(&ferrite(&["embed", "--help"], None)).0;
     let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-    let readme = std::fs::read_to_string(common::testdata().join("../README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(common::testdata().join("../docs/src/commands/embed.md")).unwrap();
     let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         help.contains("(cosine >= 0.9999 to them on MiniLM, mpnet and nomic-embed)"),

@@ -1,24 +1,30 @@
-//! Every `ferrite` command in README.md's shell blocks, run as written on
-//! the real models and the fixtures: the README's examples must work. The
-//! table below says, for each command, what its placeholders stand for
-//! (`path/to/...`, `texts.txt`, ...), what it reads on standard input and
-//! what its output must show. A README command missing from the table, or
-//! a table entry the README no longer has, fails the test, so the two stay
-//! in step. Scripts (`scripts/*.sh`, which fetch or build references) are
-//! not run here.
+//! Every `ferrite` command in the shell blocks of README.md and of the
+//! book (`docs/src/**/*.md`), run as written on the real models and the
+//! fixtures: the documented examples must work. The table below says, for
+//! each command, what its placeholders stand for (`path/to/...`,
+//! `texts.txt`, ...), what it reads on standard input and what its output
+//! must show. A documented command missing from the table, or a table
+//! entry no page has any more, fails the test, so the two stay in step.
+//! Scripts (`scripts/*.sh`, which fetch or build references) are not run
+//! here.
+//!
+//! The same files' links are checked too (no model needed, fast): every
+//! relative link points to a file that exists, and a `#anchor` to one of
+//! its headings; every book page is listed in `docs/src/SUMMARY.md`.
 
 mod common;
 mod serve_common;
 
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 use serde_json::Value;
 use serve_common::Server;
 
-/// How one README command is run and checked.
+/// How one documented command is run and checked.
 struct Case {
-    /// The command as the README writes it (comment removed).
+    /// The command as README.md or a book page writes it (comment removed).
     line: &'static str,
     /// Placeholders and what replaces them (see [`placeholder`]).
     subs: &'static [&'static str],
@@ -26,7 +32,7 @@ struct Case {
     check: fn(&str),
 }
 
-/// What a README placeholder stands for here.
+/// What a placeholder of the documented commands stands for here.
 fn placeholder(name: &str, scratch: &std::path::Path) -> String {
     let td = |rel: &str| common::testdata().join(rel).to_str().unwrap().to_string();
     let file = |name: &str, text: &str| {
@@ -93,7 +99,7 @@ fn vectors(out: &str, dim: usize, n: usize) {
     }
 }
 
-/// The README's `ferrite` commands with no network need.
+/// The `ferrite` commands of README.md and the book, with no network need.
 const CASES: &[Case] = &[
     Case {
         line: r#"ferrite run model.bin -z tokenizer.bin -p "Once upon a time" -n 64 --temp 0"#,
@@ -266,12 +272,42 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// The `ferrite` commands of README.md's ```sh blocks, comments removed.
-fn readme_commands() -> Vec<String> {
-    let readme = std::fs::read_to_string(common::testdata().join("../README.md")).unwrap();
+/// The repository's root (the README's paths are relative to it).
+fn root() -> PathBuf {
+    common::testdata().join("..")
+}
+
+/// README.md and every book page (`docs/src/**/*.md`), as paths relative
+/// to the repository's root, in a fixed order.
+fn documented_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut pages = Vec::new();
+    walk(&root().join("docs/src"), &mut pages);
+    let mut files = vec![PathBuf::from("README.md")];
+    let mut book: Vec<PathBuf> = pages
+        .into_iter()
+        .map(|p| p.strip_prefix(root()).unwrap().to_path_buf())
+        .collect();
+    book.sort();
+    files.extend(book);
+    files
+}
+
+/// The `ferrite` commands of one Markdown text's ```sh blocks, comments
+/// removed.
+fn sh_commands(markdown: &str) -> Vec<String> {
     let mut commands = Vec::new();
     let mut in_sh = false;
-    for line in readme.lines() {
+    for line in markdown.lines() {
         if line.starts_with("```") {
             in_sh = line == "```sh";
             continue;
@@ -290,6 +326,14 @@ fn readme_commands() -> Vec<String> {
         }
     }
     commands
+}
+
+/// The `ferrite` commands of README.md and the book.
+fn documented_commands() -> Vec<String> {
+    documented_files()
+        .iter()
+        .flat_map(|f| sh_commands(&std::fs::read_to_string(root().join(f)).unwrap()))
+        .collect()
 }
 
 /// Words of a command line as a POSIX shell splits them (double quotes
@@ -330,8 +374,7 @@ const QUESTION: &str = "What is the capital of France?\n";
 /// relative to it).
 fn run(args: &[String], stdin: &str) -> Output {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let root = common::testdata().join("..");
-    common::ferrite_in(Some(&root), &args, stdin.as_bytes())
+    common::ferrite_in(Some(&root()), &args, stdin.as_bytes())
 }
 
 fn run_case(case: &Case, scratch: &std::path::Path) {
@@ -409,29 +452,170 @@ fn run_case(case: &Case, scratch: &std::path::Path) {
 }
 
 #[test]
-fn every_readme_command_is_in_the_table() {
-    let readme = readme_commands();
-    for c in &readme {
+fn every_documented_command_is_in_the_table() {
+    let documented = documented_commands();
+    for c in &documented {
         assert!(
             CASES.iter().any(|case| case.line == c),
-            "README command not tested (add it to CASES): {c}"
+            "command in README.md or docs/src not tested (add it to CASES): {c}"
         );
     }
     for case in CASES {
         assert!(
-            readme.iter().any(|c| c == case.line),
-            "no longer in README.md: {}",
+            documented.iter().any(|c| c == case.line),
+            "no longer in README.md or docs/src: {}",
             case.line
         );
     }
 }
 
 #[test]
-fn every_readme_command_runs() {
+fn every_documented_command_runs() {
     let scratch: PathBuf =
         std::env::temp_dir().join(format!("ferrite-readme-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).unwrap();
     for case in CASES {
         run_case(case, &scratch);
     }
+}
+
+/// The lines of a Markdown text outside fenced code blocks, with inline
+/// code spans blanked (a `[x](y)` or `# x` inside code is not a link or a
+/// heading).
+fn prose_lines(markdown: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let mut prose = String::new();
+        let mut in_code = false;
+        for c in line.chars() {
+            if c == '`' {
+                in_code = !in_code;
+                prose.push(c);
+            } else {
+                prose.push(if in_code { ' ' } else { c });
+            }
+        }
+        lines.push(prose);
+    }
+    lines
+}
+
+/// The anchor a heading gets, as mdBook (and GitHub, for these headings)
+/// makes it: lower case; letters, digits, `-` and `_` kept, spaces made
+/// `-`, anything else dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_lowercase().next()?),
+            c if c.is_whitespace() => Some('-'),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown text's headings (outside code blocks; code
+/// spans in a heading count by their text).
+fn anchors(markdown: &str) -> HashSet<String> {
+    let mut fenced = false;
+    let mut out = HashSet::new();
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// The targets of a Markdown text's inline links `[text](target)`.
+fn link_targets(markdown: &str) -> Vec<String> {
+    let mut targets = Vec::new();
+    for line in prose_lines(markdown) {
+        let mut rest = line.as_str();
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(end) = after.find(')') else { break };
+            targets.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    targets
+}
+
+#[test]
+fn every_relative_link_resolves() {
+    let mut broken = Vec::new();
+    for file in documented_files() {
+        let text = std::fs::read_to_string(root().join(&file)).unwrap();
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, fragment) = match target.split_once('#') {
+                Some((p, f)) => (p, Some(f)),
+                None => (target.as_str(), None),
+            };
+            let dest = if path.is_empty() {
+                root().join(&file)
+            } else {
+                root().join(&file).parent().unwrap().join(path)
+            };
+            if !dest.exists() {
+                broken.push(format!("{}: {target}: no such file", file.display()));
+                continue;
+            }
+            if let Some(fragment) = fragment {
+                let is_md = dest.extension().is_some_and(|e| e == "md");
+                if is_md && !anchors(&std::fs::read_to_string(&dest).unwrap()).contains(fragment) {
+                    broken.push(format!("{}: {target}: no such heading", file.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn every_book_page_is_in_the_summary() {
+    let src = root().join("docs/src");
+    let summary = std::fs::read_to_string(src.join("SUMMARY.md")).unwrap();
+    let listed: HashSet<PathBuf> = link_targets(&summary).iter().map(PathBuf::from).collect();
+    for file in documented_files() {
+        let Ok(page) = file.strip_prefix("docs/src") else {
+            continue;
+        };
+        if page != Path::new("SUMMARY.md") {
+            assert!(
+                listed.contains(page),
+                "docs/src/{} is not listed in docs/src/SUMMARY.md",
+                page.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_link_checker_finds_links_and_headings() {
+    // The checker itself: links in prose are found, those in code are not,
+    // and headings get mdBook's anchors.
+    let text = "# The `--bf16` flag\n\nSee [a](b.md#c) and `[x](y)`.\n\n```sh\n# not a heading [p](q)\n```\n";
+    assert_eq!(link_targets(text), ["b.md#c"]);
+    let a = anchors(text);
+    assert!(a.contains("the---bf16-flag"), "{a:?}");
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(
+        anchor(" Quantizing at load: `--weights`"),
+        "quantizing-at-load---weights"
+    );
 }

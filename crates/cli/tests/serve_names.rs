@@ -1,6 +1,6 @@
 //! `ferrite serve`: a model loaded by short name also answers to its file
-//! name without `.gguf` (as the README says clients may address it), and
-//! the log on a pipe has no colour codes.
+//! name without `.gguf` (as the book's `serve` page says clients may
+//! address it), and the log on a pipe has no colour codes.
 
 mod serve_common;
 
