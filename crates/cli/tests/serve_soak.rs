@@ -64,7 +64,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// alternately; returns its latency in seconds and fails on any error.
 fn normal(s: &Server, i: usize) -> f64 {
     let t = Instant::now();
-    let r = if i % 2 == 0 {
+    let r = if i.is_multiple_of(2) {
         s.post(
             "/v1/chat/completions",
             &json!({"model": "smollm2", "messages": [{"role": "user", "content": "Say hi."}],
@@ -117,19 +117,17 @@ fn poke(s: &Server, bytes: &[u8]) -> Option<u16> {
 }
 
 fn post_bytes(path: &str, body: &[u8]) -> Vec<u8> {
-    serve_common::request_bytes(
-        "POST",
-        path,
-        &[("content-type", "application/json")],
-        body,
-    )
+    serve_common::request_bytes("POST", path, &[("content-type", "application/json")], body)
 }
+
+/// One round of a hostile client.
+type Client = Box<dyn Fn(&Server) + Send + Sync>;
 
 /// The hostile clients, each kind on its own thread, until `stop`;
 /// counts what each did.
 fn hostile_clients(s: &Arc<Server>, stop: &Arc<AtomicBool>) -> Vec<thread::JoinHandle<()>> {
     let done = Arc::new(AtomicUsize::new(0));
-    let mut kinds: Vec<Box<dyn Fn(&Server) + Send + Sync>> = Vec::new();
+    let mut kinds: Vec<Client> = Vec::new();
     // Slowloris: 20 heads, a byte at a time.
     kinds.push(Box::new(|s: &Server| {
         let mut conns: Vec<TcpStream> = (0..20).filter_map(|_| s.connect().ok()).collect();
@@ -189,8 +187,14 @@ fn hostile_clients(s: &Arc<Server>, stop: &Arc<AtomicBool>) -> Vec<thread::JoinH
         let st = poke(s, &post_bytes("/v1/embeddings", deep.as_bytes()));
         assert!(matches!(st, Some(400) | Some(413)), "deep JSON: {st:?}");
         let huge = json!({"model": "smollm2", "prompt": "Hi", "max_tokens": 1_000_000_000u64});
-        let st = poke(s, &post_bytes("/v1/completions", huge.to_string().as_bytes()));
-        assert!(matches!(st, Some(200) | Some(400)), "huge max_tokens: {st:?}");
+        let st = poke(
+            s,
+            &post_bytes("/v1/completions", huge.to_string().as_bytes()),
+        );
+        assert!(
+            matches!(st, Some(200) | Some(400)),
+            "huge max_tokens: {st:?}"
+        );
         thread::sleep(Duration::from_millis(200));
     }));
     // Streams dropped midway, one with a huge max_tokens.

@@ -462,6 +462,8 @@ pub fn raise_descriptor_limit() -> Option<u64> {
                 lim = raised;
             }
         }
+        // rlim_t is u64 on 64-bit Linux, not on every Unix.
+        #[allow(clippy::unnecessary_cast)]
         Some(lim.rlim_cur as u64)
     }
     #[cfg(not(unix))]

@@ -508,7 +508,8 @@ pub fn h2_get(stream: u32, path: &str) -> Vec<u8> {
 /// the responses seen.
 pub fn h2_until_closed(s: &mut TcpStream, limit: Duration) -> (Duration, Vec<u8>) {
     let t = Instant::now();
-    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let mut statuses = Vec::new();
     while t.elapsed() < limit {
         let mut head = [0u8; 1];
@@ -523,9 +524,10 @@ pub fn h2_until_closed(s: &mut TcpStream, limit: Duration) -> (Duration, Vec<u8>
         let Some((kind, flags, stream, payload)) = read_frame(s) else {
             return (t.elapsed(), statuses);
         };
-        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
         let reply = match (kind, flags & 1) {
-            (4, 0) => Some(frame(4, 1, 0, &[])),     // SETTINGS: ack
+            (4, 0) => Some(frame(4, 1, 0, &[])),      // SETTINGS: ack
             (6, 0) => Some(frame(6, 1, 0, &payload)), // PING: pong
             (1, _) if stream > 0 => {
                 statuses.push(payload[0]);

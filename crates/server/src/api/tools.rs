@@ -505,7 +505,12 @@ mod tests {
         // Streamed: held back until the end, then the call.
         let mut s = Splitter::new(fg().into());
         let mut shown = String::new();
-        for piece in ["``", "`js", "on\n{\"name\": \"f\", ", "\"arguments\": {}}\n```"] {
+        for piece in [
+            "``",
+            "`js",
+            "on\n{\"name\": \"f\", ",
+            "\"arguments\": {}}\n```",
+        ] {
             shown.push_str(&s.push(piece));
         }
         assert_eq!(shown, "");
