@@ -22,7 +22,7 @@ mod serve_common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -123,10 +123,9 @@ fn post_bytes(path: &str, body: &[u8]) -> Vec<u8> {
 /// One round of a hostile client.
 type Client = Box<dyn Fn(&Server) + Send + Sync>;
 
-/// The hostile clients, each kind on its own thread, until `stop`;
-/// counts what each did.
-fn hostile_clients(s: &Arc<Server>, stop: &Arc<AtomicBool>) -> Vec<thread::JoinHandle<()>> {
-    let done = Arc::new(AtomicUsize::new(0));
+/// The hostile clients, each kind on its own thread, until `stop`; each
+/// thread returns how many rounds it ran.
+fn hostile_clients(s: &Arc<Server>, stop: &Arc<AtomicBool>) -> Vec<thread::JoinHandle<usize>> {
     let mut kinds: Vec<Client> = Vec::new();
     // Slowloris: 20 heads, a byte at a time.
     kinds.push(Box::new(|s: &Server| {
@@ -220,12 +219,14 @@ fn hostile_clients(s: &Arc<Server>, stop: &Arc<AtomicBool>) -> Vec<thread::JoinH
     kinds
         .into_iter()
         .map(|kind| {
-            let (s, stop, done) = (s.clone(), stop.clone(), done.clone());
+            let (s, stop) = (s.clone(), stop.clone());
             thread::spawn(move || {
+                let mut rounds = 0;
                 while !stop.load(Ordering::Relaxed) {
                     kind(&s);
-                    done.fetch_add(1, Ordering::Relaxed);
+                    rounds += 1;
                 }
+                rounds
             })
         })
         .collect()
@@ -287,21 +288,25 @@ fn hostile_and_normal_clients_mixed_for_a_minute() {
     };
     let mut mixed = normal_clients(&s, &stop);
     timer.join().unwrap();
-    for h in hostile {
-        h.join().expect("a hostile client's check failed");
-    }
+    let rounds: Vec<usize> = hostile
+        .into_iter()
+        .map(|h| h.join().expect("a hostile client's check failed"))
+        .collect();
+    assert!(rounds.iter().all(|&r| r > 0), "{rounds:?}");
     sampler.join().unwrap();
     let mixed_median = median(&mut mixed);
     let peak = *peak.lock().unwrap();
     eprintln!(
         "soak: normal median alone {:.3} s ({} requests), mixed {:.3} s ({} requests); \
-         RSS after warm-up {} MiB, peak {} MiB",
+         RSS after warm-up {} MiB, peak {} MiB; hostile rounds {:?} (slowloris, h2c, \
+         flood, oversized, bad JSON, dropped streams)",
         alone_median,
         alone.len(),
         mixed_median,
         mixed.len(),
         rss_base >> 10,
-        peak >> 10
+        peak >> 10,
+        rounds
     );
     assert!(
         mixed_median <= LATENCY_FACTOR * alone_median,
