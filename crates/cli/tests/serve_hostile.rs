@@ -134,8 +134,22 @@ fn get_within(s: &Server, path: &str, limit: Duration) -> Option<u16> {
 #[test]
 fn connections_past_the_cap_get_503() {
     let s = Server::start(&[&tiny_llama(), "--max-connections", "4"]);
-    let held: Vec<TcpStream> = (0..4).map(|_| s.connect().unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // Four connections the server keeps open (one may have been refused
+    // while the readiness check's connection was still closing: retried).
+    let mut held: Vec<TcpStream> = Vec::new();
+    for _ in 0..20 {
+        if held.len() == 4 {
+            break;
+        }
+        let c = s.connect().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        c.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 1];
+        if matches!(c.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+            held.push(c);
+        }
+    }
+    assert_eq!(held.len(), 4, "the server did not keep 4 connections open");
     let t = Instant::now();
     let r = s.request("GET", "/health", &[], b"");
     assert_eq!(r.status, 503, "{}", r.text());
