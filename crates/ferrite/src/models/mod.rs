@@ -165,6 +165,7 @@ pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static Encod
 /// Opens the decoder at `path` by `open`'s rules (a GGUF file, a Hugging
 /// Face directory, a llama2.c checkpoint; [`crate::open::find`]) and loads
 /// its model: the library's own tests and examples use it.
+#[cfg(feature = "internals")]
 pub fn open_causal_lm(path: &Path) -> Result<(Arc<GgufFile>, Box<dyn CausalLm>), Error> {
     use crate::open::{find, wrong_kind, Found, ModelKind, OpenOptions};
     let file = match find(path, &OpenOptions::default())? {
