@@ -213,9 +213,9 @@ fn random_schemas_through_the_mask_always_validate() {
         .collect();
     let mut rng = Rng(0x5851_f42d_4c95_7f2d);
     let (mut texts, mut refused, mut steps) = (0, 0, 0);
-    for round in 0..80 {
+    for round in 0..50 {
         let schema = object(&mut rng, 0);
-        let g = match Grammar::from_schema(&schema) {
+        let mut g = match Grammar::from_schema(&schema) {
             Ok(g) => g,
             // Only schemas with no finite value are refused.
             Err(e) => {
@@ -224,16 +224,21 @@ fn random_schemas_through_the_mask_always_validate() {
                 continue;
             }
         };
+        // Short caps keep stalling texts short (the test's time), and
+        // make the caps end more of them.
+        g.max_string = 12;
+        g.max_items = 3;
+        g.max_depth = 3;
         let validator = jsonschema::validator_for(&schema).unwrap();
         let t = round % 2;
         for stall in [false, true] {
-            let text = generate(&g, &toks[t], &lows[t], &mut rng, stall, 29, &mut steps);
+            let text = generate(&g, &toks[t], &lows[t], &mut rng, stall, 53, &mut steps);
             let v: Value = serde_json::from_str(&text)
                 .unwrap_or_else(|e| panic!("{schema}\n{e}: {text}"));
             assert!(validator.is_valid(&v), "{schema}\n{text} does not validate");
             texts += 1;
         }
     }
-    assert!(texts >= 120 && refused < 10, "{texts} texts, {refused} refused");
+    assert!(texts >= 80 && refused < 8, "{texts} texts, {refused} refused");
     println!("{texts} texts in {steps} steps; {refused} schemas refused");
 }
