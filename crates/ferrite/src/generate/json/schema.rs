@@ -33,7 +33,8 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::grammar::{
-    base_tries, CallSyntax, Calls, Grammar, Node, NodeId, Obj, Prop, MAX_ITEMS, MAX_STRING,
+    base_tries, CallSyntax, Calls, Grammar, Node, NodeId, Obj, Prop, MAX_ITEMS, MAX_REF_DEPTH,
+    MAX_STRING,
 };
 use super::check::{self, BOUNDS, CONSTRAINING, REFUSED};
 use super::number::NumRange;
@@ -73,6 +74,9 @@ impl Grammar {
         if !matches!(g.node(root), Node::Object(_) | Node::AnyObject) {
             return Err(bad("the schema's root must be an object (type: object)"));
         }
+        if let Some(path) = g.dead_path(root, 0) {
+            return Err(unfinishable(&path));
+        }
         Ok(g)
     }
 
@@ -99,13 +103,20 @@ impl Grammar {
             c.refs.clear();
             c.within = format!("the parameters of function '{name}'");
             let node = c.compile(schema, 0)?;
-            let is_object = {
+            let (is_object, dead) = {
                 let g = Grammar::with_root(c.nodes.clone(), node, Vec::new());
-                matches!(g.node(node), Node::Object(_) | Node::AnyObject)
+                let is_object = matches!(g.node(node), Node::Object(_) | Node::AnyObject);
+                (is_object, g.dead_path(node, 1))
             };
             if !is_object {
                 return Err(bad(format!(
                     "the parameters of function '{name}' must be an object schema"
+                )));
+            }
+            if let Some(path) = dead {
+                return Err(bad(format!(
+                    "the parameters of function '{name}': {}",
+                    unfinishable(&path)
                 )));
             }
             args.push(node);
@@ -576,6 +587,15 @@ impl<'s> Compiler<'s> {
         };
         Ok(self.push(node))
     }
+}
+
+/// A schema no value of which can be written to its end within the
+/// nesting bound (a required property that nests itself).
+fn unfinishable(path: &str) -> Error {
+    bad(format!(
+        "the schema has no value ferrite can write: '{path}' is required and must nest \
+         itself without end or deeper than {MAX_REF_DEPTH} levels"
+    ))
 }
 
 fn too_big() -> Error {
