@@ -422,3 +422,43 @@ pub fn vocab_size(file: &GgufFile, dim: usize) -> Result<usize, Error> {
         )),
     }
 }
+
+#[cfg(test)]
+mod float_tests {
+    use super::*;
+
+    /// Issue 44: `rms_norm_eps: -1.0` loaded and gave NaN text.
+    #[test]
+    fn absurd_epsilons_and_rope_bases_are_refused_by_key() {
+        let hp_with = |key: &str, x: f32| {
+            let mut meta = Metadata::default();
+            meta.set(format!("llama.{key}"), Value::F32(x));
+            meta
+        };
+        let read = |key: &str, x: f32| {
+            let meta = hp_with(key, x);
+            let hp = HParams {
+                meta: &meta,
+                arch: "llama",
+                source: "model.gguf",
+            };
+            hp.opt_f32(key).map_err(|e| e.to_string())
+        };
+        for x in [-1.0, 0.0, 1.0, f32::NAN, f32::INFINITY] {
+            let err = read("attention.layer_norm_rms_epsilon", x).unwrap_err();
+            assert!(err.contains("layer_norm_rms_epsilon"), "{err}");
+            assert!(read("attention.layer_norm_epsilon", x).is_err(), "{x}");
+        }
+        assert_eq!(read("attention.layer_norm_rms_epsilon", 1e-6), Ok(Some(1e-6)));
+        for x in [-10_000.0, 0.5, 1e30, f32::NAN] {
+            assert!(read("rope.freq_base", x).is_err(), "{x}");
+            assert!(read("rope.freq_base_swa", x).is_err(), "{x}");
+        }
+        assert_eq!(read("rope.freq_base", 1e6), Ok(Some(1e6)));
+        // Other floats only need to be finite.
+        assert_eq!(read("attention.scale", -0.5), Ok(Some(-0.5)));
+        assert!(float_problem("rms_norm_eps", -1.0).is_some());
+        assert!(float_problem("rope_theta", 0.0).is_some());
+        assert!(float_problem("layer_norm_eps", 1e-12).is_none());
+    }
+}
