@@ -85,8 +85,8 @@ impl TextCodec {
         if len > MAX_TOKENIZER_BYTES {
             return Err(Error::model(&shown, format!("{len} bytes is too large")));
         }
-        let tok = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| Error::model(&shown, format!("not a tokenizer.json: {e}")))?;
+        let tok = crate::tokenize::hf_json::read_hf_json(&path)
+            .map_err(|e| Error::model(&shown, e))?;
         Ok(TextCodec::Hf(Box::new(tok)))
     }
 }

@@ -327,7 +327,13 @@ impl Embedder {
         self.matryoshka_layer_norm
     }
 
-    /// The Matryoshka sizes `--dim` accepts.
+    /// Whether the model was trained with task prefixes
+    /// ([`EmbedOptions::task`]; nomic-embed-text is).
+    pub fn has_task_prefixes(&self) -> bool {
+        self.task_prefixes
+    }
+
+    /// The Matryoshka sizes [`EmbedOptions::dim`] may take.
     pub fn dims(&self) -> std::ops::RangeInclusive<usize> {
         let min = if self.matryoshka_layer_norm {
             NOMIC_MIN_DIM.min(self.dim())
@@ -337,13 +343,15 @@ impl Embedder {
         min..=self.dim()
     }
 
-    /// Checks a request's options against the model.
+    /// Checks a request's options against the model. The errors name the
+    /// options as [`EmbedOptions`] (and the Python package) spell them;
+    /// the CLI checks its flags first, under their own names.
     fn check(&self, opts: &EmbedOptions) -> Result<(), Error> {
         if let Some(d) = opts.dim {
             let dims = self.dims();
             if !dims.contains(&d) {
                 return Err(Error::Input(format!(
-                    "--dim {d} is not in {}..={} for this model",
+                    "dim={d} is not in {}..={} for this model",
                     dims.start(),
                     dims.end()
                 )));
@@ -352,14 +360,14 @@ impl Embedder {
         if let Some(m) = opts.max_tokens {
             if m < 3 || m > self.max_positions() {
                 return Err(Error::Input(format!(
-                    "--max-tokens {m} is not in 3..={} for this model",
+                    "max_tokens={m} is not in 3..={} for this model",
                     self.max_positions()
                 )));
             }
         }
         if opts.task.is_some() && !self.task_prefixes {
             return Err(Error::Input(
-                "--task: this model was not trained with task prefixes \
+                "task: this model was not trained with task prefixes \
                  (nomic-embed-text is); write any prefix into the text instead"
                     .into(),
             ));

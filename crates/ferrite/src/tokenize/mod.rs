@@ -18,6 +18,7 @@
 mod bpe;
 mod decode;
 mod hf;
+pub mod hf_json;
 pub mod marian;
 mod roles;
 pub mod sentencepiece;
