@@ -63,8 +63,13 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
+/// Asserts `a` and `b` are the same values bit for bit, naming the first
+/// that differs.
+fn assert_same_bits(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+        panic!("{what}: value {i} is {} here, {} there", a[i], b[i]);
+    }
 }
 
 /// The names of the `.npy` files in `dir`, sorted.
@@ -151,8 +156,8 @@ fn smollm2_dump_holds_the_values_computed_another_way() {
     };
     let (plain_prompt, plain_last, plain_tokens, plain_text) = run(None);
     let (dumped_prompt, dumped_last, dumped_tokens, dumped_text) = run(Some(dump.clone()));
-    assert_eq!(bits(&plain_prompt), bits(&dumped_prompt), "prompt logits");
-    assert_eq!(bits(&plain_last), bits(&dumped_last), "last logits");
+    assert_same_bits(&plain_prompt, &dumped_prompt, "prompt logits");
+    assert_same_bits(&plain_last, &dumped_last, "last logits");
     assert_eq!(plain_tokens, dumped_tokens);
     assert_eq!(plain_text, dumped_text);
     // The prompt's pass, then one pass per generated token fed back.
@@ -203,7 +208,11 @@ fn smollm2_dump_holds_the_values_computed_another_way() {
     assert_eq!(shape, [n, dim]);
     for (t, &tok) in tokens.iter().enumerate() {
         let want = gguf_row(&file, "token_embd.weight", tok as usize);
-        assert_eq!(bits(&inp[t * dim..(t + 1) * dim]), bits(&want), "row {t}");
+        assert_same_bits(
+            &inp[t * dim..(t + 1) * dim],
+            &want,
+            &format!("inp_embd row {t}"),
+        );
     }
     // attn_norm-0: x / sqrt(mean(x^2) + eps) * w, in f64 here.
     let w = gguf_row(&file, "blk.0.attn_norm.weight", 0);
@@ -230,7 +239,7 @@ fn smollm2_dump_holds_the_values_computed_another_way() {
     let n_vocab = plain_prompt.len();
     let (shape, out0) = read_npy(&dir.join("result_output.step0.npy"));
     assert_eq!(shape, [1, n_vocab]);
-    assert_eq!(bits(&out0), bits(&plain_prompt));
+    assert_same_bits(&out0, &plain_prompt, "result_output.step0");
     let (_, out1) = read_npy(&dir.join("result_output.step1.npy"));
     // ... which, fed alone after the prompt, the model gives again.
     let mut state = generator
@@ -248,7 +257,7 @@ fn smollm2_dump_holds_the_values_computed_another_way() {
             &mut logits,
         )
         .expect("forward");
-    assert_eq!(bits(&out1), bits(&logits));
+    assert_same_bits(&out1, &logits, "result_output.step1");
     // Qcur of the generated token's pass: one row.
     let (shape, _) = read_npy(&dir.join("Qcur-0.step1.npy"));
     assert_eq!(shape[0], 1);
@@ -359,7 +368,7 @@ fn marian_dump_holds_the_values_computed_another_way() {
     let encoded = m.encode(&[&input], &threads, &mut ws).expect("encodes");
     let (shape, enc) = read_npy(&dir.join("enc.result_norm.step0.npy"));
     assert_eq!(shape, [input.len(), m.dim()]);
-    assert_eq!(bits(&enc), bits(&encoded[0].hidden));
+    assert_same_bits(&enc, &encoded[0].hidden, "enc.result_norm");
     let hf_hidden: Vec<f32> = goldens["encoder"]
         .as_array()
         .expect("encoder goldens")
@@ -393,7 +402,7 @@ fn marian_dump_holds_the_values_computed_another_way() {
     let n_vocab = m.config.n_vocab;
     let (shape, out) = read_npy(&dir.join("result_output.step1.npy"));
     assert_eq!(shape, [1, n_vocab]);
-    assert_eq!(bits(&out), bits(&logits));
+    assert_same_bits(&out, &logits, "result_output.step1");
     let worst = max_diff(&out, &hf_logits[..n_vocab]);
     assert!(
         worst < 1e-4,
@@ -424,7 +433,7 @@ fn bert_dump_writes_every_layer_and_changes_nothing() {
         .embed_dumped(&texts, &opts, &threads, &mut |_| {}, dump.clone())
         .expect("embeds");
     for (p, d) in plain.iter().zip(&dumped) {
-        assert_eq!(bits(&p.vector), bits(&d.vector));
+        assert_same_bits(&p.vector, &d.vector, "embedding");
     }
     // Two batches of one input each, longest first.
     assert_eq!(dump.passes(), 2);
