@@ -35,6 +35,8 @@ pub struct Args {
     /// Write to this file instead of stdout (required for npy).
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    dump: super::common::DumpArgs,
 }
 
 /// The embedding options of `ferrite embed`.
@@ -220,7 +222,12 @@ pub fn run(args: Args) -> CliResult {
             }
         }
     };
-    let embeddings = embedder.embed_with_progress(&refs, &opts, &threads, &mut progress)?;
+    let dump = args.dump.open()?;
+    let embeddings = match &dump {
+        Some(d) => embedder.embed_dumped(&refs, &opts, &threads, &mut progress, d.clone())?,
+        None => embedder.embed_with_progress(&refs, &opts, &threads, &mut progress)?,
+    };
+    super::common::DumpArgs::report(dump.as_deref());
     let cut: Vec<usize> = embeddings
         .iter()
         .enumerate()

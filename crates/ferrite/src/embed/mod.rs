@@ -21,6 +21,7 @@ pub mod tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::dump::TensorDump;
 use crate::formats::gguf::GgufFile;
 use crate::formats::safetensors::{read_json, SafetensorsDir};
 use crate::models::encoder::weights::WeightSource;
@@ -396,7 +397,23 @@ impl Embedder {
     ) -> Result<Vec<Embedding>, Error> {
         self.check(opts)?;
         let tokens = self.tokenize_all(texts, opts, threads)?;
-        self.embed_tokenized(&tokens, opts, threads, progress)
+        self.embed_tokenized(&tokens, opts, threads, progress, None)
+    }
+
+    /// As [`Self::embed_with_progress`], writing the named intermediates
+    /// of every encoder pass (one per batch) into `dump`, for debugging
+    /// ([`TensorDump`]; the vectors are the same bits as without it).
+    pub fn embed_dumped(
+        &self,
+        texts: &[&str],
+        opts: &EmbedOptions,
+        threads: &Threads,
+        progress: &mut dyn FnMut(usize),
+        dump: Arc<TensorDump>,
+    ) -> Result<Vec<Embedding>, Error> {
+        self.check(opts)?;
+        let tokens = self.tokenize_all(texts, opts, threads)?;
+        self.embed_tokenized(&tokens, opts, threads, progress, Some(dump))
     }
 
     /// Embeds inputs already tokenized, each with the model's special
@@ -434,7 +451,7 @@ impl Embedder {
                 truncated: false,
             });
         }
-        self.embed_tokenized(&tokens, opts, threads, &mut |_| {})
+        self.embed_tokenized(&tokens, opts, threads, &mut |_| {}, None)
     }
 
     /// The batches of [`Self::embed_with_progress`] over tokenized inputs.
@@ -444,6 +461,7 @@ impl Embedder {
         opts: &EmbedOptions,
         threads: &Threads,
         progress: &mut dyn FnMut(usize),
+        dump: Option<Arc<TensorDump>>,
     ) -> Result<Vec<Embedding>, Error> {
         // Longest first, ties in input order: batches of similar lengths.
         let mut order: Vec<usize> = (0..tokens.len()).collect();
@@ -451,6 +469,7 @@ impl Embedder {
         let batches: Vec<&[usize]> = order.chunks(opts.batch_size.max(1)).collect();
         let mut out: Vec<Option<Embedding>> = (0..tokens.len()).map(|_| None).collect();
         let mut ws = Workspace::default();
+        ws.dump = dump;
         let mut done = 0;
         for batch in &batches {
             let vectors = self.embed_batch(batch, tokens, opts, threads, &mut ws)?;
