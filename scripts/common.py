@@ -61,10 +61,9 @@ def sha256_file(path):
 
 
 def use_llama_gguf_py():
-    """Puts llama.cpp's own gguf-py (the converter's) first on sys.path."""
-    path = str(LLAMA / "gguf-py")
-    if path not in sys.path:
-        sys.path.insert(0, path)
+    """Puts llama.cpp's own gguf-py (the converter's) first on sys.path, so
+    `import gguf` finds it before the venv's gguf package."""
+    sys.path.insert(0, str(LLAMA / "gguf-py"))
 
 
 def llama_tool(name):
