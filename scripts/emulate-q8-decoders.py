@@ -21,7 +21,6 @@ q8-emulation.json. Needs numpy and gguf-py (llama.cpp's, under
 $FERRITE_LLAMACPP, scripts/env.sh).
 """
 import json
-import os
 import pathlib
 import sys
 
