@@ -5,6 +5,7 @@
 //! that ends by itself always parses and matches the schema (one cut by
 //! `max_tokens` ends with finish_reason `length`, as OpenAI's do).
 
+mod check;
 pub mod grammar;
 pub mod machine;
 pub mod number;
@@ -15,6 +16,8 @@ pub mod trie;
 
 pub use machine::JsonState;
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod random_tests;
 pub use grammar::{CallSyntax, Grammar};
@@ -251,7 +254,7 @@ mod tests {
                 "wat",
             ),
             (
-                json!({"type": "object", "properties": {}, "required": ["b"]}),
+                json!({"type": "object", "properties": {}, "required": ["b"], "additionalProperties": false}),
                 "'b'",
             ),
             (json!({"$ref": "#/x"}), "#/x"),
