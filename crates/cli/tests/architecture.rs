@@ -177,3 +177,50 @@ fn the_path_checker_tells_present_from_missing() {
     assert!(!resolves(&root, "models/transformer/no_such_file.rs"));
     assert!(!resolves(&root, "no_such_file.rs"));
 }
+
+/// The scripts find the reference venv and llama.cpp through
+/// `scripts/env.sh` (read by `scripts/common.py` and `scripts/refenv`), the
+/// one file that writes their default locations: no other file under
+/// `scripts/` names a machine path (a home or cache directory, `/tmp`, the
+/// workplace's folders), so anyone can rerun them from a clone.
+#[test]
+fn scripts_name_no_machine_path() {
+    const MACHINE: [&str; 8] = [
+        "/root",
+        "/home/",
+        "/work/",
+        "/tmp/",
+        "~/",
+        ".cache",
+        "$HOME",
+        "Path.home",
+    ];
+    fn visit(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if entry.file_name() != "__pycache__" {
+                    visit(&path, found);
+                }
+                continue;
+            }
+            if entry.file_name() == "env.sh" && path.parent().unwrap().ends_with("scripts") {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            for (n, line) in text.lines().enumerate() {
+                if let Some(m) = MACHINE.iter().find(|m| line.contains(*m)) {
+                    found.push(format!("{}:{}: {m}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    visit(&repo_root().join("scripts"), &mut found);
+    assert!(
+        found.is_empty(),
+        "machine paths in scripts/ (use scripts/env.sh's settings): {found:#?}"
+    );
+}
