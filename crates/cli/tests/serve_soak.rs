@@ -16,7 +16,7 @@
 //! ends it with exit 0.
 //!
 //! About 80 s, so it is `#[ignore]`d and run once on its own:
-//! `cargo test -p ferrite-cli --release --test serve_soak -- --ignored`.
+//! `cargo test -p ferrite-cli --test serve_soak -- --ignored` (scripts/test.sh runs it).
 
 mod serve_common;
 
