@@ -3,8 +3,8 @@
 "no speed regression" check of a refactor (before = BASE, after = NEW).
 
     cargo build --release -p ferrite-cli            # NEW
-    git worktree add /tmp/base REV && (cd /tmp/base && cargo build --release -p ferrite-cli)
-    scripts/bench-before-after.py /tmp/base/target/release/ferrite target/release/ferrite \
+    git worktree add ../base REV && (cd ../base && cargo build --release -p ferrite-cli)
+    scripts/bench-before-after.py ../base/target/release/ferrite target/release/ferrite \
         [--rounds 3] [--threads 1 2] [--only decode,embed,translate] [--kernels avx2]
 
 Each round runs every test once with BASE, then once with NEW (the order
@@ -17,7 +17,7 @@ the table gives the medians and NEW / BASE. The tests:
 - embed: `ferrite bench minilm --texts testdata/embed/bench-sentences.txt`
   (sentences per second; the mean of its runs);
 - translate: `ferrite translate` of the random-weight opus-mt-en-hi-shaped
-  model (~/.cache/ferrite-translation/opus-mt-en-hi-random, written by
+  model ($FERRITE_TRANSLATION/opus-mt-en-hi-random, written by
   scripts/make-translation-fixtures.py), 32 lines, greedy and beam 4,
   f32 and q8_0 weights, time after load from `--verbose` (lines per
   second). Skipped if the model is missing.
@@ -34,9 +34,11 @@ import subprocess
 import sys
 import tempfile
 
+import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DECODERS = ["smollm2", "gemma3-270m", "qwen2.5-0.5b"]
-MARIAN = pathlib.Path.home() / ".cache/ferrite-translation/opus-mt-en-hi-random"
+MARIAN = common.TRANSLATION / "opus-mt-en-hi-random"
 
 
 def run(cmd):

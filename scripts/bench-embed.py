@@ -24,7 +24,7 @@ sentences of the corpus, batches of B (32):
                          to embed each of the file's first 64 sentences alone).
   onnxruntime            the transformers model (AutoModel) exported once with
                          torch.onnx.export to
-                         ~/.cache/ferrite-reference/onnx/<model dir name>.onnx;
+                         $FERRITE_REFERENCE/onnx/<model dir name>.onnx;
                          session with ORT_ENABLE_ALL, intra_op_num_threads=T,
                          inter_op_num_threads=1, sequential execution. The timed
                          pipeline is what a user writes: sort the texts by
@@ -71,7 +71,6 @@ accepted (1.32.0, CPython 3.11, x86-64); the installed package is not touched.
 """
 
 import argparse
-import hashlib
 import json
 import os
 import pathlib
@@ -83,10 +82,12 @@ import sys
 import tempfile
 import time
 
+import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = pathlib.Path(os.environ.get("FERRITE_MODELS", ROOT / "models")) / "all-MiniLM-L6-v2"
 DEFAULT_CORPUS = ROOT / "testdata" / "embed" / "bench-sentences.txt"
-ONNX_CACHE = pathlib.Path.home() / ".cache" / "ferrite-reference" / "onnx"
+ONNX_CACHE = common.REFERENCE / "onnx"
 CORPUS_SIZE = 512
 N_SINGLE = 64  # as `ferrite bench`: the first 64 sentences, one at a time
 VERIFY_MIN_COS = 0.99999  # ONNX pipeline vs sentence-transformers
@@ -279,10 +280,6 @@ def corpus_stats(lines):
     in_8_30 = sum(8 <= x <= 30 for x in lens)
     return (f"{len(lens)} sentences, words min {lens[0]} / p10 {q(0.1)} / median {q(0.5)} / "
             f"p90 {q(0.9)} / max {lens[-1]}, {in_8_30} of them with 8-30 words")
-
-
-def sha256_file(path):
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------------------
@@ -580,7 +577,7 @@ def parse_args():
     ap.add_argument("--corpus", type=pathlib.Path, default=DEFAULT_CORPUS)
     ap.add_argument("--model", type=pathlib.Path, default=DEFAULT_MODEL)
     ap.add_argument("--onnx", type=pathlib.Path, default=None,
-                    help="cached ONNX export, made if missing (default ~/.cache/ferrite-reference/onnx/MODEL.onnx)")
+                    help="cached ONNX export, made if missing (default $FERRITE_REFERENCE/onnx/MODEL.onnx)")
     ap.add_argument("--ferrite", default=str(ROOT / "target" / "release" / "ferrite"),
                     help="the ferrite binary ('' to leave ferrite out)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per ferrite command")
@@ -634,7 +631,7 @@ def main():
         lines = make_corpus()
         a.corpus.parent.mkdir(parents=True, exist_ok=True)
         a.corpus.write_text("".join(s + "\n" for s in lines), encoding="utf-8")
-        print(f"wrote {a.corpus}: {corpus_stats(lines)}; sha256 {sha256_file(a.corpus)}")
+        print(f"wrote {a.corpus}: {corpus_stats(lines)}; sha256 {common.sha256_file(a.corpus)}")
         return 0
 
     # One core per requested thread: no hidden tokenizer thread pool.
@@ -669,7 +666,7 @@ def main():
         print(f"onnxruntime: the copy in {ort_copy} (scripts/ort-avx2.py): its MLAS AVX-512 and AVX-VNNI "
               "tests are patched out, so it runs its AVX2/FMA3 kernels")
     print(f"model: {a.model}")
-    print(f"corpus: {a.corpus} (sha256 {sha256_file(a.corpus)[:16]}…), first {len(texts)}: {corpus_stats(texts)}")
+    print(f"corpus: {a.corpus} (sha256 {common.sha256_file(a.corpus)[:16]}…), first {len(texts)}: {corpus_stats(texts)}")
 
     import numpy as np
 
@@ -757,7 +754,7 @@ def main():
         doc = {
             "command": wrapper, "python_command": [sys.executable] + sys.argv, "versions": vers,
             "cpu": cpu_name(), "logical_cores": os.cpu_count(), "model": str(a.model),
-            "onnx": str(a.onnx), "ort_avx2_copy": str(ort_copy) if ort_copy else None, "corpus": str(a.corpus), "corpus_sha256": sha256_file(a.corpus),
+            "onnx": str(a.onnx), "ort_avx2_copy": str(ort_copy) if ort_copy else None, "corpus": str(a.corpus), "corpus_sha256": common.sha256_file(a.corpus),
             "n_sentences": len(texts), "n_single": len(single_texts), "batch_size": a.batch_size,
             "rounds": a.rounds, "reps": a.reps, "threads": a.thread_list, "tokens": n_tok,
             "onnx_vs_st_min_cosine": c_ort, "ferrite_error": ferrite_error, "ferrite_commands": ferrite_cmds,

@@ -11,18 +11,19 @@
 #
 # All options go to scripts/bench-embed.py (--help lists them). Before that,
 # this sets up the Python reference environment if it is missing
-# (../shared/tools/setup-refenv.sh, or $SETUP_REFENV), fetches the model
+# (scripts/setup-refenv.sh, or $SETUP_REFENV), fetches the model
 # (scripts/fetch-models.sh minilm) and builds ferrite in release mode; a failed
 # build stops here. FERRITE_BIN=path skips the build and uses that binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+. scripts/env.sh
 
-env_dir=${REFENV:-$HOME/.cache/ferrite-refenv}
+env_dir=$FERRITE_REFENV
 if ! "$env_dir/bin/python" -c 'import torch, transformers, sentence_transformers, onnxruntime, onnx, numpy' 2>/dev/null; then
-  setup=${SETUP_REFENV:-$repo/../shared/tools/setup-refenv.sh}
+  setup=${SETUP_REFENV:-$repo/scripts/setup-refenv.sh}
   echo "bench-embed: setting up the Python reference environment ($setup)" >&2
-  env_dir=$(REFENV=$env_dir "$setup" | tail -n 1)
+  env_dir=$("$setup" | tail -n 1)
 fi
 py=$env_dir/bin/python
 

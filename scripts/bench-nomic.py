@@ -3,7 +3,7 @@
 `llama-embedding` on the same file and against onnxruntime, same texts, same
 thread count, engines alternated in every round; medians over the rounds.
 
-    HF_HUB_OFFLINE=1 ~/.cache/ferrite-refenv/bin/python scripts/bench-nomic.py \\
+    HF_HUB_OFFLINE=1 scripts/refenv python scripts/bench-nomic.py \\
         [--threads 2] [--rounds 3] [--n 256] [--batch-size 32]
 
 Texts: the first N lines of testdata/embed/bench-sentences.txt (the corpus of
@@ -21,7 +21,7 @@ scripts/bench-embed.py), each with the `search_document: ` prefix.
                 set-up); which one is printed. -fa off and on (its default).
   onnxruntime   HF transformers' NomicBertModel (transformers 5.x, no remote
                 code), its weights read from the same GGUF (f16 -> f32), exported
-                with torch.onnx.export to ~/.cache/ferrite-reference/onnx/
+                with torch.onnx.export to $FERRITE_REFERENCE/onnx/
                 nomic-embed-text-v1.5.onnx (f32); session ORT_ENABLE_ALL,
                 intra_op_num_threads=T; per batch of B (sorted by length):
                 bert-base-uncased fast tokenizer, run, mean pooling, L2 norm.
@@ -45,15 +45,16 @@ import sys
 import tempfile
 import time
 
+import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODELS = pathlib.Path(os.environ.get("FERRITE_MODELS", ROOT / "models"))
 GGUF = MODELS / "nomic-embed-text-v1.5.f16.gguf"
 TOKENIZER_DIR = MODELS / "all-MiniLM-L6-v2"  # bert-base-uncased, as the GGUF's vocabulary
 CORPUS = ROOT / "testdata" / "embed" / "bench-sentences.txt"
 GOLDENS = ROOT / "testdata" / "embed" / "nomic-v1.5"
-LLAMA_BIN = pathlib.Path(os.path.expanduser(os.environ.get(
-    "LLAMA_BUILD", "~/.cache/ferrite-reference/llama.cpp/build"))) / "bin"
-ONNX = pathlib.Path.home() / ".cache" / "ferrite-reference" / "onnx" / "nomic-embed-text-v1.5.onnx"
+LLAMA_BIN = common.LLAMA_BIN
+ONNX = common.REFERENCE / "onnx" / "nomic-embed-text-v1.5.onnx"
 PREFIX = "search_document: "
 
 

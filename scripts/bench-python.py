@@ -8,8 +8,8 @@ ferrite.ray's throughput at concurrency 1 and 2 on a local Ray.
 Runs with the interpreter that has `ferrite` installed (scripts/test-python.sh's
 venv; a release build for figures: `pip install ./python`, or PYTHONPATH to an
 unpacked `maturin build --release` wheel). FERRITE_BIN: the CLI (default
-target/release/ferrite); REFENV: the venv with sentence-transformers
-(default ~/.cache/ferrite-refenv; skipped if missing).
+target/release/ferrite); the reference venv ($FERRITE_REFENV,
+scripts/env.sh) has sentence-transformers (skipped if missing).
 
 Rounds alternate the engines; each round times one encode of the 512
 sentences per engine right after a warm-up one, all at the same thread count, and the
@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import common
 
 REPO = Path(__file__).resolve().parents[1]
 TEXTS = REPO / "testdata" / "embed" / "bench-sentences.txt"
@@ -69,7 +71,7 @@ def bench_encode(args):
     emb = ferrite.Embedder(str(MODEL_DIR), threads=args.threads)
     emb.encode(texts)
     binary = os.environ.get("FERRITE_BIN", str(REPO / "target" / "release" / "ferrite"))
-    refenv = Path(os.environ.get("REFENV", Path.home() / ".cache" / "ferrite-refenv"))
+    refenv = common.REFENV
     st_python = refenv / "bin" / "python"
     have_st = st_python.exists() and not args.no_st
     rates = {"python": [], "cli": [], "st": []}

@@ -18,12 +18,11 @@ outputs are on the same file system for both programs.
 
 --ferrite: default target/release/ferrite (built with `cargo build
 --release -p ferrite-cli` if missing). --llama-quantize: default
-~/.cache/ferrite-reference/llama.cpp/build/bin/llama-quantize (made by
-/work/shared/tools/build-llamacpp.sh). Stdlib only.
+$FERRITE_LLAMACPP/build/bin/llama-quantize (made by
+scripts/build-llamacpp.sh). Stdlib only.
 """
 
 import argparse
-import hashlib
 import os
 import statistics
 import subprocess
@@ -31,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import common
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = Path(os.environ.get("FERRITE_MODELS", ROOT / "models"))
@@ -50,14 +51,6 @@ def run(cmd, env=None):
     return wall, ru.ru_utime, ru.ru_stime, ru.ru_maxrss / 1024
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--input", help="an F32 (or F16/BF16) GGUF file")
@@ -66,8 +59,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "ferrite-bench-quantize"))
     ap.add_argument("--ferrite", default=str(ROOT / "target/release/ferrite"))
-    ap.add_argument("--llama-quantize", default=os.path.expanduser(
-        "~/.cache/ferrite-reference/llama.cpp/build/bin/llama-quantize"))
+    ap.add_argument("--llama-quantize", default=str(common.LLAMA_BIN / "llama-quantize"))
     a = ap.parse_args()
 
     ferrite = Path(a.ferrite)
@@ -75,7 +67,7 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-p", "ferrite-cli"], cwd=ROOT, check=True)
     lq = Path(a.llama_quantize)
     if not lq.exists():
-        sys.exit(f"{lq} is missing (build llama.cpp: /work/shared/tools/build-llamacpp.sh)")
+        sys.exit(f"{lq} is missing (build llama.cpp: scripts/build-llamacpp.sh)")
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     if a.input:
@@ -109,7 +101,7 @@ def main():
             w, u, s, m = results[name][-1]
             print(f"round {r + 1} {name:9}: {w:6.2f} s wall {u:6.2f} s user {s:5.2f} s sys {m:7.1f} MiB")
         if r == 0:
-            same = sha256(fe_out) == sha256(lq_out)
+            same = common.sha256_file(fe_out) == common.sha256_file(lq_out)
             print(f"outputs {'identical' if same else 'DIFFER'}")
             if not same:
                 sys.exit(1)

@@ -38,6 +38,8 @@ import sys
 import threading
 import time
 
+import common
+
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",
     "Explain how a bicycle works.",
@@ -350,8 +352,7 @@ def ms(x):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ferrite", default="target/release/ferrite")
-    ap.add_argument("--llama-server", default=os.path.expanduser(
-        "~/.cache/ferrite-reference/llama.cpp/build/bin/llama-server"))
+    ap.add_argument("--llama-server", default=str(common.LLAMA_BIN / "llama-server"))
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--requests", type=int, default=0, help="requests per N (default max(2N, 8))")

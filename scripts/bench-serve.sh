@@ -6,8 +6,8 @@
 #   scripts/bench-serve.sh --prefix [--prefix-tokens 1500] [--prefix-requests 8] [--turns 10] [--rounds 3]
 #
 # Builds ferrite (release) unless FERRITE_BIN is set, fetches smollm2 and
-# minilm; llama-server comes from ~/.cache/ferrite-reference (built by the
-# shared tools/build-llamacpp.sh), or --llama-server PATH.
+# minilm; llama-server comes from $FERRITE_LLAMACPP/build/bin (built by
+# scripts/build-llamacpp.sh), or --llama-server PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-models.sh smollm2 minilm

@@ -8,16 +8,16 @@
 #   ROUNDS=5 REPS=3 THREADS="1 2" scripts/bench-vs-llamacpp.sh smollm2
 #
 # llama.cpp comes from the llama-cpp-python sdist, built once and cached under
-# $ANCHORS (default ~/.cache/ferrite-reference): the output of
-# ../shared/tools/build-llamacpp.sh (or $BUILD_LLAMACPP) is used if its
+# $FERRITE_REFERENCE (scripts/env.sh): the output of
+# scripts/build-llamacpp.sh (or $BUILD_LLAMACPP) is used if its
 # llama-bench runs here. That build forces AVX-512 (SIGILL on CPUs without
 # it), so otherwise the same source is built with -DGGML_NATIVE=ON into
-# $ANCHORS/llama.cpp/build-native. Needs python3 (stdlib only) for the JSON;
+# $FERRITE_LLAMACPP/build-native. Needs python3 (stdlib only) for the JSON;
 # cmake + ninja only when it has to build.
 #
 # AVX2=1 compares the AVX2 kernel sets on an AVX-512 machine: ferrite runs with
 # FERRITE_KERNELS=avx2 and llama.cpp is built (once, into
-# $ANCHORS/llama.cpp/build-avx2) without GGML_NATIVE, with AVX2/FMA/F16C/BMI2
+# $FERRITE_LLAMACPP/build-avx2) without GGML_NATIVE, with AVX2/FMA/F16C/BMI2
 # on and every AVX-512, AVX-VNNI and AMX option off, as on a Zen 3.
 #   AVX2=1 scripts/bench-vs-llamacpp.sh gemma3-270m
 # (AVX2=1 BUILD_ONLY=1 only builds that llama-bench and prints its path.)
@@ -31,6 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+. scripts/env.sh
 
 [ $# -eq 1 ] || { echo "usage: $0 MODEL (a .gguf file or a short name)" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
@@ -38,9 +39,8 @@ REPS=${REPS:-3}
 THREADS=${THREADS:-1 2}
 N_PROMPT=${N_PROMPT:-512}
 N_GEN=${N_GEN:-128}
-ANCHORS=${ANCHORS:-$HOME/.cache/ferrite-reference}
-VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
-BUILD_LLAMACPP=${BUILD_LLAMACPP:-$repo/../shared/tools/build-llamacpp.sh}
+VER=$FERRITE_LLAMACPP_PYTHON_VERSION
+BUILD_LLAMACPP=${BUILD_LLAMACPP:-$repo/scripts/build-llamacpp.sh}
 
 # The model file (llama-bench needs a path; short names as ferrite knows them).
 model=$1
@@ -66,15 +66,15 @@ runs_here() {
 }
 
 # The source build-llamacpp.sh extracts, for the builds made here.
-src=$ANCHORS/llama.cpp
+src=$FERRITE_LLAMACPP
 extract_source() {
   [ -d "$src" ] && return
-  mkdir -p "$ANCHORS"
-  (cd "$ANCHORS" &&
+  mkdir -p "$FERRITE_REFERENCE" "$(dirname "$src")"
+  (cd "$FERRITE_REFERENCE" &&
     { [ -f "llama_cpp_python-$VER.tar.gz" ] ||
       pip download -q --no-deps --no-binary llama-cpp-python -d . "llama-cpp-python==$VER"; } &&
     tar xzf "llama_cpp_python-$VER.tar.gz" &&
-    mv "llama_cpp_python-$VER/vendor/llama.cpp" llama.cpp)
+    mv "llama_cpp_python-$VER/vendor/llama.cpp" "$src")
 }
 # build DIR CMAKE_OPTION...: llama-bench into $src/DIR unless it runs already.
 build() {
@@ -105,8 +105,8 @@ if [ -n "${AVX2:-}" ]; then
 fi
 # On a CPU without AVX-512, build-llamacpp.sh's build is tried only if it exists.
 if [ -z "$llama_bin" ] && [ -x "$BUILD_LLAMACPP" ] &&
-  { grep -qw avx512f /proc/cpuinfo 2>/dev/null || [ -e "$ANCHORS/llama.cpp/build/bin/llama-bench" ]; }; then
-  bin=$(ANCHORS=$ANCHORS "$BUILD_LLAMACPP" | tail -n 1) || bin=
+  { grep -qw avx512f /proc/cpuinfo 2>/dev/null || [ -e "$FERRITE_LLAMACPP_BIN/llama-bench" ]; }; then
+  bin=$("$BUILD_LLAMACPP" | tail -n 1) || bin=
   if [ -n "$bin" ] && runs_here "$bin"; then
     llama_bin=$bin
     which_build="build-llamacpp.sh output $bin (resolves to $(readlink -f "$bin"))"

@@ -18,19 +18,19 @@ it on every row (tests/hf_decoders.rs).
 
 Writes testdata/hf-decoders/emulated-<name>.q8_0.f32 and
 q8-emulation.json. Needs numpy and gguf-py (llama.cpp's, under
-$LLAMA_CPP or ~/.cache/ferrite-reference/llama.cpp).
+$FERRITE_LLAMACPP, scripts/env.sh).
 """
 import json
-import os
 import pathlib
 import sys
 
 import numpy as np
 
+import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DIR = ROOT / "testdata" / "hf-decoders"
-LLAMA = pathlib.Path(os.path.expanduser(os.environ.get("LLAMA_CPP", "~/.cache/ferrite-reference/llama.cpp")))
-sys.path.insert(0, str(LLAMA / "gguf-py"))
+common.use_llama_gguf_py()
 import gguf  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 

@@ -7,7 +7,8 @@ took over 30 s. A clear error (exit 1) is the expected answer.
 
     python3 scripts/fuzz-files.py [--bin target/release/ferrite] [--runs 200] [--seed 1]
 
-Each failure's directory is kept under /tmp/ferrite-fuzz-files/ to
+Each failure's directory is kept under ferrite-fuzz-files/ in the
+temporary directory ($TMPDIR) to
 reproduce it. Exit status 1 if any run failed. Standard library only.
 """
 import argparse, json, random, shutil, subprocess, sys, tempfile, pathlib
@@ -83,7 +84,7 @@ for it in range(N):
             rc, err = "TIMEOUT", ""
         if rc == 101 or rc == "TIMEOUT" or (isinstance(rc, int) and rc < 0):
             bad += 1
-            keep = pathlib.Path("/tmp/ferrite-fuzz-files/seed%d-run%d" % (SEED, it))
+            keep = pathlib.Path(tempfile.gettempdir()) / "ferrite-fuzz-files" / ("seed%d-run%d" % (SEED, it))
             shutil.copytree(d, keep / src.name)
             print(f"[{it}] {src.name} {f.name} {how}: rc={rc}\n{err}\n-> {keep}", flush=True)
 print(f"done: {N} runs, {bad} bad")

@@ -11,7 +11,7 @@ continuation produces, so that hypotheses finish before `max_length` and
 the finished-hypotheses rules (length penalty, early stopping) decide.
 
 Run with the reference venv (scripts need transformers and torch):
-    ~/.cache/ferrite-refenv/bin/python scripts/make-beam-goldens.py
+    scripts/refenv python scripts/make-beam-goldens.py
 """
 import json
 import pathlib

@@ -4,11 +4,11 @@ convert_hf_to_gguf.py (and llama-quantize, for the quantized targets) write
 for each HF directory ferrite converts.
 
 Run with the reference venv and a llama.cpp build (see
-/work/shared/tools/setup-refenv.sh and build-llamacpp.sh):
+scripts/setup-refenv.sh and build-llamacpp.sh):
 
-    ~/.cache/ferrite-refenv/bin/python scripts/make-convert-goldens.py
+    scripts/refenv python scripts/make-convert-goldens.py
 
-$LLAMA_CPP (default ~/.cache/ferrite-reference/llama.cpp, as for
+$FERRITE_LLAMACPP (scripts/env.sh, as for
 make-hf-decoder-fixtures.py): its convert_hf_to_gguf.py, gguf-py and
 build/bin/llama-quantize. $FERRITE_MODELS: the real models (default models/).
 
@@ -59,7 +59,7 @@ num_hidden_layers, num_attention_heads and intermediate_size, equal to the
 n_* values, so that the converter writes the fixture's real sizes; ferrite
 reads either spelling.
 
-    ~/.cache/ferrite-refenv/bin/python scripts/make-convert-goldens.py --only testdata/convert/tiny-nomic-bert
+    scripts/refenv python scripts/make-convert-goldens.py --only testdata/convert/tiny-nomic-bert
 
 rewrites that fixture and only its cases in goldens.json (the other cases
 are kept as they are).
@@ -75,8 +75,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import common
+
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA = Path(os.path.expanduser(os.environ.get("LLAMA_CPP", "~/.cache/ferrite-reference/llama.cpp")))
+LLAMA = common.LLAMA
 MODELS = Path(os.environ.get("FERRITE_MODELS", ROOT / "models"))
 OUT = ROOT / "testdata/convert"
 
@@ -254,7 +256,7 @@ def convert(directory, outtype, out, tmp):
 
 
 def summary(path):
-    sys.path.insert(0, str(LLAMA / "gguf-py"))
+    common.use_llama_gguf_py()
     import gguf
 
     reader = gguf.GGUFReader(path)

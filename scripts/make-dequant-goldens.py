@@ -12,8 +12,8 @@ Writes testdata/dequant/<short-name>.tsv with the columns
     name  type  n_elements  sha256
 
 Run (after scripts/fetch-models.sh; the venv comes from
-../shared/tools/setup-refenv.sh):
-    ~/.cache/ferrite-refenv/bin/python scripts/make-dequant-goldens.py
+scripts/setup-refenv.sh):
+    scripts/refenv python scripts/make-dequant-goldens.py
 """
 import hashlib
 import os

@@ -2,17 +2,16 @@
 """Test fixtures and golden outputs for ferrite's text-embedding encoders
 (BERT and nomic-bert), written under testdata/embed/.
 
-Run from anywhere, with the reference venv (../shared/tools/setup-refenv.sh;
+Run from anywhere, with the reference venv (scripts/setup-refenv.sh;
 torch, transformers 5.x, sentence-transformers, tokenizers, gguf, numpy),
 after scripts/fetch-models.sh has put all-MiniLM-L6-v2 in models/:
 
-    HF_HUB_OFFLINE=1 ~/.cache/ferrite-refenv/bin/python scripts/make-embed-goldens.py
+    HF_HUB_OFFLINE=1 scripts/refenv python scripts/make-embed-goldens.py
 
 It never touches the network. It needs llama.cpp's source tree for its GGUF
-converter (convert_hf_to_gguf.py and gguf-py, at $LLAMA_CPP, default
-~/.cache/ferrite-reference/llama.cpp) and, for the cross-check only, the
-built llama-embedding and llama-tokenize ($LLAMA_BUILD/bin, default
-$LLAMA_CPP/build/bin); without the binaries the cross-check is skipped and
+converter (convert_hf_to_gguf.py and gguf-py, at
+$FERRITE_LLAMACPP, scripts/env.sh) and, for the cross-check only, the
+built llama-embedding and llama-tokenize ($FERRITE_LLAMACPP/build/bin); without the binaries the cross-check is skipped and
 recorded as skipped. The llama.cpp tree is never modified.
 
 What it writes (testdata/embed/README.md describes every file):
@@ -36,7 +35,6 @@ patches applied in that process only (see convert_main()).
 
 import collections
 import copy
-import hashlib
 import json
 import math
 import os
@@ -48,13 +46,15 @@ import sys
 import tempfile
 import unicodedata
 
+import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata" / "embed"
 MODELS = pathlib.Path(os.environ.get("FERRITE_MODELS", ROOT / "models"))
 MINILM_DIR = MODELS / "all-MiniLM-L6-v2"
-LLAMA = pathlib.Path(os.path.expanduser(os.environ.get("LLAMA_CPP", "~/.cache/ferrite-reference/llama.cpp")))
-LLAMA_BIN = pathlib.Path(os.path.expanduser(os.environ.get("LLAMA_BUILD", str(LLAMA / "build")))) / "bin"
-COMMAND = "HF_HUB_OFFLINE=1 ~/.cache/ferrite-refenv/bin/python scripts/make-embed-goldens.py"
+LLAMA = common.LLAMA
+LLAMA_BIN = common.LLAMA_BIN
+COMMAND = "HF_HUB_OFFLINE=1 scripts/refenv python scripts/make-embed-goldens.py"
 
 SEED_BERT = 20240601
 SEED_NOMIC = 20240602
@@ -293,10 +293,6 @@ def build_corpus():
 # Small helpers
 # ---------------------------------------------------------------------------
 
-def sha256_file(path):
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
-
-
 def json_text(obj, indent=0):
     """JSON with lists of numbers (and short lists of strings) on one line,
     compact but diffable; strings
@@ -477,12 +473,12 @@ def minilm_goldens(corpus):
 
     meta = {
         "model": "sentence-transformers/all-MiniLM-L6-v2",
-        "model_files_sha256": {name: sha256_file(MINILM_DIR / name)
+        "model_files_sha256": {name: common.sha256_file(MINILM_DIR / name)
                                for name in ("model.safetensors", "tokenizer.json", "config.json")},
         "n": len(corpus),
         "dim": 384,
         "max_seq_length": max_seq,
-        "corpus_sha256": sha256_file(OUT / "corpus.json"),
+        "corpus_sha256": common.sha256_file(OUT / "corpus.json"),
         "files": {
             "ids.json": "token ids: full (no truncation) and truncated (as sentence-transformers feeds the model)",
             "embeddings.f32": "n x dim little-endian f32: SentenceTransformer.encode(corpus, batch_size=32) "
@@ -946,7 +942,7 @@ def tiny_goldens(name, dst, corpus, model, max_seq, full, trunc, extra):
         "n": len(corpus),
         "dim": int(emb32.shape[1]),
         "max_seq_length": max_seq,
-        "corpus_sha256": sha256_file(OUT / "corpus.json"),
+        "corpus_sha256": common.sha256_file(OUT / "corpus.json"),
         "files": files,
         "figures": figures,
         "stats": degeneracy_stats(emb64, trunc),
@@ -998,7 +994,7 @@ def convert_main(src, dst):
        model would be written with the metadata of nomic-embed-text-v1.5. The
        patch gives the converter the raw config.json for nomic_bert, which is
        what it gets with its pinned transformers."""
-    sys.path.insert(0, str(LLAMA / "gguf-py"))
+    common.use_llama_gguf_py()
     sys.path.insert(0, str(LLAMA))
     import convert_hf_to_gguf as conv
     from conversion.base import ModelBase, TextModel
@@ -1399,9 +1395,9 @@ included):
 
     {COMMAND}
 
-(reference venv from `../shared/tools/setup-refenv.sh`; all-MiniLM-L6-v2 from
+(reference venv from `scripts/setup-refenv.sh`; all-MiniLM-L6-v2 from
 `scripts/fetch-models.sh`; llama.cpp's source tree and build at
-`~/.cache/ferrite-reference/llama.cpp`, or `$LLAMA_CPP` / `$LLAMA_BUILD`).
+`$FERRITE_LLAMACPP`, scripts/env.sh).
 The script is deterministic (fixed seeds, one torch thread): rerunning it
 leaves these files byte-identical on the same machine.
 
@@ -1410,7 +1406,7 @@ sentence-transformers {v['sentence_transformers']}, tokenizers {v['tokenizers']}
 safetensors {v['safetensors']}, numpy {v['numpy']}, Python {v['python']};
 llama.cpp (converter, gguf-py and the binaries, which report
 `{b['llama_cpp_cross_check'].get('llama_cpp', 'n/a')}`) is the one vendored in
-{llama_source()}, built by `../shared/tools/build-llamacpp.sh`.
+{llama_source()}, built by `scripts/build-llamacpp.sh`.
 
 Binary files (`*.f32`, `*.f64`) are raw little-endian floats, row-major
 `n × dim`, no header; row `i` belongs to corpus string `i`; `n` =
@@ -1748,7 +1744,7 @@ def main():
     if not (MINILM_DIR / "model.safetensors").is_file():
         sys.exit(f"{MINILM_DIR} missing: run scripts/fetch-models.sh first")
     if not (LLAMA / "convert_hf_to_gguf.py").is_file():
-        sys.exit(f"llama.cpp converter not found at {LLAMA} (set LLAMA_CPP)")
+        sys.exit(f"llama.cpp converter not found at {LLAMA} (set FERRITE_LLAMACPP)")
     OUT.mkdir(parents=True, exist_ok=True)
 
     corpus = build_corpus()

@@ -8,7 +8,7 @@ Python: crates/ferrite/tests/gpt_oss.rs.
 
 Run from anywhere (under a minute on 2 cores):
 
-    ~/.cache/ferrite-refenv/bin/python scripts/make-gpt-oss-fixtures.py
+    scripts/refenv python scripts/make-gpt-oss-fixtures.py
 
 Needs what make-hf-decoder-fixtures.py needs (the reference venv and
 llama.cpp's source tree for convert_hf_to_gguf.py and gguf-py). Every file
@@ -77,7 +77,7 @@ What it writes, under testdata/hf-gpt-oss/:
 
 The MXFP4 part alone (reading the committed float32 directory):
 
-    ~/.cache/ferrite-refenv/bin/python scripts/make-gpt-oss-fixtures.py --mxfp4
+    scripts/refenv python scripts/make-gpt-oss-fixtures.py --mxfp4
 
 Weights: as make-hf-decoder-fixtures.py's randomize (matrices N(0, 0.2^2),
 down projections N(0, 0.1^2), biases N(0, 0.2^2), norms 1 + N(0, 0.1^2)),
@@ -93,6 +93,8 @@ import pathlib
 import sys
 
 import numpy as np
+
+import common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata" / "hf-gpt-oss"
@@ -377,7 +379,7 @@ def make_mxfp4(hf, sequences):
 
     import torch
 
-    sys.path.insert(0, str(hfdec.LLAMA / "gguf-py"))
+    common.use_llama_gguf_py()
     import gguf
 
     directory = OUT / MXFP4_NAME

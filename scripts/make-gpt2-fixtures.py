@@ -4,13 +4,13 @@ and llama.cpp, so that ferrite's GPT-2 path can be tested without Python.
 
 Run from anywhere (takes under a minute on 2 cores):
 
-    ~/.cache/ferrite-refenv/bin/python scripts/make-gpt2-fixtures.py
+    scripts/refenv python scripts/make-gpt2-fixtures.py
 
-Needs the reference venv (../shared/tools/setup-refenv.sh: torch,
+Needs the reference venv (scripts/setup-refenv.sh: torch,
 transformers, tokenizers, numpy, safetensors, gguf) and llama.cpp built from
-the llama-cpp-python sdist (../shared/tools/build-llamacpp.sh), found at
-$LLAMA_CPP (default ~/.cache/ferrite-reference/llama.cpp, with its binaries in
-$LLAMA_CPP/build/bin). It also compiles scripts/oracle/llama-oracle.cpp (ours,
+the llama-cpp-python sdist (scripts/build-llamacpp.sh), found at
+$FERRITE_LLAMACPP (scripts/env.sh), with its binaries in
+$FERRITE_LLAMACPP/build/bin. It also compiles scripts/oracle/llama-oracle.cpp (ours,
 already in the repository) with g++ into a temporary file.
 
 What it writes, under testdata/gpt2/ (every file is deterministic: fixed
@@ -57,7 +57,7 @@ below) that imports convert_hf_to_gguf.py as a module, replaces
 TextModel.get_vocab_base_pre by a function that calls the original and, only
 if it raises NotImplementedError, returns "gpt-2" -- which makes the converter
 write tokenizer.ggml.pre = "gpt-2" (llama.cpp: LLAMA_VOCAB_PRE_TYPE_GPT2) --
-then calls its main(). Nothing under ~/.cache is modified.
+then calls its main(). Nothing under $FERRITE_LLAMACPP is modified.
 
 goldens.json (all ids are token ids of this vocabulary, integers):
 
@@ -136,12 +136,14 @@ import tempfile
 
 import numpy as np
 
+import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata" / "gpt2"
 HF_DIR = OUT / "tiny-hf"
-LLAMA = pathlib.Path(os.path.expanduser(os.environ.get("LLAMA_CPP", "~/.cache/ferrite-reference/llama.cpp")))
-BIN = LLAMA / "build" / "bin"
-LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist build-llamacpp.sh unpacks
+LLAMA = common.LLAMA
+BIN = common.LLAMA_BIN
+LLAMA_CPP_PYTHON_VERSION = common.LLAMA_CPP_PYTHON_VERSION  # the sdist build-llamacpp.sh unpacks
 
 VOCAB_SIZE = 768  # including <|endoftext|>
 EOT = "<|endoftext|>"
@@ -610,7 +612,7 @@ def main():
             "seed": SEED,
         },
     }
-    sys.path.insert(0, str(LLAMA / "gguf-py"))  # the gguf-py the converter uses (f64_forward_from_gguf)
+    common.use_llama_gguf_py()  # the gguf-py the converter uses (f64_forward_from_gguf)
     import re
     pyproject = (LLAMA / "gguf-py" / "pyproject.toml").read_text()
     goldens["versions"]["gguf_py"] = "llama.cpp/gguf-py " + re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1)

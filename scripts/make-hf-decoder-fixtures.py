@@ -6,12 +6,12 @@ Python.
 
 Run from anywhere (about half a minute on 2 cores):
 
-    /root/.cache/ferrite-refenv/bin/python scripts/make-hf-decoder-fixtures.py
+    scripts/refenv python scripts/make-hf-decoder-fixtures.py
 
-Needs the reference venv (../shared/tools/setup-refenv.sh): torch,
+Needs the reference venv (scripts/setup-refenv.sh): torch,
 transformers, tokenizers, safetensors, numpy; and llama.cpp's source tree at
-$LLAMA_CPP (default ~/.cache/ferrite-reference/llama.cpp, from
-../shared/tools/build-llamacpp.sh) for its convert_hf_to_gguf.py and gguf-py
+$FERRITE_LLAMACPP (scripts/env.sh; made by
+scripts/build-llamacpp.sh) for its convert_hf_to_gguf.py and gguf-py
 (only the Python converter is run; nothing is compiled). Every file it
 writes is deterministic (fixed seeds, no time stamps); re-running it
 rewrites the same bytes.
@@ -112,9 +112,11 @@ import tempfile
 
 import numpy as np
 
+import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata" / "hf-decoders"
-LLAMA = pathlib.Path(os.path.expanduser(os.environ.get("LLAMA_CPP", "~/.cache/ferrite-reference/llama.cpp")))
+LLAMA = common.LLAMA
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTER, POSITIONS = 64, 2, 4, 2, 128, 128
 MAX_NEW = 20
@@ -556,7 +558,7 @@ def convert(directory, outtype, out):
 
 def converter_summary(directory, outtype, arch):
     """Tensors and hyper-parameters of convert_hf_to_gguf.py's GGUF."""
-    sys.path.insert(0, str(LLAMA / "gguf-py"))
+    common.use_llama_gguf_py()
     import gguf
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -622,7 +624,7 @@ def dequantized_reference(directory, gguf_path):
     ~0.3 more for the inputs')."""
     import torch
 
-    sys.path.insert(0, str(LLAMA / "gguf-py"))
+    common.use_llama_gguf_py()
     import gguf
     from gguf.quants import dequantize
 

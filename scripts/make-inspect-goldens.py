@@ -12,8 +12,8 @@ writes testdata/inspect/<short-name>.json holding:
   values         {tensor name: first 8 dequantized values as uint32 bit patterns}
                  for a few tensors of each type, for `--tensor NAME --values 8`
 
-Run (after scripts/fetch-models.sh; venv from ../shared/tools/setup-refenv.sh):
-    ~/.cache/ferrite-refenv/bin/python scripts/make-inspect-goldens.py
+Run (after scripts/fetch-models.sh; venv from scripts/setup-refenv.sh):
+    scripts/refenv python scripts/make-inspect-goldens.py
 """
 import json
 import os

@@ -22,14 +22,16 @@ for TYPE in Q2_K Q3_K Q4_K Q5_K Q6_K. crates/kernels/tests/quant_goldens.rs
 compares ferrite against them byte for byte.
 
 How to run (from the repository root; needs numpy and a llama.cpp build,
-/work/shared/tools/build-llamacpp.sh or any build with libggml-base.so):
+scripts/build-llamacpp.sh or any build with libggml-base.so):
 
-  ~/.cache/ferrite-refenv/bin/python scripts/make-kquant-goldens.py [LIBGGML_BASE_SO]
+  scripts/refenv python scripts/make-kquant-goldens.py [LIBGGML_BASE_SO]
 """
 
 import ctypes
 import sys
 from pathlib import Path
+
+import common
 
 import numpy as np
 
@@ -43,12 +45,12 @@ TYPES = {"Q2_K": (10, 84), "Q3_K": (11, 110), "Q4_K": (12, 144), "Q5_K": (13, 17
 def find_lib() -> Path:
     if len(sys.argv) > 1:
         return Path(sys.argv[1])
-    base = Path.home() / ".cache/ferrite-reference/llama.cpp"
+    base = common.LLAMA
     for d in ["build/bin", "build-avx2/bin"]:
         p = base / d / "libggml-base.so"
         if p.exists():
             return p
-    sys.exit("libggml-base.so not found: build llama.cpp (/work/shared/tools/build-llamacpp.sh) or pass its path")
+    sys.exit("libggml-base.so not found: build llama.cpp (scripts/build-llamacpp.sh) or pass its path")
 
 
 def awkward(rng: np.random.Generator) -> list[np.ndarray]:

@@ -43,13 +43,12 @@ The .bin holds, per position, P f64 projections then the f64 sum of
 squares, little-endian.
 
 llama.cpp comes from the llama-cpp-python sdist, built by
-../shared/tools/build-llamacpp.sh (or any build of that source that runs on
-this CPU: set LLAMA_BUILD to its build directory). Our own small program
+scripts/build-llamacpp.sh (or any build of that source that runs on
+this CPU, at $FERRITE_LLAMACPP/build, scripts/env.sh). Our own small program
 scripts/oracle/llama-oracle.cpp is compiled against it to read logits.
 
-Run (after scripts/fetch-models.sh; python from ../shared/tools/setup-refenv.sh):
-    LLAMA_BUILD=~/.cache/ferrite-reference/llama.cpp/build \
-        ~/.cache/ferrite-refenv/bin/python scripts/make-llama-goldens.py [smollm2 gemma3-270m qwen2.5-0.5b]
+Run (after scripts/fetch-models.sh; python from scripts/setup-refenv.sh):
+    scripts/refenv python scripts/make-llama-goldens.py [smollm2 gemma3-270m qwen2.5-0.5b]
 """
 import json
 import os
@@ -59,11 +58,12 @@ import tempfile
 
 import numpy as np
 
+import common
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.environ.get("FERRITE_MODELS", os.path.join(ROOT, "models"))
-LLAMA = os.path.expanduser(os.environ.get("LLAMA_CPP", "~/.cache/ferrite-reference/llama.cpp"))
-BUILD = os.path.expanduser(os.environ.get("LLAMA_BUILD", os.path.join(LLAMA, "build")))
-BIN = os.path.join(BUILD, "bin")
+LLAMA = str(common.LLAMA)
+BIN = str(common.LLAMA_BIN)
 OUT = os.path.join(ROOT, "testdata", "llama")
 FILES = {
     "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",

@@ -24,11 +24,10 @@ vocab 512; model A has 2 KV heads (grouped-query attention), model B has 4.
 Weights are normal random numbers from numpy (fixed seeds, see make_model).
 
 Run:
-    ~/.cache/ferrite-refenv/bin/python scripts/make-llama2c-fixtures.py LLAMA2C
+    scripts/refenv python scripts/make-llama2c-fixtures.py LLAMA2C
 
 LLAMA2C is a copy of https://github.com/karpathy/llama2.c: either a git
-directory (e.g. the bare mirror the fetch tool makes, /work/.mirror/
-karpathy+llama2.c/repo; files are read from its HEAD with `git show`), a work
+directory (e.g. a bare clone, `git clone --bare`; files are read from its HEAD with `git show`), a work
 tree of it, or any directory that holds run.c and runq.c (then pass
 --commit HASH to record where they came from). Nothing of llama2.c is copied
 into this repository: run.c and runq.c are compiled at run time in a temporary
@@ -112,7 +111,6 @@ goldens.json:
   }
 """
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -124,6 +122,8 @@ import sys
 import tempfile
 
 import numpy as np
+
+import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "testdata", "llama2c")
@@ -491,10 +491,6 @@ def run_one(bins, program, ckpt, tok, prompt, pieces):
                 stdout=plain.stdout.decode("utf-8"))
 
 
-def sha256(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("llama2c", help="llama2.c git dir, work tree, or directory with run.c and runq.c")
@@ -523,7 +519,7 @@ def main():
         {"v0": lambda: write_v0(path, cfg, W), "v1": lambda: write_v1(path, cfg, W),
          "v2": lambda: write_v2(path, cfg, W, gs)}[fmt]()
         meta[name] = dict(format=fmt, model=model, config=cfg, shared_classifier=W["wcls"] is None,
-                          group_size=gs, bytes=os.path.getsize(path), sha256=sha256(path))
+                          group_size=gs, bytes=os.path.getsize(path), sha256=common.sha256_file(path))
 
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -548,7 +544,7 @@ def main():
         cflags=" ".join(CFLAGS) + " -lm", libc=libc, machine=platform.machine(),
         steps=STEPS, temperature=0.0,
         tokenizer=dict(file="tokenizer.bin", vocab_size=len(pieces), max_token_length=max_len,
-                       sha256=sha256(tok_path), bos=1, eos=2, first_byte_token=3),
+                       sha256=common.sha256_file(tok_path), bos=1, eos=2, first_byte_token=3),
         checkpoints=meta, runs=runs)
     with open(os.path.join(a.out, "goldens.json"), "w") as f:
         json.dump(goldens, f, indent=1, ensure_ascii=False)

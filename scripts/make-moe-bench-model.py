@@ -4,17 +4,16 @@ llama.cpp (not a test fixture; nothing is committed but this script), or
 with `--dense-llama3` a dense Llama-3-shaped one (issue 29's spot check of
 the dense families).
 
-    ~/.cache/ferrite-refenv/bin/python scripts/make-moe-bench-model.py [--dense-llama3] [OUT_DIR]
+    scripts/refenv python scripts/make-moe-bench-model.py [--dense-llama3] [OUT_DIR]
 
 Shape: hidden 1024, 16 layers, 16 query heads and 4 KV heads of 64, 32
 experts of width 512, 4 per token, norm_topk_prob, vocabulary 32000
 (the tiny fixtures' tokenizer, padded): 0.93 B parameters in all, 0.14 B
 active per token. transformers' own initialization (normal, std 0.02),
 saved in bfloat16; then llama.cpp's convert_hf_to_gguf.py (--outtype f16)
-and llama-quantize Q4_K_M, from $LLAMA_CPP (default
-~/.cache/ferrite-reference/llama.cpp, built by
-../shared/tools/build-llamacpp.sh). Writes OUT_DIR (default
-/tmp/ferrite-moe-bench)/{hf, qwen3moe-bench.f16.gguf,
+and llama-quantize Q4_K_M, from $FERRITE_LLAMACPP
+(scripts/env.sh, built by scripts/build-llamacpp.sh). Writes OUT_DIR (default
+ferrite-moe-bench in the temporary directory)/{hf, qwen3moe-bench.f16.gguf,
 qwen3moe-bench.q4_k_m.gguf}. About 5 minutes on 2 cores, 6 GB of RAM.
 
 `--dense-llama3`: hidden 1024, 24 layers, 16 query heads and 8 KV heads of
@@ -22,7 +21,7 @@ qwen3moe-bench.q4_k_m.gguf}. About 5 minutes on 2 cores, 6 GB of RAM.
 low/high frequency factors 1 and 4, original context 8192), theta 500000,
 vocabulary 32000 (the fixtures' Llama-3-style tokenizer, padded), untied
 output: 0.44 B parameters. Writes OUT_DIR (default
-/tmp/ferrite-llama3-bench)/{hf, llama3-bench.f16.gguf,
+ferrite-llama3-bench in the temporary directory)/{hf, llama3-bench.f16.gguf,
 llama3-bench.q4_k_m.gguf}.
 """
 
@@ -30,6 +29,7 @@ import importlib.util
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("hfdec", ROOT / "scripts" / "make-hf-decoder-fixtures.py")
@@ -46,7 +46,8 @@ def main():
     dense = "--dense-llama3" in args
     args = [a for a in args if a != "--dense-llama3"]
     name = "llama3-bench" if dense else "qwen3moe-bench"
-    out = pathlib.Path(args[0] if args else "/tmp/ferrite-llama3-bench" if dense else "/tmp/ferrite-moe-bench")
+    default = pathlib.Path(tempfile.gettempdir()) / ("ferrite-llama3-bench" if dense else "ferrite-moe-bench")
+    out = pathlib.Path(args[0]) if args else default
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     if dense:

@@ -7,7 +7,7 @@ ferrite's MoE path is tested without Python: crates/ferrite/tests/moe.rs.
 
 Run from anywhere (under a minute on 2 cores):
 
-    ~/.cache/ferrite-refenv/bin/python scripts/make-moe-fixtures.py
+    scripts/refenv python scripts/make-moe-fixtures.py
 
 Needs what make-hf-decoder-fixtures.py needs (the reference venv and
 llama.cpp's source tree for convert_hf_to_gguf.py and gguf-py). Every file
@@ -51,6 +51,8 @@ import pathlib
 import sys
 
 import numpy as np
+
+import common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata" / "hf-moe"
@@ -156,7 +158,7 @@ def dequantized_moe_reference(directory, gguf_path):
     input rounded to q8_0 blocks and keys/values to f16 (see the notes)."""
     import torch
 
-    sys.path.insert(0, str(hfdec.LLAMA / "gguf-py"))
+    common.use_llama_gguf_py()
     import gguf
     from gguf.quants import dequantize
 

@@ -12,10 +12,10 @@ testdata/embed/mpnet/:
                   relative positions -600..600
   meta.json       sha256 of the model files, versions, noise figures, command
 
-Run with the reference venv (../shared/tools/setup-refenv.sh) after
+Run with the reference venv (scripts/setup-refenv.sh) after
 `scripts/fetch-models.sh mpnet`:
 
-    HF_HUB_OFFLINE=1 ~/.cache/ferrite-refenv/bin/python scripts/make-mpnet-goldens.py
+    HF_HUB_OFFLINE=1 scripts/refenv python scripts/make-mpnet-goldens.py
 
 Deterministic: one torch thread, no randomness; rerunning leaves the files
 byte-identical on the same machine.
@@ -31,7 +31,7 @@ OUT = ROOT / "testdata" / "embed" / "mpnet"
 CORPUS = ROOT / "testdata" / "embed" / "corpus.json"
 MODELS = pathlib.Path(os.environ.get("FERRITE_MODELS", ROOT / "models"))
 MODEL_DIR = MODELS / "all-mpnet-base-v2"
-COMMAND = "HF_HUB_OFFLINE=1 ~/.cache/ferrite-refenv/bin/python scripts/make-mpnet-goldens.py"
+COMMAND = "HF_HUB_OFFLINE=1 scripts/refenv python scripts/make-mpnet-goldens.py"
 REL_RANGE = 600
 
 

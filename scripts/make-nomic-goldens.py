@@ -22,9 +22,9 @@ one text per run (its logger may lose the end of stdout; see
 make-embed-goldens.py, llama_embed).
 
 Run with the reference venv after `scripts/fetch-models.sh nomic-embed-v1.5
-minilm` and the llama.cpp build (../shared/tools/build-llamacpp.sh):
+minilm` and the llama.cpp build (scripts/build-llamacpp.sh):
 
-    HF_HUB_OFFLINE=1 ~/.cache/ferrite-refenv/bin/python scripts/make-nomic-goldens.py
+    HF_HUB_OFFLINE=1 scripts/refenv python scripts/make-nomic-goldens.py
 """
 
 import importlib.util
@@ -38,7 +38,7 @@ MODELS = pathlib.Path(os.environ.get("FERRITE_MODELS", ROOT / "models"))
 GGUF = MODELS / "nomic-embed-text-v1.5.f16.gguf"
 # The bert-base-uncased tokenizer (checked against the GGUF's vocabulary).
 HF_TOKENIZER = MODELS / "all-MiniLM-L6-v2" / "tokenizer.json"
-COMMAND = "HF_HUB_OFFLINE=1 ~/.cache/ferrite-refenv/bin/python scripts/make-nomic-goldens.py"
+COMMAND = "HF_HUB_OFFLINE=1 scripts/refenv python scripts/make-nomic-goldens.py"
 DIM = 768
 MATRYOSHKA_DIM = 256
 CTX = 2048

@@ -53,7 +53,7 @@ for which ggml's C reference relies on undefined float-to-int conversions.
 
 How to run (from the repository root; the venv has gguf 0.19.0 + numpy):
 
-  ~/.cache/ferrite-refenv/bin/python scripts/make-quant-goldens.py
+  scripts/refenv python scripts/make-quant-goldens.py
 
 The seed is fixed: running it again must reproduce the files byte for byte
 (`git status testdata/quant` stays clean).

@@ -30,9 +30,9 @@ output file's sha256 and per tensor its type and the first 12 hex digits of
 the sha256 of its bytes.
 
 How to run (from the repository root; needs the reference venv and a
-llama.cpp build, /work/shared/tools/build-llamacpp.sh):
+llama.cpp build, scripts/build-llamacpp.sh):
 
-  ~/.cache/ferrite-refenv/bin/python scripts/make-quantize-goldens.py [--llama-quantize PATH]
+  scripts/refenv python scripts/make-quantize-goldens.py [--llama-quantize PATH]
 """
 
 import argparse
@@ -47,6 +47,8 @@ from pathlib import Path
 import numpy as np
 import gguf
 from gguf import GGUFReader, GGUFWriter, GGUFValueType, GGMLQuantizationType as T
+
+import common
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata/quantize"
@@ -180,14 +182,6 @@ def write_dequantized(src: Path, path: Path) -> None:
     w.close()
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def tensor_list(path: Path) -> tuple[list, list, list]:
     """(names, types, first 12 hex digits of each tensor's sha256), in file order."""
     r = GGUFReader(str(path))
@@ -211,7 +205,7 @@ def to_json(g: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-quantize",
-                    default=str(Path.home() / ".cache/ferrite-reference/llama.cpp/build/bin/llama-quantize"))
+                    default=str(common.LLAMA_BIN / "llama-quantize"))
     ap.add_argument("--only", help="one input name")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -227,7 +221,7 @@ def main() -> None:
                 continue
             src = tmp / f"{name}.f32.gguf"
             make(src)
-            golden = {"input": name, "input_sha256": sha256(src), "outputs": {}}
+            golden = {"input": name, "input_sha256": common.sha256_file(src), "outputs": {}}
             runs = [(m, False) for m in MIXES] + [(t, True) for t in PURE]
             for ftype, pure in runs:
                 out = tmp / f"{name}.{ftype}.gguf"
@@ -237,7 +231,7 @@ def main() -> None:
                 names, types, hashes = tensor_list(out)
                 golden.setdefault("tensors", names)
                 assert golden["tensors"] == names, (name, key)
-                golden["outputs"][key] = {"sha256": sha256(out), "types": types, "tensor_sha256": hashes}
+                golden["outputs"][key] = {"sha256": common.sha256_file(out), "types": types, "tensor_sha256": hashes}
                 out.unlink()
                 print(f"{name} {key}", file=sys.stderr)
             (OUT / f"{name}.json").write_text(to_json(golden))

@@ -22,18 +22,18 @@ the text into a newline, `--ids` prints one `[1, 2, 3]` line and
 (llama-tokenize's default, no `--no-bos`).
 
 llama-tokenize is found at $LLAMA_TOKENIZE, else in
-~/.cache/ferrite-reference/llama.cpp/build/bin/ (shared/tools/build-llamacpp.sh).
-That build enables AVX-512 and dies of SIGILL in ggml_cpu_init on a CPU
+$FERRITE_LLAMACPP/build/bin/ (scripts/build-llamacpp.sh).
+A build made on a CPU with AVX-512 dies of SIGILL in ggml_cpu_init on a CPU
 without it, before tokenizing anything; the tokenizer itself lives in
 libllama and is CPU-independent, so an AVX2 build of just the CPU backend
 from the same source fixes it:
 
-    cmake -S ~/.cache/ferrite-reference/llama.cpp -B /tmp/llamacpp-cpu-avx2 -G Ninja \
-        -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_AVX2=ON \
+    . scripts/env.sh
+    cmake -S $FERRITE_LLAMACPP -B $FERRITE_LLAMACPP/build-cpu-avx2 -G Ninja \\
+        -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_AVX2=ON \\
         -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF
-    ninja -C /tmp/llamacpp-cpu-avx2 ggml-cpu
-    mkdir -p /tmp/cpu-lib && cp -L /tmp/llamacpp-cpu-avx2/bin/libggml-cpu.so.0 /tmp/cpu-lib/
-    LD_LIBRARY_PATH=/tmp/cpu-lib python3 scripts/make-tokenizer-goldens.py
+    ninja -C $FERRITE_LLAMACPP/build-cpu-avx2 ggml-cpu
+    LD_LIBRARY_PATH=$FERRITE_LLAMACPP/build-cpu-avx2/bin python3 scripts/make-tokenizer-goldens.py
 """
 
 import concurrent.futures
@@ -44,6 +44,8 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+
+import common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "testdata" / "tokenizer" / "corpus.json"
@@ -57,7 +59,7 @@ MODELS = {
 def llama_tokenize_path() -> pathlib.Path:
     env = os.environ.get("LLAMA_TOKENIZE")
     path = pathlib.Path(env) if env else (
-        pathlib.Path.home() / ".cache/ferrite-reference/llama.cpp/build/bin/llama-tokenize")
+        common.LLAMA_BIN / "llama-tokenize")
     if not path.is_file():
         sys.exit(f"llama-tokenize not found at {path} (set LLAMA_TOKENIZE)")
     return path
@@ -96,7 +98,7 @@ def main() -> None:
     corpus = json.loads(corpus_bytes)
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
     version_line = (version.stdout + version.stderr).strip().splitlines()[0]
-    # shared/tools/build-llamacpp.sh builds the llama.cpp vendored in a
+    # scripts/build-llamacpp.sh builds the llama.cpp vendored in a
     # llama-cpp-python sdist, whose version says more than "commit unknown".
     sdists = sorted(exe.resolve().parents[3].glob("llama_cpp_python-*.tar.gz"))
     if sdists:

@@ -5,10 +5,10 @@ SentencePiece tokenizers, and goldens from HF transformers, so that ferrite's
 
 Run from anywhere (a few minutes on 2 cores: each tiny model is trained):
 
-    ~/.cache/ferrite-refenv/bin/pip install sentencepiece   # if missing
-    ~/.cache/ferrite-refenv/bin/python scripts/make-translation-fixtures.py
+    scripts/refenv pip install sentencepiece   # if missing
+    scripts/refenv python scripts/make-translation-fixtures.py
 
-Needs the reference venv (../shared/tools/setup-refenv.sh: torch,
+Needs the reference venv (scripts/setup-refenv.sh: torch,
 transformers, numpy) plus the `sentencepiece` package (pip, as above), which
 trains the tokenizers and which MarianTokenizer itself runs on.
 
@@ -50,7 +50,7 @@ What it writes:
         t5-goldens.json: {"t5": {...}, "flan": {...}} with the same layout as
         marian-goldens.json (tokenizer.source/decode for "t5" only: 301
         strings, task-prefixed ones included).
-  ~/.cache/ferrite-translation/opus-mt-en-hi-random/  (NOT committed; for
+  $FERRITE_TRANSLATION/opus-mt-en-hi-random/  (NOT committed; for
         benchmarks) the same class at opus-mt-en-hi's published shape:
         d_model 512, 6+6 layers, 8 heads, FFN 2048, 512 positions, vocab
         61,950 (the tiny tokenizer's pieces, then filler entries).
@@ -103,7 +103,7 @@ import torch
 try:
     import sentencepiece as spm
 except ImportError:
-    sys.exit("needs sentencepiece: ~/.cache/ferrite-refenv/bin/pip install sentencepiece")
+    sys.exit("needs sentencepiece: scripts/refenv pip install sentencepiece")
 
 from transformers import (
     MarianConfig,
@@ -114,9 +114,11 @@ from transformers import (
     T5Tokenizer,
 )
 
+import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "testdata" / "translation"
-BENCH = pathlib.Path(os.path.expanduser("~/.cache/ferrite-translation"))
+BENCH = common.TRANSLATION
 
 MAX_LENGTH = 24
 

@@ -33,7 +33,7 @@ segment), each first checked against the expected original bytes:
 
 Usage (with the reference venv's Python, the one bench-embed.py runs in):
 
-  PY=~/.cache/ferrite-refenv/bin/python
+  PY=scripts/refenv python
   $PY scripts/ort-avx2.py                  # make the copy if missing; print the directory for sys.path
   $PY scripts/ort-avx2.py --compare ONNX   # outputs of the original and the patched copy on one ONNX model
   $PY scripts/ort-avx2.py --profile ONNX   # perf samples of both: share of time on instructions using zmm/ymm
@@ -60,7 +60,9 @@ import subprocess
 import sys
 import tempfile
 
-CACHE = pathlib.Path.home() / ".cache" / "ferrite-reference" / "ort-avx2"
+import common
+
+CACHE = common.REFERENCE / "ort-avx2"
 MARKER = "FERRITE_ORT_AVX2.json"
 MODULE = "onnxruntime_pybind11_state.cpython-311-x86_64-linux-gnu.so"
 
@@ -77,10 +79,6 @@ KNOWN = {
         ],
     ),
 }
-
-
-def sha256(path):
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()  # ~37 MB: read at once
 
 
 def installed_package():
@@ -111,7 +109,7 @@ def make_copy(out_root, force=False):
     if not so.is_file():
         sys.exit(f"ort-avx2: {so} does not exist: this onnxruntime build is not the one the patch was written for "
                  "(CPython 3.11, Linux x86_64)")
-    digest = sha256(so)
+    digest = common.sha256_file(so)
     if digest not in KNOWN:
         version = importlib.metadata.version("onnxruntime")
         sys.exit(f"ort-avx2: onnxruntime {version} at {src} has an extension module with SHA-256 {digest}; "
@@ -123,7 +121,7 @@ def make_copy(out_root, force=False):
     marker = dest / "onnxruntime" / MARKER
     if marker.is_file() and not force:
         info = json.loads(marker.read_text())
-        if sha256(dest / "onnxruntime" / "capi" / MODULE) == info["patched_sha256"]:
+        if common.sha256_file(dest / "onnxruntime" / "capi" / MODULE) == info["patched_sha256"]:
             return dest
         print(f"ort-avx2: {dest} is damaged; making it again", file=sys.stderr)
     data, err = patch_bytes(so.read_bytes(), patches)

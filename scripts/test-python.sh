@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests (python/tests): builds the package with
 # maturin and installs it as a user would (`pip install ./python`) into a
-# venv of its own (FERRITE_PY_VENV, default ~/.cache/ferrite-py-venv, made
+# venv of its own (FERRITE_PY_VENV, default $FERRITE_CACHE/ferrite-py-venv, made
 # here with maturin, numpy, pytest and Ray Data from PyPI when missing),
 # then runs pytest, the two-node Ray test included. The tests compare with
 # the `ferrite` binary `cargo test` builds (test profile, target/debug).
@@ -9,8 +9,9 @@
 # make a loadable module: cargo builds it as a test harness).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/env.sh
 export FERRITE_MODELS="${FERRITE_MODELS:-$PWD/models}"
-venv=${FERRITE_PY_VENV:-$HOME/.cache/ferrite-py-venv}
+venv=${FERRITE_PY_VENV:-$FERRITE_CACHE/ferrite-py-venv}
 pip_quiet=(--quiet --disable-pip-version-check)
 if ! "$venv/bin/python" -c 'import maturin, numpy, pytest' 2>/dev/null; then
   python3 -m venv "$venv"

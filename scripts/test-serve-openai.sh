@@ -2,11 +2,12 @@
 # Drives `ferrite serve` with the official `openai` Python package, LangChain
 # (`langchain-openai`) and litellm (crates/cli/tests/openai/test_openai_client.py).
 # Makes its own venv with those from PyPI (FERRITE_OPENAI_VENV, default
-# ~/.cache/ferrite-openai-venv; a cold install takes about a minute) and uses
+# $FERRITE_CACHE/ferrite-openai-venv, scripts/env.sh; a cold install takes about a minute) and uses
 # the binary `cargo test` builds (test profile, target/debug/ferrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${FERRITE_OPENAI_VENV:-$HOME/.cache/ferrite-openai-venv}
+. scripts/env.sh
+venv=${FERRITE_OPENAI_VENV:-$FERRITE_CACHE/ferrite-openai-venv}
 if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'openai>=1.40,<4'

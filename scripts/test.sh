@@ -3,7 +3,8 @@
 # formatting and lints and runs the whole test suite, then drives
 # `ferrite serve` with the official `openai` Python client (its own venv),
 # then builds the Python package and runs its tests (scripts/test-python.sh),
-# then runs the aarch64 build under emulation (scripts/test-arm.sh).
+# then runs the aarch64 build under emulation (scripts/test-arm.sh), then
+# runs every fuzz target for a bounded time (scripts/fuzz-ci.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # One models directory for every step (the emulated ARM tests run from
@@ -22,9 +23,14 @@ RUSTDOCFLAGS='-D warnings' cargo doc -p ferrite --no-deps --quiet
 command -v mdbook >/dev/null || cargo install mdbook --locked
 mdbook build docs
 cargo test --workspace
+# The server soak (issue 44): hostile and normal clients for 60 s against
+# one live server; #[ignore]d in the suite so it runs once, here.
+cargo test -p ferrite-cli --test serve_soak -- --ignored
 scripts/test-serve-openai.sh
 # The Python package (python/): built with maturin into its own venv,
 # pytest against the CLI, the two-node Ray test once.
 scripts/test-python.sh
 # ARM64 under qemu: cross toolchain, kernels suite, x86 bits (docs/src/arm64.md).
 scripts/test-arm.sh
+# Every cargo-fuzz target for a bounded time each (FUZZ_SECONDS, 30 s).
+scripts/fuzz-ci.sh

@@ -1,4 +1,4 @@
-//! Writes the seed corpus in `fuzz/seeds/`: a few small, valid GGUF files
+//! Writes the seed corpus in `fuzz/seeds/gguf_header/`: a few small, valid GGUF files
 //! made with ferrite's own writer. Two of them carry the small metadata of
 //! the real models (their vocabularies cut to a few entries) and one tiny
 //! tensor of each type those models use, so the fuzzer starts from the
@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo run --manifest-path fuzz/Cargo.toml --example make_seeds -- \
-//!     fuzz/seeds models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf
+//!     fuzz/seeds/gguf_header models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf
 //! ```
 
 use std::path::{Path, PathBuf};

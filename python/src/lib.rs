@@ -15,7 +15,7 @@ use ferrite::{
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
 
 /// Most threads a model takes (as the CLI's `-t`).
 const MAX_THREADS: i64 = 512;
@@ -269,7 +269,41 @@ struct Generator {
     ctx: Option<usize>,
 }
 
-/// The conversation in `messages`: a list of `{"role": ..., "content": ...}`.
+/// A message's `content`: a `str`, or a list of OpenAI content parts
+/// (`{"type": "text", "text": ...}`), whose texts are joined as the server
+/// joins them. `what` names it in errors (`messages[2]['content']`).
+fn content_of(v: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
+    let Ok(parts) = v.cast::<PyList>() else {
+        return text_of(v, what);
+    };
+    let mut text = String::new();
+    for (j, part) in parts.iter().enumerate() {
+        let here = format!("{what}[{j}]");
+        let d = part.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{here} is {}, expected a dict {{'type': 'text', 'text': ...}}",
+                type_name(&part)
+            ))
+        })?;
+        let kind = match d.get_item("type")? {
+            Some(k) => text_of(&k, &format!("{here}['type']"))?,
+            None => return Err(bad_input(format!("{here} has no 'type'"))),
+        };
+        if kind != "text" {
+            return Err(bad_input(format!(
+                "{here}: content part '{kind}' is not supported (text only)"
+            )));
+        }
+        match d.get_item("text")? {
+            Some(t) => text.push_str(&text_of(&t, &format!("{here}['text']"))?),
+            None => return Err(bad_input(format!("{here} has no 'text'"))),
+        }
+    }
+    Ok(text)
+}
+
+/// The conversation in `messages`: a list of `{"role": ..., "content": ...}`,
+/// each content a `str` or a list of text parts ([`content_of`]).
 fn messages_of(messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
     let iter = messages.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -286,13 +320,13 @@ fn messages_of(messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
                 type_name(&m)
             ))
         })?;
-        let field = |key: &str| -> PyResult<String> {
-            match d.get_item(key)? {
-                Some(v) => text_of(&v, &format!("messages[{i}]['{key}']")),
-                None => Err(bad_input(format!("messages[{i}] has no '{key}'"))),
-            }
+        let field = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+            d.get_item(key)?
+                .ok_or_else(|| bad_input(format!("messages[{i}] has no '{key}'")))
         };
-        out.push(Message::new(&field("role")?, &field("content")?));
+        let role = text_of(&field("role")?, &format!("messages[{i}]['role']"))?;
+        let content = content_of(&field("content")?, &format!("messages[{i}]['content']"))?;
+        out.push(Message::new(&role, &content));
     }
     Ok(out)
 }
@@ -308,6 +342,13 @@ impl Generator {
         let generator = py
             .detach(|| ferrite::open(&model)?.into_generator())
             .map_err(lib_err)?;
+        let train = generator.model().n_ctx_train();
+        if let Some(c) = ctx.filter(|&c| c > train) {
+            return Err(bad_input(format!(
+                "ctx={c}: more than the {train} tokens this model was trained for \
+                 (leave ctx=None for {train})"
+            )));
+        }
         Ok(Generator {
             inner: Arc::new(generator),
             threads,
@@ -315,11 +356,11 @@ impl Generator {
         })
     }
 
-    /// The context in tokens a call runs in.
+    /// The context in tokens a call runs in (`new` refused a `ctx` past
+    /// the training context).
     #[getter]
     fn ctx(&self) -> usize {
-        let train = self.inner.model().n_ctx_train();
-        self.ctx.unwrap_or(train).min(train)
+        self.ctx.unwrap_or(self.inner.model().n_ctx_train())
     }
 
     #[getter]

@@ -1,5 +1,5 @@
 // llama-oracle: a small program of ours, linked against llama.cpp's library
-// (built by ../shared/tools/build-llamacpp.sh), that records what llama.cpp
+// (built by scripts/build-llamacpp.sh), that records what llama.cpp
 // computes for a token sequence, for ferrite's golden files.
 //
 //   llama-oracle logits MODEL IDS_FILE OUT.f32 [UBATCH]

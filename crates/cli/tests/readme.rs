@@ -58,6 +58,7 @@ fn placeholder(name: &str, scratch: &std::path::Path) -> String {
         "prompt.txt" => file("prompt.txt", "Once upon a time, there was a\n"),
         "system.txt" => file("system.txt", "You are a helpful assistant.\n"),
         "out.npy" => scratch.join("out.npy").to_str().unwrap().to_string(),
+        "dump-dir" => scratch.join("dump").to_str().unwrap().to_string(),
         // An F32 GGUF with a chat template: the tiny Qwen3 fixture; the
         // quantized file goes to the scratch directory (the next case
         // chats with it).
@@ -254,6 +255,11 @@ const CASES: &[Case] = &[
         line: r#"echo "translate English to German: Hello" | ferrite translate path/to/t5-small - --beams 4"#,
         subs: &["path/to/t5-small"],
         check: |out| assert_eq!(out.lines().count(), 1, "{out}"),
+    },
+    Case {
+        line: r#"ferrite run smollm2 -p "The capital of France is" -n 4 --temp 0 --dump dump-dir --dump-filter "l_out-*""#,
+        subs: &["dump-dir"],
+        check: nonempty,
     },
     Case {
         line: "ferrite bench -t 2",

@@ -93,6 +93,57 @@ fn bad_json_schemas_are_refused_before_loading() {
     std::fs::remove_file(&not_json).ok();
 }
 
+/// Issue 44 (items 1 and 2): a `pattern` nested 10,000 groups deep
+/// overflowed the stack while compiling (1,000 did on a server's worker
+/// thread), and a left-recursive `anyOf` was accepted, then overflowed it
+/// while generating (SIGABRT both, on main). Both are now refused before
+/// the model loads, with the keyword and the path.
+#[test]
+fn hostile_json_schemas_are_refused_not_a_crash() {
+    let deep = format!("{}a{}", "(".repeat(10_000), ")".repeat(10_000));
+    let deep_pattern = schema_file(
+        "deep-pattern",
+        &format!(
+            r#"{{"type": "object", "properties": {{"a": {{"type": "string", "pattern": "{deep}"}}}}}}"#
+        ),
+    );
+    let left_recursive = schema_file(
+        "left-recursive",
+        r##"{"type":"object","properties":{"v":{"$ref":"#/$defs/a"}},
+            "$defs":{"a":{"anyOf":[{"type":"integer"},{"$ref":"#/$defs/a"}]}}}"##,
+    );
+    let deep_json = schema_file("deep-json", &"[".repeat(100_000));
+    for (file, want) in [
+        (
+            &deep_pattern,
+            vec!["'pattern'", "nests groups deeper than 64", "#/properties/a"],
+        ),
+        (&left_recursive, vec!["left recursion", "#/"]),
+        (&deep_json, vec!["not JSON", "recursion limit"]),
+    ] {
+        let out = ferrite(
+            &[
+                "run",
+                "smollm2",
+                "-p",
+                "x",
+                "-n",
+                "4",
+                "--json-schema",
+                file.to_str().unwrap(),
+            ],
+            None,
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // An error exit (1), not a signal.
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        for w in want {
+            assert!(stderr.contains(w), "{w}: {stderr}");
+        }
+        std::fs::remove_file(file).ok();
+    }
+}
+
 #[test]
 fn the_library_generator_prints_what_run_prints() {
     let prompt = "The capital of France is";

@@ -125,8 +125,59 @@ pub fn inspect(path: &Path) -> Result<Report, FormatError> {
     }
 }
 
-/// The report for an opened GGUF file.
+/// Most metadata values (each array element counts as one) a GGUF report
+/// holds. The report carries every value as JSON, some 32 bytes each, so
+/// without a cap a file with a 100 MB byte array took 7 GB to inspect.
+/// The largest arrays of real models (vocabularies, merges, scores) hold
+/// about a million values in all.
+pub const MAX_REPORTED_VALUES: u64 = 1 << 22;
+
+/// How many values `v` holds: an array's elements (and theirs, when they
+/// are arrays), else one.
+fn value_count(v: &Value) -> u64 {
+    fn array_count(a: &Array) -> u64 {
+        let nested = match a {
+            Array::Array(v) => v.iter().map(array_count).fold(0, u64::saturating_add),
+            _ => 0,
+        };
+        (a.len() as u64).saturating_add(nested)
+    }
+    match v {
+        Value::Array(a) => array_count(a),
+        _ => 1,
+    }
+}
+
+/// Fails when `file`'s metadata holds more than [`MAX_REPORTED_VALUES`]
+/// values, naming its largest key.
+fn check_reportable(file: &GgufFile) -> Result<(), FormatError> {
+    let meta = file.metadata();
+    let total = meta
+        .iter()
+        .map(|(_, v)| value_count(v))
+        .fold(0, u64::saturating_add);
+    if total <= MAX_REPORTED_VALUES {
+        return Ok(());
+    }
+    let (key, largest) = meta
+        .iter()
+        .map(|(k, v)| (k, value_count(v)))
+        .max_by_key(|&(_, n)| n)
+        .unwrap_or(("", 0));
+    Err(FormatError::new(
+        file.path().display().to_string(),
+        format!("metadata '{key}'"),
+        format!(
+            "an array of {largest} values ({total} values in all metadata), more than the \
+             {MAX_REPORTED_VALUES} inspect reports; no real model has arrays this large"
+        ),
+    ))
+}
+
+/// The report for an opened GGUF file. Fails when its metadata holds more
+/// than [`MAX_REPORTED_VALUES`] values.
 pub fn inspect_gguf(file: &GgufFile) -> Result<Report, FormatError> {
+    check_reportable(file)?;
     let meta = file.metadata();
     let architecture = file.header.architecture().map(str::to_string);
     let mut hyperparameters = BTreeMap::new();
@@ -378,5 +429,43 @@ pub fn tensor_values(path: &Path, name: &str, n: usize) -> Result<Vec<f32>, Erro
             .tensor(name)
             .ok_or_else(|| Error::Input(format!("{shown}: no tensor named '{name}'")))?;
         decode(t.info.ty, t.data, t.info.n_elements())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::gguf::{write_gguf, Metadata};
+
+    /// A GGUF file (no tensors) with `general.architecture` and `key`
+    /// holding a u8 array of `n` zeros.
+    fn file_with_array(key: &str, n: usize) -> GgufFile {
+        let mut md = Metadata::default();
+        md.set("general.architecture".into(), Value::String("llama".into()));
+        md.set(key.into(), Value::Array(Array::U8(vec![0; n])));
+        let mut bytes = Vec::new();
+        write_gguf(&mut bytes, 3, &md, &[]).unwrap();
+        GgufFile::from_vec("big-array.gguf", bytes).unwrap()
+    }
+
+    /// Issue 44: a 100 MB byte array took 7 GB to inspect (every element a
+    /// JSON value, twice). Past the cap, inspect refuses and names the key.
+    #[test]
+    fn huge_metadata_arrays_are_refused_by_name() {
+        let n = MAX_REPORTED_VALUES as usize + 1;
+        let err = inspect_gguf(&file_with_array("llama.huge", n))
+            .map(|_| ()).expect_err("a report past the cap");
+        let msg = err.to_string();
+        assert!(msg.contains("metadata 'llama.huge'"), "{msg}");
+        assert!(msg.contains(&format!("an array of {n} values")), "{msg}");
+    }
+
+    #[test]
+    fn vocabulary_sized_arrays_are_reported_in_full() {
+        let r = inspect_gguf(&file_with_array("tokenizer.ggml.token_type", 300_000)).unwrap();
+        assert_eq!(
+            r.metadata["tokenizer.ggml.token_type"].as_array().map(Vec::len),
+            Some(300_000)
+        );
     }
 }

@@ -55,6 +55,7 @@
 
 // Generation with a context size, and chat replies (used by python/).
 mod chat_api;
+mod dump;
 mod error;
 mod temp_output;
 mod tensor;
@@ -86,6 +87,7 @@ internal_modules!(
 pub mod serving;
 pub mod tools;
 
+pub use dump::TensorDump;
 pub use embed::{EmbedOptions, Embedder, Embedding, Pooling, Products, Task};
 pub use error::{Error, ErrorKind};
 pub use generate::chat::Message;

@@ -31,7 +31,7 @@ pub use crate::generate::beam::SearchOptions;
 pub use crate::generate::cancel::{Cancel, CancelOnDrop};
 pub use crate::generate::chat::{
     fit_prompt, guarded_json_prompt_tokens, guarded_prompt_tokens, model_template, prompt_tokens,
-    turn_end_tokens, with_bos, ChatTemplate, PromptBudget, PromptError, TEMPLATE_KEY,
+    turn_end_tokens, with_bos, ChatTemplate, FittedPrompt, PromptBudget, PromptError, TEMPLATE_KEY,
 };
 pub use crate::generate::continuation::{held_back, Continuation, Pick, Trigger};
 pub use crate::generate::json::{CallSyntax, JsonState};

@@ -17,10 +17,11 @@
 //! model.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value as Json;
 
+use crate::dump::TensorDump;
 use crate::formats::safetensors::read_json;
 use crate::generate::beam::{generate, EarlyStopping, SearchOptions};
 use crate::generate::cancel::Cancel;
@@ -85,8 +86,8 @@ impl TextCodec {
         if len > MAX_TOKENIZER_BYTES {
             return Err(Error::model(&shown, format!("{len} bytes is too large")));
         }
-        let tok = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| Error::model(&shown, format!("not a tokenizer.json: {e}")))?;
+        let tok = crate::tokenize::hf_json::read_hf_json(&path)
+            .map_err(|e| Error::model(&shown, e))?;
         Ok(TextCodec::Hf(Box::new(tok)))
     }
 }
@@ -122,6 +123,10 @@ pub struct TranslateOptions {
     /// Once set, the translation stops at its next step with
     /// `Error::Cancelled` (a server request whose client went away).
     pub cancel: Cancel,
+    /// Debugging: write the named intermediates of every encoder pass
+    /// (`enc.` names) and decoder step into this dump ([`TensorDump`]).
+    /// Changes no output.
+    pub dump: Option<Arc<TensorDump>>,
 }
 
 /// A loaded translation model (Marian or T5) with its tokenizer.
@@ -337,18 +342,25 @@ impl Translator {
         order.sort_by_key(|&i| inputs[i].len());
         let mut out = vec![Vec::new(); inputs.len()];
         let mut ws = self.ws.lock().unwrap_or_else(|e| e.into_inner());
-        for group in order.chunks(batch) {
-            // Also before the first batch: a request may have waited for
-            // the workspace while its client left.
-            search.cancel.check()?;
-            let seqs: Vec<&[u32]> = group.iter().map(|&i| &inputs[i][..]).collect();
-            let encoded = self.model.encode(&seqs, &self.threads, &mut ws)?;
-            let results = generate(&self.model, &encoded, &search, &self.threads, &mut ws)?;
-            for (&i, r) in group.iter().zip(results) {
-                out[i] = r;
+        // The workspace is the translator's: it holds this call's dump
+        // only while the call runs.
+        ws.dump = opts.dump.clone();
+        let result = (|| -> Result<(), Error> {
+            for group in order.chunks(batch) {
+                // Also before the first batch: a request may have waited for
+                // the workspace while its client left.
+                search.cancel.check()?;
+                let seqs: Vec<&[u32]> = group.iter().map(|&i| &inputs[i][..]).collect();
+                let encoded = self.model.encode(&seqs, &self.threads, &mut ws)?;
+                let results = generate(&self.model, &encoded, &search, &self.threads, &mut ws)?;
+                for (&i, r) in group.iter().zip(results) {
+                    out[i] = r;
+                }
             }
-        }
-        Ok(out)
+            Ok(())
+        })();
+        ws.dump = None;
+        result.map(|()| out)
     }
 
     /// Translates each text; blank texts give empty strings.

@@ -194,3 +194,69 @@ fn message_contents_cannot_forge_turns() {
         );
     }
 }
+
+/// `n` function definitions of about 100 tokens each, OpenAI-style.
+fn tools(n: usize) -> serde_json::Value {
+    let one = |i: usize| {
+        serde_json::json!({"type": "function", "function": {
+            "name": format!("lookup_record_{i}"),
+            "description": "Looks up one record of the inventory by its identifier and \
+                            returns its fields, or an error when there is no such record.",
+            "parameters": {"type": "object", "properties": {
+                "id": {"type": "string", "description": "The record's identifier."},
+                "fields": {"type": "array", "items": {"type": "string"},
+                           "description": "Which fields to return (all when empty)."}
+            }, "required": ["id"]}
+        }})
+    };
+    serde_json::Value::Array((0..n).map(one).collect())
+}
+
+/// Issue 44: the template sandbox's budget now covers data as well as
+/// steps. Every real template (the three models' and Llama 3's, which
+/// renders tools) renders a 500-turn conversation, and a 20,000-token tool
+/// list, with an eighth of the budget it gets, so the budget is not what
+/// limits real use.
+#[test]
+fn real_templates_render_long_conversations_and_tool_lists_within_an_eighth_of_the_budget() {
+    use ferrite::generate::chat::sandbox::fuel_budget;
+    let llama3 = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/chat/llama3-tools.jinja"),
+    )
+    .unwrap();
+    let mut templates = vec![(
+        "llama3-tools".to_string(),
+        ChatTemplate::new(&llama3, "<|begin_of_text|>", "<|eot_id|>").unwrap(),
+    )];
+    for model in ["qwen2.5-0.5b", "gemma3-270m", "smollm2"] {
+        templates.push((model.to_string(), open(model).1));
+    }
+    let long: Vec<serde_json::Value> = conversation(500).iter().map(Message::to_json).collect();
+    let short = [Message::new("user", "What is in record 7?").to_json()];
+    let tools = tools(200);
+    let tool_bytes = tools.to_string().len();
+    assert!(tool_bytes > 60_000, "{tool_bytes} bytes is not ~20k tokens");
+    for (name, t) in &templates {
+        let size = |m: &[serde_json::Value], tools: Option<&serde_json::Value>| {
+            serde_json::to_string(m).unwrap().len() + tools.map_or(4, |t| t.to_string().len())
+        };
+        let text = t
+            .render_json_within(&long, None, true, fuel_budget(size(&long, None)) / 8)
+            .unwrap_or_else(|e| panic!("{name}, 500 turns: {e}"));
+        assert!(text.contains("Question 499"), "{name}");
+        // Templates without tool support ignore `tools`; those with it
+        // must fit the whole list.
+        let text = t
+            .render_json_within(
+                &short,
+                Some(&tools),
+                true,
+                fuel_budget(size(&short, Some(&tools))) / 8,
+            )
+            .unwrap_or_else(|e| panic!("{name}, 200 tools: {e}"));
+        if name == "llama3-tools" || name == "qwen2.5-0.5b" {
+            assert!(text.contains("lookup_record_199"), "{name}");
+        }
+    }
+}

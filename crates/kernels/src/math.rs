@@ -49,7 +49,7 @@ pub fn exp(x: f32) -> f32 {
 
 /// The error function, to 4e-7 absolute: `x * P(t) / Q(t)` with
 /// `t = x^2 / 16` on `|x| <= 4` (past that, erf is 1 in f32), a rational
-/// fit to erf made by `scripts/fit-erf.py` (3.2e-7 worst case in f32).
+/// fit to erf made by `scripts/research/fit-erf.py` (3.2e-7 worst case in f32).
 #[inline(always)]
 // P[0] is the fitted value, not 2/sqrt(pi) rounded to f32.
 #[allow(clippy::approx_constant)]

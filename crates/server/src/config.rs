@@ -64,6 +64,9 @@ pub struct Limits {
     /// is being written (a client that stopped reading) is closed, which
     /// cancels its request.
     pub idle_timeout: Duration,
+    /// Most client connections open at once (more are refused with a 503
+    /// and closed); `None`: half the descriptor limit, at most 4096.
+    pub max_connections: Option<usize>,
     /// Most tokens (over all its inputs) one embeddings request may hold
     /// (413 beyond, naming the limit).
     pub max_embed_work: usize,
@@ -91,6 +94,7 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
+            max_connections: None,
             max_embed_work: 1 << 16,
             parse_special_in_messages: false,
         }

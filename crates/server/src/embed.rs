@@ -7,6 +7,7 @@
 //! dropped before its next batch. An input's vector is bit-identical alone
 //! or in any batch (see `ferrite::embed`), so sharing changes no result.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -234,15 +235,31 @@ fn run_batch(m: &EmbedModel, active: &mut [Running], first: usize, threads: &Thr
         batch_size: texts.len(),
         ..EmbedOptions::default()
     };
-    match m.embedder.embed_tokens(&texts, &opts, threads) {
-        Ok(vectors) => {
+    // A panic fails this batch's requests (500), not the worker: the
+    // embedder is only read (its weights; scratch is per call) and the
+    // results are dropped, so nothing half-written is used again, hence
+    // AssertUnwindSafe.
+    let embedded = catch_unwind(AssertUnwindSafe(|| {
+        crate::test_hook::panic_once("embed");
+        m.embedder.embed_tokens(&texts, &opts, threads)
+    }));
+    match embedded {
+        Ok(Ok(vectors)) => {
             for (&(r, i), e) in batch.iter().zip(vectors) {
                 active[r].vectors[i] = Some(e.vector);
             }
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             for &(r, _) in &batch {
                 active[r].error = Some(ApiError::from_lib(&e, "input"));
+            }
+        }
+        Err(_) => {
+            tracing::error!(model = %m.name, "an embedding batch panicked");
+            for &(r, _) in &batch {
+                active[r].error = Some(ApiError::internal(
+                    "internal error: embedding this input panicked",
+                ));
             }
         }
     }

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod queue;
 pub mod registry;
 pub mod state;
+pub mod test_hook;
 pub mod translate;
 
 use std::io::IsTerminal;
@@ -60,6 +61,23 @@ pub fn run(config: ServerConfig) -> Result<(), ServeError> {
 }
 
 async fn serve(config: ServerConfig) -> Result<(), ServeError> {
+    let descriptors = conn::raise_descriptor_limit();
+    let max_connections = match (config.limits.max_connections, descriptors) {
+        (Some(n), Some(d)) if n as u64 + conn::RESERVED_DESCRIPTORS > d => {
+            return Err(ServeError::Config(format!(
+                "--max-connections {n} leaves too few of the {d} file descriptors this process \
+                 may open (keep {} for the rest; raise `ulimit -n` or lower the cap)",
+                conn::RESERVED_DESCRIPTORS
+            )));
+        }
+        (Some(0), _) => {
+            return Err(ServeError::Config(
+                "--max-connections must be at least 1".into(),
+            ))
+        }
+        (Some(n), _) => n,
+        (None, d) => conn::default_max_connections(d),
+    };
     let addr = format!("{}:{}", config.host, config.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -131,6 +149,7 @@ async fn serve(config: ServerConfig) -> Result<(), ServeError> {
     let limits = conn::ConnLimits {
         header_timeout: config.limits.header_timeout,
         idle_timeout: config.limits.idle_timeout,
+        max_connections,
     };
     conn::serve(listener, api::router(state.clone()), limits, stop, deadline).await;
     match error_rx.await {

@@ -6,6 +6,7 @@
 //! (its handler's `CancelOnDrop` sets the request's cancel flag). The
 //! endpoint is `api::translations`.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,20 @@ impl TranslateModel {
             Err(ferrite::Error::Cancelled)
         } else {
             let refs: Vec<&str> = job.texts.iter().map(String::as_str).collect();
-            self.translator.translate(&refs, &job.opts)
+            // A panic fails this request (500), not the worker: the
+            // translator's weights are only read and its scratch workspace
+            // (behind a poison-tolerant lock) is resized at each use, so
+            // nothing half-written is read again, hence AssertUnwindSafe.
+            catch_unwind(AssertUnwindSafe(|| {
+                crate::test_hook::panic_once("translate");
+                self.translator.translate(&refs, &job.opts)
+            }))
+            .unwrap_or_else(|_| {
+                tracing::error!(model = %self.name, "a translation panicked");
+                Err(ferrite::Error::Internal(
+                    "translating this input panicked".into(),
+                ))
+            })
         };
         // Counted whatever the outcome (a cancelled one too).
         self.metrics.requests.inc();

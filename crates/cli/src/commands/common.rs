@@ -242,3 +242,44 @@ pub fn generate_to_stdout(
     }
     Ok(Reply { text, stop })
 }
+
+/// `--dump DIR [--dump-filter PATTERN]` (`run`, `embed`, `translate`):
+/// every named intermediate tensor of every forward pass written as
+/// `DIR/NAME.stepN.npy`, for finding where two runs diverge
+/// (`scripts/compare-dumps.py`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct DumpArgs {
+    /// Debugging: write each named intermediate tensor of every forward
+    /// pass (llama.cpp's names: attn_norm-3, ffn_out-3, result_output,
+    /// ...) into DIR as NAME.stepN.npy (f32, one row per token); N counts
+    /// the forward passes. Changes no output.
+    #[arg(long, value_name = "DIR")]
+    pub dump: Option<std::path::PathBuf>,
+    /// With --dump: only the tensors whose name matches PATTERN, a glob
+    /// when it holds * or ? (`attn_norm-*`, `*-3`), else a substring.
+    #[arg(long, value_name = "PATTERN", requires = "dump")]
+    pub dump_filter: Option<String>,
+}
+
+impl DumpArgs {
+    /// The dump asked for, its directory created; `None` without `--dump`.
+    pub fn open(&self) -> CliResult<Option<std::sync::Arc<ferrite::TensorDump>>> {
+        let Some(dir) = &self.dump else {
+            return Ok(None);
+        };
+        let dump = ferrite::TensorDump::new(dir, self.dump_filter.as_deref())?;
+        Ok(Some(std::sync::Arc::new(dump)))
+    }
+
+    /// Says on stderr what a dump wrote.
+    pub fn report(dump: Option<&ferrite::TensorDump>) {
+        if let Some(d) = dump {
+            eprintln!(
+                "ferrite: dumped {} tensors of {} forward passes into {}",
+                d.files_written(),
+                d.passes(),
+                d.dir().display()
+            );
+        }
+    }
+}

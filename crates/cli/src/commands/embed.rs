@@ -35,6 +35,8 @@ pub struct Args {
     /// Write to this file instead of stdout (required for npy).
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    dump: super::common::DumpArgs,
 }
 
 /// The embedding options of `ferrite embed`.
@@ -129,6 +131,37 @@ impl Flags {
     }
 }
 
+/// The model-dependent flags (`--dim`, `--max-tokens`, `--task`) checked
+/// against `embedder`, in the flags' names (the library's own errors name
+/// its options).
+pub fn check_flags(embedder: &Embedder, opts: &EmbedOptions) -> CliResult {
+    if let Some(d) = opts.dim {
+        let dims = embedder.dims();
+        if !dims.contains(&d) {
+            return Err(CliError::usage(format!(
+                "--dim {d} is not in {}..={} for this model",
+                dims.start(),
+                dims.end()
+            )));
+        }
+    }
+    if let Some(m) = opts.max_tokens {
+        if m < 3 || m > embedder.max_positions() {
+            return Err(CliError::usage(format!(
+                "--max-tokens {m} is not in 3..={} for this model",
+                embedder.max_positions()
+            )));
+        }
+    }
+    if opts.task.is_some() && !embedder.has_task_prefixes() {
+        return Err(CliError::usage(
+            "--task: this model was not trained with task prefixes \
+             (nomic-embed-text is); write any prefix into the text instead",
+        ));
+    }
+    Ok(())
+}
+
 /// `--batch-size`, checked.
 pub fn batch_size(n: usize) -> CliResult<usize> {
     if n == 0 {
@@ -168,6 +201,7 @@ pub fn run(args: Args) -> CliResult {
     }
     let opts = args.flags.options()?;
     let embedder = load(args.model.as_deref(), args.flags.products())?;
+    check_flags(&embedder, &opts)?;
     let texts = read_lines(args.input.as_deref())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let threads = input::threads(args.threads)?;
@@ -188,7 +222,12 @@ pub fn run(args: Args) -> CliResult {
             }
         }
     };
-    let embeddings = embedder.embed_with_progress(&refs, &opts, &threads, &mut progress)?;
+    let dump = args.dump.open()?;
+    let embeddings = match &dump {
+        Some(d) => embedder.embed_dumped(&refs, &opts, &threads, &mut progress, d.clone())?,
+        None => embedder.embed_with_progress(&refs, &opts, &threads, &mut progress)?,
+    };
+    super::common::DumpArgs::report(dump.as_deref());
     let cut: Vec<usize> = embeddings
         .iter()
         .enumerate()

@@ -10,7 +10,7 @@ use ferrite::serving::{Sampler, SearchOptions, Session};
 use ferrite::{GenerateOptions, Generator, Grammar};
 
 use super::common::{
-    generate_to_stdout, load_with, max_tokens, show_stats, ModelArgs, SamplingArgs,
+    generate_to_stdout, load_with, max_tokens, show_stats, DumpArgs, ModelArgs, SamplingArgs,
 };
 use super::input::{read_prompt, refuse_text_file};
 
@@ -80,6 +80,8 @@ pub struct Args {
     model_args: ModelArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    dump: DumpArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -87,6 +89,9 @@ pub fn run(args: Args) -> CliResult {
         return Err(CliError::usage(
             "--length-penalty and --no-repeat-ngram apply to beam search (--beams N)",
         ));
+    }
+    if args.beams != 1 && args.dump.dump.is_some() {
+        return Err(CliError::usage("--dump does not combine with --beams"));
     }
     let json = args.json_schema.as_deref().map(json_grammar).transpose()?;
     let max_tokens = max_tokens(args.max_tokens)?;
@@ -113,6 +118,8 @@ pub fn run(args: Args) -> CliResult {
         args.model_args.ctx,
         args.model_args.threads()?,
     )?;
+    let dump = args.dump.open()?;
+    session.set_dump(dump.clone());
     session.set_prompt(&tokens)?;
 
     let opts = GenerateOptions {
@@ -123,6 +130,7 @@ pub fn run(args: Args) -> CliResult {
     };
     let mut sampler = Sampler::new(sampler_opts);
     generate_to_stdout(&mut session, &mut sampler, &opts, show_stats(args.verbose))?;
+    DumpArgs::report(dump.as_deref());
     Ok(())
 }
 

@@ -84,6 +84,11 @@ pub struct Args {
     /// its connection is closed (and its request cancelled).
     #[arg(long, env = "FERRITE_IDLE_TIMEOUT", default_value_t = 60)]
     idle_timeout: u64,
+    /// Most client connections open at once; more are answered 503 and
+    /// closed at once (default: half the file-descriptor limit, which the
+    /// server raises to its hard limit at start, at most 4096).
+    #[arg(long, env = "FERRITE_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
     /// Trusted callers only: control-token text inside chat messages
     /// (`<|im_start|>`, ...) becomes control tokens, so a message can open
     /// turns of its own. By default it is tokenized as plain text and only
@@ -154,6 +159,7 @@ pub fn run(args: Args) -> CliResult {
             header_timeout: seconds("--header-timeout", args.header_timeout)?,
             body_timeout: seconds("--body-timeout", args.body_timeout)?,
             idle_timeout: seconds("--idle-timeout", args.idle_timeout)?,
+            max_connections: args.max_connections,
             parse_special_in_messages: args.parse_special_in_messages,
             max_embed_work: args.max_embed_tokens.max(1),
             ..defaults

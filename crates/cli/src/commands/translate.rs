@@ -47,6 +47,8 @@ pub struct Args {
     /// Print load and translation times on stderr.
     #[arg(short = 'v', long)]
     verbose: bool,
+    #[command(flatten)]
+    dump: super::common::DumpArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -73,10 +75,12 @@ pub fn run(args: Args) -> CliResult {
     let loading = Instant::now();
     let translator = Translator::open_with_threads(&args.model, format, threads)?;
     let load_secs = loading.elapsed().as_secs_f64();
+    let dump = args.dump.open()?;
     let opts = TranslateOptions {
         beams: args.beams,
         max_length: args.max_length,
         batch: Some(args.batch_size),
+        dump: dump.clone(),
         ..Default::default()
     };
     let lines = super::embed::read_lines(args.input.as_deref())?;
@@ -110,6 +114,7 @@ pub fn run(args: Args) -> CliResult {
             }
         }
     }
+    super::common::DumpArgs::report(dump.as_deref());
     if args.verbose {
         eprintln!(
             "ferrite: loaded in {load_secs:.3} s; translated {total} lines in {:.3} s",

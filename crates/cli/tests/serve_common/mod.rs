@@ -32,8 +32,28 @@ impl Server {
     /// Starts `ferrite serve ARGS` (2 threads) with the environment
     /// variables `envs` added, without waiting for it.
     pub fn spawn(args: &[&str], envs: &[(&str, &str)], stderr: Stdio) -> Server {
+        Server::spawn_wrapped(&[], args, envs, stderr)
+    }
+
+    /// As [`Self::spawn`], run through the command `wrapper` (`prlimit
+    /// ... --`, say: it must exec ferrite, keeping its process id).
+    pub fn spawn_wrapped(
+        wrapper: &[&str],
+        args: &[&str],
+        envs: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Server {
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        let ferrite = env!("CARGO_BIN_EXE_ferrite");
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(ferrite);
+                c
+            }
+            None => Command::new(ferrite),
+        };
+        let child = command
             .arg("serve")
             .args(args)
             .args(["--port", &port.to_string(), "--threads", "2"])
@@ -447,4 +467,79 @@ pub fn full_texts(v: &Value) -> Vec<String> {
                 .to_string()
         })
         .collect()
+}
+
+/// HTTP/2 with prior knowledge (h2c): the preface and an empty SETTINGS.
+pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// One HTTP/2 frame: (type, flags, stream, payload); `None` at EOF.
+pub fn read_frame(s: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).ok()?;
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).ok()?;
+    Some((head[3], head[4], stream, payload))
+}
+
+pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend([kind, flags]);
+    f.extend(stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// `GET path` as an HTTP/2 HEADERS frame on `stream` (HPACK: static
+/// indexes and literals, no Huffman).
+pub fn h2_get(stream: u32, path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
+    block.push(0x04); // :path, literal value, not indexed
+    block.push(path.len() as u8);
+    block.extend_from_slice(path.as_bytes());
+    block.extend([0x01, 0x01, b'x']); // :authority x
+    frame(1, 0x05, stream, &block) // END_STREAM | END_HEADERS
+}
+
+/// Reads frames, acknowledging SETTINGS and answering PINGs as a live
+/// client would, until the server closes the connection (or `limit`
+/// passes); returns how long that took and the `:status` HPACK bytes of
+/// the responses seen.
+pub fn h2_until_closed(s: &mut TcpStream, limit: Duration) -> (Duration, Vec<u8>) {
+    let t = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut statuses = Vec::new();
+    while t.elapsed() < limit {
+        let mut head = [0u8; 1];
+        match s.peek(&mut head) {
+            Ok(0) => return (t.elapsed(), statuses),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(_) => return (t.elapsed(), statuses),
+        }
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let Some((kind, flags, stream, payload)) = read_frame(s) else {
+            return (t.elapsed(), statuses);
+        };
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let reply = match (kind, flags & 1) {
+            (4, 0) => Some(frame(4, 1, 0, &[])),      // SETTINGS: ack
+            (6, 0) => Some(frame(6, 1, 0, &payload)), // PING: pong
+            (1, _) if stream > 0 => {
+                statuses.push(payload[0]);
+                None
+            }
+            _ => None,
+        };
+        if let Some(r) = reply {
+            if s.write_all(&r).is_err() {
+                return (t.elapsed(), statuses);
+            }
+        }
+    }
+    (t.elapsed(), statuses)
 }

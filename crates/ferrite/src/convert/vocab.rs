@@ -65,8 +65,8 @@ fn pre_tokenizer(path: &Path) -> Result<(Option<String>, String), Error> {
         .and_then(|l| l.strip_prefix("check\t"))
         .and_then(|j| serde_json::from_str(j).ok())
         .ok_or_else(|| Error::Internal("pre_tokenizers.tsv: no check text".into()))?;
-    let mut tok = tokenizers::Tokenizer::from_file(path)
-        .map_err(|e| Error::model(path.display().to_string(), e.to_string()))?;
+    let mut tok = crate::tokenize::hf_json::read_hf_json(path)
+        .map_err(|e| Error::model(path.display().to_string(), e))?;
     // transformers' encode() ignores the file's truncation and padding.
     tok.with_truncation(None)
         .map_err(|e| Error::model(path.display().to_string(), e.to_string()))?;

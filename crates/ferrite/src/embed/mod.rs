@@ -21,6 +21,7 @@ pub mod tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::dump::TensorDump;
 use crate::formats::gguf::GgufFile;
 use crate::formats::safetensors::{read_json, SafetensorsDir};
 use crate::models::encoder::weights::WeightSource;
@@ -327,7 +328,13 @@ impl Embedder {
         self.matryoshka_layer_norm
     }
 
-    /// The Matryoshka sizes `--dim` accepts.
+    /// Whether the model was trained with task prefixes
+    /// ([`EmbedOptions::task`]; nomic-embed-text is).
+    pub fn has_task_prefixes(&self) -> bool {
+        self.task_prefixes
+    }
+
+    /// The Matryoshka sizes [`EmbedOptions::dim`] may take.
     pub fn dims(&self) -> std::ops::RangeInclusive<usize> {
         let min = if self.matryoshka_layer_norm {
             NOMIC_MIN_DIM.min(self.dim())
@@ -337,13 +344,15 @@ impl Embedder {
         min..=self.dim()
     }
 
-    /// Checks a request's options against the model.
+    /// Checks a request's options against the model. The errors name the
+    /// options as [`EmbedOptions`] (and the Python package) spell them;
+    /// the CLI checks its flags first, under their own names.
     fn check(&self, opts: &EmbedOptions) -> Result<(), Error> {
         if let Some(d) = opts.dim {
             let dims = self.dims();
             if !dims.contains(&d) {
                 return Err(Error::Input(format!(
-                    "--dim {d} is not in {}..={} for this model",
+                    "dim={d} is not in {}..={} for this model",
                     dims.start(),
                     dims.end()
                 )));
@@ -352,14 +361,14 @@ impl Embedder {
         if let Some(m) = opts.max_tokens {
             if m < 3 || m > self.max_positions() {
                 return Err(Error::Input(format!(
-                    "--max-tokens {m} is not in 3..={} for this model",
+                    "max_tokens={m} is not in 3..={} for this model",
                     self.max_positions()
                 )));
             }
         }
         if opts.task.is_some() && !self.task_prefixes {
             return Err(Error::Input(
-                "--task: this model was not trained with task prefixes \
+                "task: this model was not trained with task prefixes \
                  (nomic-embed-text is); write any prefix into the text instead"
                     .into(),
             ));
@@ -388,7 +397,23 @@ impl Embedder {
     ) -> Result<Vec<Embedding>, Error> {
         self.check(opts)?;
         let tokens = self.tokenize_all(texts, opts, threads)?;
-        self.embed_tokenized(&tokens, opts, threads, progress)
+        self.embed_tokenized(&tokens, opts, threads, progress, None)
+    }
+
+    /// As [`Self::embed_with_progress`], writing the named intermediates
+    /// of every encoder pass (one per batch) into `dump`, for debugging
+    /// ([`TensorDump`]; the vectors are the same bits as without it).
+    pub fn embed_dumped(
+        &self,
+        texts: &[&str],
+        opts: &EmbedOptions,
+        threads: &Threads,
+        progress: &mut dyn FnMut(usize),
+        dump: Arc<TensorDump>,
+    ) -> Result<Vec<Embedding>, Error> {
+        self.check(opts)?;
+        let tokens = self.tokenize_all(texts, opts, threads)?;
+        self.embed_tokenized(&tokens, opts, threads, progress, Some(dump))
     }
 
     /// Embeds inputs already tokenized, each with the model's special
@@ -426,7 +451,7 @@ impl Embedder {
                 truncated: false,
             });
         }
-        self.embed_tokenized(&tokens, opts, threads, &mut |_| {})
+        self.embed_tokenized(&tokens, opts, threads, &mut |_| {}, None)
     }
 
     /// The batches of [`Self::embed_with_progress`] over tokenized inputs.
@@ -436,6 +461,7 @@ impl Embedder {
         opts: &EmbedOptions,
         threads: &Threads,
         progress: &mut dyn FnMut(usize),
+        dump: Option<Arc<TensorDump>>,
     ) -> Result<Vec<Embedding>, Error> {
         // Longest first, ties in input order: batches of similar lengths.
         let mut order: Vec<usize> = (0..tokens.len()).collect();
@@ -443,6 +469,7 @@ impl Embedder {
         let batches: Vec<&[usize]> = order.chunks(opts.batch_size.max(1)).collect();
         let mut out: Vec<Option<Embedding>> = (0..tokens.len()).map(|_| None).collect();
         let mut ws = Workspace::default();
+        ws.dump = dump;
         let mut done = 0;
         for batch in &batches {
             let vectors = self.embed_batch(batch, tokens, opts, threads, &mut ws)?;

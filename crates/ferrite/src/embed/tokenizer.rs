@@ -48,7 +48,8 @@ impl EmbedTokenizer {
     /// From a `tokenizer.json` file.
     pub fn from_file(path: &Path, max_tokens: usize) -> Result<EmbedTokenizer, Error> {
         let source = path.display().to_string();
-        let tok = tokenizers::Tokenizer::from_file(path).map_err(|e| tok_err(&source, e))?;
+        let tok =
+            crate::tokenize::hf_json::read_hf_json(path).map_err(|e| tok_err(&source, e))?;
         Self::new(tok, max_tokens, &source)
     }
 

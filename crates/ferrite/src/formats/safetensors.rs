@@ -129,11 +129,8 @@ impl SafetensorsDir {
             // on the file not being truncated while mapped.
             let map = unsafe { Mmap::map(&file) }.map_err(|e| io_err(&shard_path, e))?;
             let (header_len, meta) = SafeTensors::read_metadata(&map).map_err(|e| {
-                FormatError::new(
-                    shard_path.display().to_string(),
-                    "header",
-                    header_problem(&e),
-                )
+                let (field, problem) = header_problem(&e, &map);
+                FormatError::new(shard_path.display().to_string(), field, problem)
             })?;
             // read_metadata checked 8 + header_len + data == file length.
             let data_start = 8 + header_len;
@@ -246,22 +243,170 @@ fn shards_from_index(index: &Path) -> Result<Vec<String>, FormatError> {
     Ok(names.into_iter().collect())
 }
 
-/// What is wrong with a safetensors header, in words.
-fn header_problem(e: &SafeTensorError) -> String {
+/// What is wrong with a safetensors file whose header the crate refused
+/// with `e`, in words: the field (`header`, or the tensor at fault) and
+/// the problem. The crate's errors are bare names (`TensorInvalidInfo`,
+/// `InvalidOffset("x")`), so the header is read again here to say which
+/// tensor is wrong and how.
+fn header_problem(e: &SafeTensorError, file: &[u8]) -> (String, String) {
+    let header = || "header".to_string();
     match e {
-        SafeTensorError::MetadataIncompleteBuffer => {
+        SafeTensorError::MetadataIncompleteBuffer => (
+            header(),
             "the file's size does not match the tensors its header lists (truncated, or not \
              fully downloaded?)"
-                .into()
+                .into(),
+        ),
+        SafeTensorError::HeaderTooSmall => (
+            header(),
+            "not a safetensors file: shorter than the 8-byte header length".into(),
+        ),
+        SafeTensorError::HeaderTooLarge => (
+            header(),
+            "not a safetensors file: the header length is over 100 MB".into(),
+        ),
+        SafeTensorError::InvalidHeaderLength => (
+            header(),
+            "not a safetensors file: the header length runs past the end of the file".into(),
+        ),
+        SafeTensorError::InvalidHeader => (
+            header(),
+            "not a safetensors file: the header is not UTF-8 text".into(),
+        ),
+        SafeTensorError::InvalidHeaderStart => (
+            header(),
+            "not a safetensors file: the header does not start with '{'".into(),
+        ),
+        _ => tensor_problem(file).unwrap_or_else(|| (header(), format!("invalid ({e:?})"))),
+    }
+}
+
+/// The first problem in the header of `file` (whose length prefix and
+/// UTF-8 the crate already checked), checked as the crate checks it:
+/// JSON, each tensor's entry, then tensors in data order, each starting
+/// where the previous one ends and as long as its shape and dtype need.
+fn tensor_problem(file: &[u8]) -> Option<(String, String)> {
+    let len = usize::try_from(u64::from_le_bytes(file.get(..8)?.try_into().ok()?)).ok()?;
+    let text = file.get(8..len.checked_add(8)?)?;
+    let json: serde_json::Map<String, serde_json::Value> = match serde_json::from_slice(text) {
+        Ok(j) => j,
+        Err(e) => {
+            return Some((
+                "header".into(),
+                format!("not a JSON object of tensors: {e}"),
+            ))
         }
-        SafeTensorError::HeaderTooSmall
-        | SafeTensorError::HeaderTooLarge
-        | SafeTensorError::InvalidHeaderLength
-        | SafeTensorError::InvalidHeader
-        | SafeTensorError::InvalidHeaderStart
-        | SafeTensorError::InvalidHeaderDeserialization => {
-            format!("not a safetensors file ({e:?})")
+    };
+    let mut tensors = Vec::new();
+    for (name, entry) in json {
+        if name == "__metadata__" {
+            continue;
         }
-        other => format!("{other:?}"),
+        let field = format!("tensor '{name}'");
+        match serde_json::from_value::<safetensors::tensor::TensorInfo>(entry) {
+            Ok(info) => tensors.push((field, info)),
+            Err(e) => return Some((field, format!("not a tensor entry: {e}"))),
+        }
+    }
+    tensors.sort_by_key(|(_, info)| info.data_offsets);
+    let mut start = 0;
+    for (field, info) in tensors {
+        let (s, e) = info.data_offsets;
+        if s != start || e < s {
+            return Some((
+                field,
+                format!(
+                    "data offsets [{s}, {e}] do not start where the previous tensor's data \
+                     ends (byte {start} of the data): tensors must be stored back to back"
+                ),
+            ));
+        }
+        start = e;
+        let bytes = info
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(info.dtype.size()));
+        match bytes {
+            None => {
+                return Some((
+                    field,
+                    format!(
+                        "shape {:?} of {:?} is too large to address",
+                        info.shape, info.dtype
+                    ),
+                ))
+            }
+            Some(n) if n != e - s => {
+                return Some((
+                    field,
+                    format!(
+                        "data offsets [{s}, {e}] hold {} bytes, but shape {:?} of {:?} needs {n}",
+                        e - s,
+                        info.shape,
+                        info.dtype
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `model.safetensors` with `header` (JSON) and `data` into a
+    /// fresh directory named after `name`, and opens it; the error's text.
+    fn open_err(name: &str, header: &str, data: &[u8]) -> String {
+        let dir = std::env::temp_dir().join(format!("ferrite-st-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(data);
+        std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
+        let err = SafetensorsDir::open(&dir).err().expect("a bad file").to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(err.contains("model.safetensors"), "names the file: {err}");
+        err
+    }
+
+    /// Issue 44: these were reported as the crate's bare enum names
+    /// (`TensorInvalidInfo`, `InvalidOffset("b")`, `ValidationOverflow`).
+    #[test]
+    fn header_errors_name_the_tensor_and_the_problem() {
+        let err = open_err(
+            "size",
+            r#"{"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}}"#,
+            &[0; 12],
+        );
+        assert!(
+            err.contains("tensor 'w': data offsets [0, 12] hold 12 bytes, but shape [2, 2] of F32 needs 16"),
+            "{err}"
+        );
+        let err = open_err(
+            "gap",
+            r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},
+                "b":{"dtype":"U8","shape":[4],"data_offsets":[8,12]}}"#,
+            &[0; 12],
+        );
+        assert!(err.contains("tensor 'b': data offsets [8, 12] do not start"), "{err}");
+        let err = open_err(
+            "overflow",
+            r#"{"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}"#,
+            &[0; 4],
+        );
+        assert!(err.contains("tensor 'w': shape [4294967296, 4294967296] of F32 is too large"), "{err}");
+        let err = open_err(
+            "dtype",
+            r#"{"w":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}}"#,
+            &[0; 4],
+        );
+        assert!(err.contains("tensor 'w': not a tensor entry"), "{err}");
+        let err = open_err("short", r#"{"w":{"dtype":"F32""#, &[]);
+        assert!(err.contains("header: not a JSON object of tensors"), "{err}");
+        assert!(!err.contains("Invalid") && !err.contains("Overflow"), "{err}");
     }
 }

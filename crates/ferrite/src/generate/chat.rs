@@ -3,9 +3,11 @@
 //! have none, a built-in template chosen by architecture ([`builtin_template`]:
 //! Gemma's turn format for Gemma models, ChatML otherwise).
 //!
-//! Templates come from model files and are untrusted: rendering runs with a
-//! fuel (instruction) limit, a recursion limit and an output-size limit, and
-//! every failure is an error, never a panic.
+//! Templates come from model files and are untrusted: rendering runs in a
+//! sandbox ([`sandbox`]) whose fuel budget bounds the work and the memory
+//! (every intermediate value, not only the output) a render may use, with
+//! a recursion limit and an output-size limit; every failure is an error,
+//! never a panic.
 //!
 //! [`fit_prompt`] keeps a long conversation inside the context: it drops the
 //! oldest user/assistant turns (never the system prompt) until the prompt
@@ -14,7 +16,7 @@
 use std::fmt;
 use std::io;
 
-use minijinja::{Environment, Error as JinjaError, ErrorKind};
+use minijinja::{Environment, ErrorKind};
 use serde::Serialize;
 use serde_json::Value as Json;
 
@@ -22,7 +24,9 @@ use crate::formats::gguf::GgufFile;
 use crate::tokenize::Tokenizer;
 
 mod fit;
+pub mod sandbox;
 pub use fit::{fit_prompt, FittedPrompt, PromptBudget, PromptError};
+use sandbox::{LimitedWriter, MAX_OUTPUT};
 
 /// The metadata key holding a GGUF file's chat template.
 pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
@@ -63,11 +67,6 @@ pub fn builtin_template(architecture: Option<&str>) -> ChatTemplate {
         _ => ChatTemplate::chatml(),
     }
 }
-
-/// Instructions a render may execute.
-const FUEL: u64 = 5_000_000;
-/// Largest rendered prompt, in bytes.
-const MAX_OUTPUT: usize = 16 << 20;
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -121,34 +120,7 @@ impl ChatTemplate {
         bos_token: &str,
         eos_token: &str,
     ) -> Result<ChatTemplate, TemplateError> {
-        let mut env = Environment::new();
-        env.set_fuel(Some(FUEL));
-        env.set_recursion_limit(64);
-        // Python string methods (`.strip()`, `.startswith()`, ...) that
-        // Hugging Face templates use.
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> Result<String, JinjaError> {
-                Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
-            },
-        );
-        env.add_filter(
-            "tojson",
-            |v: minijinja::Value,
-             kwargs: minijinja::value::Kwargs|
-             -> Result<minijinja::Value, JinjaError> {
-                let indent: Option<usize> = kwargs.get("indent")?;
-                python_json(&v, indent).map(minijinja::Value::from_safe_string)
-            },
-        );
-        env.add_function("strftime_now", |_fmt: String| -> String {
-            // Deterministic output: templates that stamp today's date get a
-            // fixed one instead of the clock.
-            "01 Jan 2025".to_string()
-        });
-        env.add_template_owned("chat", source.to_string())
-            .map_err(|e| TemplateError(e.to_string()))?;
+        let env = sandbox::environment(source).map_err(|e| TemplateError(e.to_string()))?;
         Ok(ChatTemplate {
             env,
             source: source.to_string(),
@@ -196,8 +168,26 @@ impl ChatTemplate {
         tools: Option<&Json>,
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
-        let template = self
-            .env
+        let fuel = sandbox::fuel_budget(input_bytes(messages, tools));
+        self.render_json_within(messages, tools, add_generation_prompt, fuel)
+    }
+
+    /// [`ChatTemplate::render_json`] with a budget of `fuel` (see
+    /// [`sandbox::fuel_budget`], the budget `render_json` gives) instead of
+    /// the one the input's size gives: tests use it to show that real
+    /// templates render with a fraction of their budget.
+    pub fn render_json_within(
+        &self,
+        messages: &[Json],
+        tools: Option<&Json>,
+        add_generation_prompt: bool,
+        fuel: u64,
+    ) -> Result<String, TemplateError> {
+        // Fuel is an environment setting; a clone shares the compiled
+        // template and costs a few reference counts.
+        let mut env = self.env.clone();
+        env.set_fuel(Some(fuel));
+        let template = env
             .get_template("chat")
             .map_err(|e| TemplateError(e.to_string()))?;
         let ctx = minijinja::context! {
@@ -207,85 +197,43 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        let mut out = LimitedWriter {
-            buf: Vec::new(),
-            limit: MAX_OUTPUT,
-        };
-        template
-            .render_captured_to(ctx, &mut out)
-            .map_err(|e| TemplateError(e.to_string()))?;
+        let mut out = LimitedWriter::new(MAX_OUTPUT);
+        let rendered = template.render_captured_to(ctx, &mut out);
+        if out.exceeded {
+            return Err(TemplateError(format!(
+                "the rendered prompt is longer than {MAX_OUTPUT} bytes"
+            )));
+        }
+        match rendered {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
+                return Err(TemplateError(sandbox::budget_message(fuel)))
+            }
+            Err(e) => return Err(TemplateError(e.to_string())),
+        }
         String::from_utf8(out.buf).map_err(|_| TemplateError("rendered text is not UTF-8".into()))
     }
 }
 
-/// JSON as Python's `json.dumps` writes it by default (`", "` and `": "`
-/// between items, keys in their order, non-ASCII as is; with `indent`, one
-/// item a line): what Hugging Face's `tojson` gives the templates models
-/// were trained with (minijinja's own escapes `<`, `>`, `&` and `'`).
-fn python_json(v: &minijinja::Value, indent: Option<usize>) -> Result<String, JinjaError> {
-    struct Spaced;
-    fn separator<W: ?Sized + io::Write>(w: &mut W, first: bool) -> io::Result<()> {
-        if first {
+/// Bytes of `messages` and `tools` as JSON: the input size a render's fuel
+/// budget grows with.
+fn input_bytes(messages: &[Json], tools: Option<&Json>) -> usize {
+    /// Counts bytes written and keeps none.
+    struct Count(usize);
+    impl io::Write for Count {
+        fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+            self.0 += data.len();
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
             Ok(())
-        } else {
-            w.write_all(b", ")
         }
     }
-    impl serde_json::ser::Formatter for Spaced {
-        fn begin_array_value<W: ?Sized + io::Write>(
-            &mut self,
-            w: &mut W,
-            first: bool,
-        ) -> io::Result<()> {
-            separator(w, first)
-        }
-        fn begin_object_key<W: ?Sized + io::Write>(
-            &mut self,
-            w: &mut W,
-            first: bool,
-        ) -> io::Result<()> {
-            separator(w, first)
-        }
-        fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
-            w.write_all(b": ")
-        }
-    }
-    let mut out = Vec::new();
-    let written = match indent {
-        None => serde::Serialize::serialize(
-            v,
-            &mut serde_json::Serializer::with_formatter(&mut out, Spaced),
-        ),
-        Some(n) => {
-            let pad = vec![b' '; n.min(16)];
-            let f = serde_json::ser::PrettyFormatter::with_indent(&pad);
-            serde::Serialize::serialize(v, &mut serde_json::Serializer::with_formatter(&mut out, f))
-        }
-    };
-    written.map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-    String::from_utf8(out).map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))
-}
-
-/// A writer that fails once more than `limit` bytes have been written.
-struct LimitedWriter {
-    buf: Vec<u8>,
-    limit: usize,
-}
-
-impl io::Write for LimitedWriter {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.buf.len() + data.len() > self.limit {
-            return Err(io::Error::other(format!(
-                "output exceeds {} bytes",
-                self.limit
-            )));
-        }
-        self.buf.extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail, and JSON values always serialize.
+    let _ = serde_json::to_writer(&mut count, messages);
+    let _ = serde_json::to_writer(&mut count, &tools);
+    count.0
 }
 
 /// The chat template of a model: its file's `tokenizer.chat_template`, or

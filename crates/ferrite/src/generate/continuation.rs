@@ -176,7 +176,7 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
             Some((g, state)) => {
                 self.masked.clear();
                 self.masked.extend_from_slice(logits);
-                if !mask_logits(g, state, tokenizer, &is_end, &mut self.masked) {
+                if !mask_logits(g, state, tokenizer, end_tokens, &mut self.masked) {
                     // No token may follow (cannot happen with a real
                     // vocabulary): end rather than break the JSON.
                     return Pick::End;

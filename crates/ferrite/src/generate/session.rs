@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::dump::TensorDump;
 use crate::generate::continuation::{Continuation, Pick};
 use crate::generate::json::Grammar;
 use crate::generate::sampler::Sampler;
@@ -147,6 +148,13 @@ impl<'a> Session<'a> {
     /// The logits after the last token fed.
     pub fn logits(&self) -> &[f32] {
         &self.logits
+    }
+
+    /// Writes the named intermediates of every forward pass from now on
+    /// into `dump` (`None`: stop). Dumping changes no value: the logits
+    /// and the text are the same bits with and without it.
+    pub fn set_dump(&mut self, dump: Option<Arc<TensorDump>>) {
+        self.state.ws.dump = dump;
     }
 
     /// Makes the cache hold exactly `prompt`, recomputing only what differs

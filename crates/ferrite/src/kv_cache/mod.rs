@@ -123,10 +123,12 @@ pub struct LayerKv {
 }
 
 impl LayerKv {
+    #[cfg(any(test, feature = "internals"))]
     pub fn new(kv_dim: usize, capacity: usize) -> LayerKv {
         LayerKv::with_type(kv_dim, capacity, KvType::F16)
     }
 
+    #[cfg(any(test, feature = "internals"))]
     pub fn with_type(kv_dim: usize, capacity: usize, ty: KvType) -> LayerKv {
         LayerKv::in_pool(kv_dim, capacity, ty, &KvPool::new())
     }
@@ -180,6 +182,7 @@ impl LayerKv {
         &self.stored(b).f32[r * self.kv_dim..(r + 1) * self.kv_dim]
     }
 
+    #[cfg(any(test, feature = "internals"))]
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -339,6 +342,7 @@ impl LayerKv {
     /// Stores position `pos` from bytes [`KvCache::stored_rows`] returned
     /// (of a cache of the same model): a bit-exact copy, no conversion.
     /// Panics unless `k` and `v` are [`LayerKv::row_bytes`] long.
+    #[cfg(any(test, feature = "internals"))]
     pub fn store_raw(&mut self, pos: usize, k: &[u8], v: &[u8]) {
         let (kv_dim, ty) = (self.kv_dim, self.ty);
         let (block, kr, vr) = self.writable(pos);
@@ -352,11 +356,13 @@ impl LayerKv {
     }
 
     /// The key of position `pos`: `kv_dim` little-endian f16 values.
+    #[cfg(any(test, feature = "internals"))]
     pub fn key(&self, pos: usize) -> &[u8] {
         self.raw(pos).0
     }
 
     /// The value of position `pos`: `kv_dim` little-endian f16 values.
+    #[cfg(any(test, feature = "internals"))]
     pub fn value(&self, pos: usize) -> &[u8] {
         self.raw(pos).1
     }
@@ -648,6 +654,7 @@ fn f32_bytes(x: &[f32]) -> &[u8] {
 }
 
 /// The bytes of a u16 slice, writable.
+#[cfg(any(test, feature = "internals"))]
 fn u16_bytes_mut(x: &mut [u16]) -> &mut [u8] {
     // SAFETY: every byte pattern is a valid u16, u8 has alignment 1; same
     // memory, length in bytes, exclusive borrow carried over.
@@ -655,6 +662,7 @@ fn u16_bytes_mut(x: &mut [u16]) -> &mut [u8] {
 }
 
 /// The bytes of an f32 slice, writable.
+#[cfg(any(test, feature = "internals"))]
 fn f32_bytes_mut(x: &mut [f32]) -> &mut [u8] {
     // SAFETY: every byte pattern is a valid f32, u8 has alignment 1; same
     // memory, length in bytes, exclusive borrow carried over.

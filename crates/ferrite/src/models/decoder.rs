@@ -6,7 +6,9 @@
 //! nothing per token.
 
 use std::ops::Range;
+use std::sync::Arc;
 
+use crate::dump::TensorDump;
 use crate::kv_cache::KvCache;
 use crate::layers::attention::attention_scratch_len;
 use crate::layers::rope::Rope;
@@ -58,6 +60,9 @@ pub struct Workspace {
     pub(crate) acts: QuantizedActs,
     pub(crate) rope: RopeTable,
     pub(crate) pos: Vec<usize>, // (chunk) position of each row in its sequence
+    /// Where the forward passes write their named intermediates
+    /// (`None`: nowhere, the default).
+    pub(crate) dump: Option<Arc<TensorDump>>,
 }
 
 /// RoPE angles of the tokens of a chunk.
@@ -117,6 +122,7 @@ impl Workspace {
             acts: QuantizedActs::default(),
             rope: RopeTable::new(d.rope_pairs),
             pos: vec![0; c],
+            dump: None,
         }
     }
 }

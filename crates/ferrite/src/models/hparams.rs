@@ -13,6 +13,30 @@ const MAX_SIZE: u64 = 1 << 24;
 /// Most layers a decoder may have (the largest open models have under 200).
 pub const MAX_LAYERS: usize = 1024;
 
+/// Largest RoPE base accepted: real models use 10^4 to 10^8; far past
+/// that every frequency rounds to zero.
+const MAX_ROPE_BASE: f64 = 1e12;
+
+/// What is wrong with `x` as the value of the float hyper-parameter `key`
+/// (a GGUF key or a `config.json` field), by the key's name: every value
+/// must be a finite f32; an epsilon (`*epsilon`, `*_eps`) must lie in
+/// (0, 1) — a negative or zero one makes normalization divide by zero or
+/// take the root of a negative, and the model writes NaN text; a RoPE base
+/// (`*freq_base*`, `rope_theta`, `*base_freq`) in (1, 10^12].
+pub fn float_problem(key: &str, x: f64) -> Option<String> {
+    let name = key.rsplit('.').next().unwrap_or(key);
+    if !x.is_finite() || !(x as f32).is_finite() {
+        Some(format!("{x} is not a finite number"))
+    } else if name.ends_with("epsilon") || name.ends_with("_eps") {
+        (!(x > 0.0 && x < 1.0)).then(|| format!("{x} is not an epsilon in (0, 1)"))
+    } else if key.contains("freq_base") || name == "rope_theta" || name.ends_with("base_freq") {
+        (!(x > 1.0 && x <= MAX_ROPE_BASE))
+            .then(|| format!("{x} is not a RoPE base in (1, {MAX_ROPE_BASE:e}]"))
+    } else {
+        None
+    }
+}
+
 pub struct HParams<'a> {
     pub meta: &'a Metadata,
     pub arch: &'a str,
@@ -59,13 +83,17 @@ impl HParams<'_> {
         }
     }
 
-    /// An optional float.
+    /// An optional float, in the range its key calls for
+    /// ([`float_problem`]).
     pub fn opt_f32(&self, what: &str) -> Result<Option<f32>, Error> {
         match self.meta.get(&self.key(what)) {
             None => Ok(None),
             Some(v) => match v.as_f64() {
-                Some(x) if x.is_finite() => Ok(Some(x as f32)),
-                _ => Err(self.bad(what, &format!("{v} is not a finite number"))),
+                Some(x) => match float_problem(what, x) {
+                    None => Ok(Some(x as f32)),
+                    Some(problem) => Err(self.bad(what, &problem)),
+                },
+                None => Err(self.bad(what, &format!("{v} is not a number"))),
             },
         }
     }
@@ -392,5 +420,45 @@ pub fn vocab_size(file: &GgufFile, dim: usize) -> Result<usize, Error> {
             &source,
             format!("'{}' has shape {:?}", names::TOKEN_EMBD, embd.info.dims),
         )),
+    }
+}
+
+#[cfg(test)]
+mod float_tests {
+    use super::*;
+
+    /// Issue 44: `rms_norm_eps: -1.0` loaded and gave NaN text.
+    #[test]
+    fn absurd_epsilons_and_rope_bases_are_refused_by_key() {
+        let hp_with = |key: &str, x: f32| {
+            let mut meta = Metadata::default();
+            meta.set(format!("llama.{key}"), Value::F32(x));
+            meta
+        };
+        let read = |key: &str, x: f32| {
+            let meta = hp_with(key, x);
+            let hp = HParams {
+                meta: &meta,
+                arch: "llama",
+                source: "model.gguf",
+            };
+            hp.opt_f32(key).map_err(|e| e.to_string())
+        };
+        for x in [-1.0, 0.0, 1.0, f32::NAN, f32::INFINITY] {
+            let err = read("attention.layer_norm_rms_epsilon", x).unwrap_err();
+            assert!(err.contains("layer_norm_rms_epsilon"), "{err}");
+            assert!(read("attention.layer_norm_epsilon", x).is_err(), "{x}");
+        }
+        assert_eq!(read("attention.layer_norm_rms_epsilon", 1e-6), Ok(Some(1e-6)));
+        for x in [-10_000.0, 0.5, 1e30, f32::NAN] {
+            assert!(read("rope.freq_base", x).is_err(), "{x}");
+            assert!(read("rope.freq_base_swa", x).is_err(), "{x}");
+        }
+        assert_eq!(read("rope.freq_base", 1e6), Ok(Some(1e6)));
+        // Other floats only need to be finite.
+        assert_eq!(read("attention.scale", -0.5), Ok(Some(-0.5)));
+        assert!(float_problem("rms_norm_eps", -1.0).is_some());
+        assert!(float_problem("rope_theta", 0.0).is_some());
+        assert!(float_problem("layer_norm_eps", 1e-12).is_none());
     }
 }

@@ -28,7 +28,6 @@ pub mod t5;
 
 pub mod transformer;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::formats::gguf::GgufFile;
@@ -165,7 +164,8 @@ pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static Encod
 /// Opens the decoder at `path` by `open`'s rules (a GGUF file, a Hugging
 /// Face directory, a llama2.c checkpoint; [`crate::open::find`]) and loads
 /// its model: the library's own tests and examples use it.
-pub fn open_causal_lm(path: &Path) -> Result<(Arc<GgufFile>, Box<dyn CausalLm>), Error> {
+#[cfg(feature = "internals")]
+pub fn open_causal_lm(path: &std::path::Path) -> Result<(Arc<GgufFile>, Box<dyn CausalLm>), Error> {
     use crate::open::{find, wrong_kind, Found, ModelKind, OpenOptions};
     let file = match find(path, &OpenOptions::default())? {
         Found::Generator(file) => file,

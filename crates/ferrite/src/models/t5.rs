@@ -132,6 +132,11 @@ pub fn load(dir: &Path, format: WeightFormat) -> Result<Seq2Seq, Error> {
     let c: T5Json = serde_json::from_value(st.config.clone())
         .map_err(|e| Error::model(&source, format!("not a T5 config: {e}")))?;
     let bad = |what: String| Error::model(&source, what);
+    if let Some(problem) =
+        super::hparams::float_problem("layer_norm_epsilon", c.layer_norm_epsilon.into())
+    {
+        return Err(bad(format!("'layer_norm_epsilon': {problem}")));
+    }
     let (gated, act) = match c.feed_forward_proj.as_str() {
         "relu" => (false, Activation::Relu),
         "gated-gelu" => (true, Activation::GeluTanh),

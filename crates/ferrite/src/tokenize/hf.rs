@@ -115,9 +115,8 @@ pub(crate) fn from_metadata(md: &Metadata) -> Result<HfParts, TokenizerError> {
         Some(v) => return Err(TokenizerError::wrong_type(KEY_HF_JSON, "a string", v)),
         None => return Err(TokenizerError::missing(KEY_HF_JSON)),
     };
-    let parsing: HfTokenizer = json
-        .parse()
-        .map_err(|e| TokenizerError::new(KEY_HF_JSON, format!("invalid tokenizer.json: {e}")))?;
+    let parsing: HfTokenizer =
+        super::hf_json::parse_hf_json(json).map_err(|e| TokenizerError::new(KEY_HF_JSON, e))?;
     let n = parsing.get_vocab_size(true);
     if n == 0 || n > MAX_TOKENS {
         return Err(TokenizerError::new(

@@ -18,6 +18,7 @@
 mod bpe;
 mod decode;
 mod hf;
+pub mod hf_json;
 pub mod marian;
 mod roles;
 pub mod sentencepiece;
@@ -86,6 +87,9 @@ pub struct Tokenizer {
     special: SpecialTokens,
     /// The bytes of each token (control tokens as their text).
     pieces: Vec<Box<[u8]>>,
+    /// The tokens arranged for JSON-constrained masks, built at the first
+    /// use.
+    json_index: std::sync::OnceLock<crate::generate::json::vocab::VocabIndex>,
 }
 
 impl Tokenizer {
@@ -100,6 +104,7 @@ impl Tokenizer {
                 vocab: parts.vocab,
                 engine: Engine::Hf(Box::new(parts.engine)),
                 pieces: parts.pieces,
+                json_index: Default::default(),
             });
         }
         let vocab = Vocab::from_gguf(metadata)?;
@@ -114,6 +119,7 @@ impl Tokenizer {
             engine,
             special,
             pieces,
+            json_index: Default::default(),
         })
     }
 
@@ -291,6 +297,13 @@ impl Tokenizer {
     /// The end-of-generation ids, ascending.
     pub fn end_of_generation_ids(&self) -> impl Iterator<Item = u32> + '_ {
         self.vocab.eog.iter().copied()
+    }
+
+    /// The vocabulary arranged for JSON-constrained masks (built once, at
+    /// the first call).
+    pub(crate) fn json_index(&self) -> &crate::generate::json::vocab::VocabIndex {
+        self.json_index
+            .get_or_init(|| crate::generate::json::vocab::VocabIndex::new(self))
     }
 
     /// Whether `id` is a control token (BOS, EOS, `<|im_start|>`, ...):

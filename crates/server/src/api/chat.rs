@@ -231,6 +231,9 @@ pub async fn handle(
         .common
         .params(&model, &state.limits, prompt.len(), None, logprobs)?;
     let legacy = tools.as_ref().is_some_and(|t| t.legacy);
+    let tool_names = tools
+        .as_ref()
+        .map_or_else(|| Arc::from([]), |t| t.names.clone());
     let calls = tools.is_some();
     match tools.map(|t| t.mode) {
         Some(ToolMode::Auto(trigger, g)) => params.tool_calls = Some((trigger, g)),
@@ -243,6 +246,7 @@ pub async fn handle(
         echo: Vec::new(),
         shape: Shape::Chat,
         tools: calls.then_some(legacy),
+        tool_names,
         stream: req.common.stream(),
         include_usage: req.common.include_usage(),
         arrived,

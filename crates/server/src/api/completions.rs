@@ -138,6 +138,7 @@ pub async fn handle(
         echo: echoed,
         shape: Shape::Text,
         tools: None,
+        tool_names: Arc::from([]),
         stream: req.common.stream(),
         include_usage: req.common.include_usage(),
         arrived,

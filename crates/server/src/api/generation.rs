@@ -44,6 +44,8 @@ pub struct Job {
     /// The reply's function calls are parsed (`Some(legacy)`: as
     /// `function_call` when the request used the legacy `functions`).
     pub tools: Option<bool>,
+    /// The functions the request declared: only these become calls.
+    pub tool_names: Arc<[String]>,
     pub stream: bool,
     pub include_usage: bool,
     pub arrived: Instant,
@@ -71,6 +73,7 @@ pub async fn respond(state: &Arc<AppState>, job: Job) -> Result<Response, ApiErr
         n: n * job.prompts.len(),
         include_usage: job.include_usage,
         tools: job.tools,
+        tool_names: job.tool_names,
     };
     let mut receivers = Vec::with_capacity(job.prompts.len());
     for (prompt, params) in job.prompts {
@@ -266,7 +269,9 @@ fn stream_reply(
         }
     }
     let splitters = match reply.tools {
-        Some(_) => (0..reply.n).map(|_| Splitter::default()).collect(),
+        Some(_) => (0..reply.n)
+            .map(|_| Splitter::new(reply.tool_names.clone()))
+            .collect(),
         None => Vec::new(),
     };
     let st = Streaming {

@@ -33,6 +33,8 @@ pub struct Reply {
     pub include_usage: bool,
     /// Function calls are parsed out of the text (`Some(legacy)`).
     pub tools: Option<bool>,
+    /// The functions the request declared: only these become calls.
+    pub tool_names: Arc<[String]>,
 }
 
 /// One choice's text, logprobs and end, gathered from events.
@@ -167,7 +169,7 @@ impl Reply {
                 let mut v = self.choice_json(i, Some(&c.text), lp, c.finish, false);
                 let split = self
                     .tools
-                    .and_then(|legacy| Some((legacy, tools::split(&c.text)?)));
+                    .and_then(|legacy| Some((legacy, tools::split(&c.text, &self.tool_names)?)));
                 if let Some((legacy, (content, calls))) = split {
                     let m = &mut v["message"];
                     m["content"] = if content.is_empty() {

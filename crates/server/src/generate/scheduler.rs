@@ -220,37 +220,58 @@ impl<'t> Scheduler<'t> {
                 }
             }
         }
-        for (req, mut need) in admitted {
-            match self.m.decoder().new_cache_in(req.positions(), &self.m.pool) {
-                Ok(mut cache) => {
-                    let hit = self.prefix.lookup(&req.prompt, &mut cache);
-                    self.m.metrics.cached_tokens.inc_by(hit.positions as u64);
-                    // The prompt's cached blocks are shared, not new.
-                    let prompt = self
-                        .m
-                        .kv_need(req.prompt.len(), hit.positions, req.params.max_tokens)
-                        .prompt;
-                    self.reserved -= need.prompt - prompt;
-                    need.prompt = prompt;
-                    self.active.push(Active {
-                        req,
-                        need,
-                        stage: Stage::Prefill {
-                            cache,
-                            fed: hit.positions,
-                        },
-                        completion_tokens: 0,
-                        first_token_seen: false,
-                        cached: hit.positions,
-                        held: hit.held,
-                    })
-                }
-                Err(e) => {
-                    self.reserved -= need.total(req.params.n);
-                    let _ = req
-                        .events
-                        .send(Event::Failed(ApiError::from_lib(&e, "prompt")));
-                }
+        for (req, need) in admitted {
+            // A panic fails this request (500), not the scheduler. Until
+            // its last step (the request joins `active`) `start` changes
+            // only the reservation, set back here without this request, and
+            // the prefix cache, whose lookup leaves it whole (at worst one
+            // block stays held), hence AssertUnwindSafe.
+            let events = req.events.clone();
+            let reserved = self.reserved - need.total(req.params.n);
+            if catch_unwind(AssertUnwindSafe(|| self.start(req, need))).is_err() {
+                tracing::error!(model = %self.m.name, "admitting a request panicked");
+                self.reserved = reserved;
+                self.m.metrics.requests.inc();
+                let _ = events.send(Event::Failed(ApiError::internal(
+                    "internal error: admitting the request panicked",
+                )));
+            }
+        }
+    }
+
+    /// Starts an admitted request: its cache, with what the prefix cache
+    /// holds of its prompt.
+    fn start(&mut self, req: GenRequest, mut need: KvNeed) {
+        crate::test_hook::panic_once("admit");
+        match self.m.decoder().new_cache_in(req.positions(), &self.m.pool) {
+            Ok(mut cache) => {
+                let hit = self.prefix.lookup(&req.prompt, &mut cache);
+                self.m.metrics.cached_tokens.inc_by(hit.positions as u64);
+                // The prompt's cached blocks are shared, not new.
+                let prompt = self
+                    .m
+                    .kv_need(req.prompt.len(), hit.positions, req.params.max_tokens)
+                    .prompt;
+                self.reserved -= need.prompt - prompt;
+                need.prompt = prompt;
+                self.active.push(Active {
+                    req,
+                    need,
+                    stage: Stage::Prefill {
+                        cache,
+                        fed: hit.positions,
+                    },
+                    completion_tokens: 0,
+                    first_token_seen: false,
+                    cached: hit.positions,
+                    held: hit.held,
+                })
+            }
+            Err(e) => {
+                self.reserved -= need.total(req.params.n);
+                let _ = req
+                    .events
+                    .send(Event::Failed(ApiError::from_lib(&e, "prompt")));
             }
         }
     }

@@ -44,12 +44,17 @@ impl Config<'_> {
         Err(self.bad(keys[0], "missing"))
     }
 
+    /// An optional float, in the range its key calls for
+    /// ([`float_problem`](crate::models::hparams::float_problem)).
     pub fn opt_f32(&self, key: &str) -> Result<Option<f32>, Error> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => match v.as_f64() {
-                Some(x) if x.is_finite() && (x as f32).is_finite() => Ok(Some(x as f32)),
-                _ => Err(self.bad(key, format!("{v} is not a finite number"))),
+                Some(x) => match crate::models::hparams::float_problem(key, x) {
+                    None => Ok(Some(x as f32)),
+                    Some(problem) => Err(self.bad(key, problem)),
+                },
+                None => Err(self.bad(key, format!("{v} is not a number"))),
             },
         }
     }

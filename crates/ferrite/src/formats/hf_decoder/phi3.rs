@@ -42,8 +42,11 @@ fn rope_num(c: &Config, params: Option<&Json>, key: &str) -> Result<Option<f64>,
     match v {
         None => Ok(None),
         Some(v) => match v.as_f64() {
-            Some(x) if x.is_finite() => Ok(Some(x)),
-            _ => Err(c.bad(key, format!("{v} is not a number"))),
+            Some(x) => match crate::models::hparams::float_problem(key, x) {
+                None => Ok(Some(x)),
+                Some(problem) => Err(c.bad(key, problem)),
+            },
+            None => Err(c.bad(key, format!("{v} is not a number"))),
         },
     }
 }

@@ -2,6 +2,7 @@
 //! JSON must follow, with its tries, number ranges, pattern automata and
 //! limits. `schema.rs` compiles one from a JSON schema.
 
+use super::feasible::{depth_limits, key_limits, RangeMax};
 use super::number::NumRange;
 use super::regex::Dfa;
 use super::trie::Trie;
@@ -165,6 +166,12 @@ pub struct Grammar {
     /// a single token in Qwen2.5's vocabulary): those tokens are allowed,
     /// and shown in the text.
     pub markers: Vec<String>,
+    /// Each node's depth limit: how deep its values can start and still
+    /// be finished (see [`super::feasible`]).
+    pub(crate) limits: Vec<u8>,
+    /// For each keys trie of an object with depth-limited properties, the
+    /// limits in the trie's index order (see [`super::feasible`]).
+    pub(crate) key_limits: Vec<Option<RangeMax>>,
 }
 
 /// Default limits that make every constrained reply finish.
@@ -177,7 +184,9 @@ pub const MAX_REF_DEPTH: usize = 12;
 impl Grammar {
     /// A grammar of `nodes` from `root` with the default limits.
     pub(super) fn with_root(nodes: Vec<Node>, root: NodeId, tries: Vec<Trie>) -> Grammar {
-        Grammar {
+        let mut g = Grammar {
+            limits: depth_limits(&nodes),
+            key_limits: Vec::new(),
             nodes,
             root,
             max_depth: MAX_DEPTH,
@@ -187,7 +196,9 @@ impl Grammar {
             ranges: Vec::new(),
             patterns: Vec::new(),
             markers: Vec::new(),
-        }
+        };
+        g.key_limits = key_limits(&g);
+        g
     }
 
     /// `json_object`: any JSON object.
@@ -208,13 +219,15 @@ impl Grammar {
     }
 
     /// The characters a value of `id` may start with, `depth` containers
-    /// deep.
+    /// deep (none if such a value could not be finished there).
     pub fn starts(&self, id: NodeId, c: u8, depth: usize) -> bool {
-        let deep = depth >= MAX_REF_DEPTH;
+        if !self.fits(id, depth) {
+            return false;
+        }
         match self.node(id) {
             Node::Any => b"{[\"-0123456789tfn".contains(&c),
-            Node::Object(_) | Node::AnyObject => c == b'{' && !deep,
-            Node::Array { min, .. } => c == b'[' && (!deep || *min == 0),
+            Node::Object(_) | Node::AnyObject => c == b'{',
+            Node::Array { .. } => c == b'[',
             Node::String => c == b'"',
             Node::Number | Node::Integer => c == b'-' || c.is_ascii_digit(),
             Node::Range(r) => {

@@ -5,6 +5,8 @@
 //! that ends by itself always parses and matches the schema (one cut by
 //! `max_tokens` ends with finish_reason `length`, as OpenAI's do).
 
+mod check;
+pub mod feasible;
 pub mod grammar;
 pub mod machine;
 pub mod number;
@@ -12,9 +14,16 @@ pub mod regex;
 pub mod schema;
 mod string;
 pub mod trie;
+pub mod vocab;
 
 pub use machine::JsonState;
 
+#[cfg(test)]
+mod dead_end_tests;
+#[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
+mod random_schemas;
 #[cfg(test)]
 mod random_tests;
 pub use grammar::{CallSyntax, Grammar};
@@ -22,9 +31,123 @@ pub use grammar::{CallSyntax, Grammar};
 use crate::tokenize::Tokenizer;
 
 /// Sets to -inf the logits of tokens that may not come next in `state`;
-/// `is_end(id)` says whether a token ends generation. Returns whether any
-/// token is left.
+/// the tokenizer's end-of-generation tokens and `extra_ends` end
+/// generation. Returns whether any token is left.
+///
+/// A token may come next when the machine takes all its bytes (so, by the
+/// machine's construction, the text can still be finished after it); an
+/// end token when the text may end; a control token only if it is one of
+/// the grammar's markers. The tokens are walked as a byte trie
+/// ([`vocab::VocabIndex`], built once per tokenizer), so a prefix is fed
+/// once for all the tokens that share it, and a refused byte rules out
+/// every token through it.
 pub fn mask_logits(
+    g: &Grammar,
+    state: &JsonState,
+    tok: &Tokenizer,
+    extra_ends: &[u32],
+    logits: &mut [f32],
+) -> bool {
+    let index = tok.json_index();
+    let mut allowed = vec![0u64; logits.len().div_ceil(64)];
+    allowed_tokens(g, state, index, &mut allowed);
+    for &id in &index.control {
+        if is_marker(g, tok, id) && state.clone().feed_all(g, tok.token_bytes(id)) {
+            set_bit(&mut allowed, id, true);
+        }
+    }
+    let done = state.can_end();
+    for id in tok.end_of_generation_ids().chain(extra_ends.iter().copied()) {
+        set_bit(&mut allowed, id, done);
+    }
+    let mut any = false;
+    for (id, logit) in logits.iter_mut().enumerate() {
+        if allowed[id / 64] >> (id % 64) & 1 == 1 {
+            any |= *logit != f32::NEG_INFINITY;
+        } else {
+            *logit = f32::NEG_INFINITY;
+        }
+    }
+    any
+}
+
+fn set_bit(bits: &mut [u64], id: u32, on: bool) {
+    if let Some(w) = bits.get_mut(id as usize / 64) {
+        if on {
+            *w |= 1 << (id % 64);
+        } else {
+            *w &= !(1 << (id % 64));
+        }
+    }
+}
+
+/// Sets the bits of the non-control tokens whose bytes `state` takes.
+fn allowed_tokens(g: &Grammar, state: &JsonState, index: &vocab::VocabIndex, bits: &mut [u64]) {
+    // One state per depth of the walk, reused (cloning into them does not
+    // allocate once they are grown).
+    let mut states = vec![state.clone()];
+    match state.string_room(g) {
+        // Inside a string: plain text fits when short enough (set the
+        // fitting ones, or all and clear the others: whichever are
+        // fewer); the other tokens (quotes, escapes, partial characters)
+        // are walked.
+        Some(room) => {
+            let plain = &index.plain;
+            let fit = plain.partition_point(|&(len, _)| len as usize <= room);
+            if fit <= plain.len() / 2 {
+                for &(_, id) in &plain[..fit] {
+                    set_bit(bits, id, true);
+                }
+            } else {
+                for (w, p) in bits.iter_mut().zip(&index.plain_bits) {
+                    *w |= p;
+                }
+                for &(_, id) in &plain[fit..] {
+                    set_bit(bits, id, false);
+                }
+            }
+            visit(g, &index.rest, 0, 0, &mut states, bits);
+        }
+        None => visit(g, &index.all, 0, 0, &mut states, bits),
+    }
+}
+
+/// Feeds each child byte of trie node `node` to `states[depth]` (a copy,
+/// in `states[depth + 1]`): where it is taken, the tokens ending there are
+/// allowed and the walk goes on below.
+fn visit(
+    g: &Grammar,
+    trie: &vocab::ByteTrie,
+    node: u32,
+    depth: usize,
+    states: &mut Vec<JsonState>,
+    bits: &mut [u64],
+) {
+    if states.len() == depth + 1 {
+        let s = states[depth].clone();
+        states.push(s);
+    }
+    for &(b, child) in trie.children(node) {
+        let (done, next) = states.split_at_mut(depth + 1);
+        let s = &mut next[0];
+        s.clone_from(&done[depth]);
+        if !s.feed(g, b) {
+            continue;
+        }
+        for &id in trie.ids(child) {
+            set_bit(bits, id, true);
+        }
+        if !trie.children(child).is_empty() {
+            visit(g, trie, child, depth + 1, states, bits);
+        }
+    }
+}
+
+/// The mask as it was computed before [`vocab::VocabIndex`] (main's code
+/// of issue 44's time): token by token, with a first-byte filter. The
+/// tests check that both allow the same tokens, and time them.
+#[cfg(test)]
+pub(crate) fn mask_logits_by_token(
     g: &Grammar,
     state: &JsonState,
     tok: &Tokenizer,
@@ -40,11 +163,7 @@ pub fn mask_logits(
     // Inside a string, a token of plain bytes (whole UTF-8 characters)
     // that fits is allowed as is.
     let room = state.string_room(g);
-    let plain = |bytes: &[u8]| {
-        room.is_some_and(|r| bytes.len() <= r)
-            && bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
-            && std::str::from_utf8(bytes).is_ok()
-    };
+    let plain = |bytes: &[u8]| room.is_some_and(|r| bytes.len() <= r) && vocab::is_plain(bytes);
     let mut any = false;
     for (id, logit) in logits.iter_mut().enumerate() {
         let id = id as u32;
@@ -251,7 +370,7 @@ mod tests {
                 "wat",
             ),
             (
-                json!({"type": "object", "properties": {}, "required": ["b"]}),
+                json!({"type": "object", "properties": {}, "required": ["b"], "additionalProperties": false}),
                 "'b'",
             ),
             (json!({"$ref": "#/x"}), "#/x"),

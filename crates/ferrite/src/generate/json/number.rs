@@ -49,8 +49,11 @@ enum Phase {
 }
 
 /// Most digits in each part (integer, fraction) of a number without
-/// bounds; its exponent has at most 3.
+/// bounds.
 const MAX_PART_DIGITS: u8 = 15;
+/// Most digits of its exponent: two, so that every number written reads
+/// as a finite `f64` (`1e999` overflows, and serde_json refuses it).
+const MAX_EXP_DIGITS: u8 = 2;
 
 /// A number without bounds read so far: any JSON number within the digit
 /// caps.
@@ -98,7 +101,7 @@ impl FreeNum {
             (P::Zero | P::Int | P::Frac, b'e' | b'E') if !self.int_only => Some(P::E),
             (P::E, b'+' | b'-') => Some(P::ESign),
             (P::E | P::ESign, _) if digit => Some(P::Exp),
-            (P::Exp, _) if digit && self.digits < 3 => Some(P::Exp),
+            (P::Exp, _) if digit && self.digits < MAX_EXP_DIGITS => Some(P::Exp),
             _ => None,
         };
         match next {

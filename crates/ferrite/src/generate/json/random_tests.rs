@@ -11,17 +11,17 @@ use super::*;
 use crate::formats::gguf::GgufFile;
 
 /// A small deterministic generator (xorshift).
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 }
@@ -192,7 +192,7 @@ fn random_tokens_through_the_mask_always_validate() {
                         }
                     })
                     .collect();
-                assert!(mask_logits(&g, &s, &tok, &is_end, &mut logits), "stuck");
+                assert!(mask_logits(&g, &s, &tok, &[], &mut logits), "stuck");
                 let best = (0..n)
                     .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
                     .unwrap() as u32;
@@ -212,18 +212,23 @@ fn random_tokens_through_the_mask_always_validate() {
     }
 }
 
-/// Time per mask over a real vocabulary (Qwen2.5's, 151k tokens) in the
-/// middle of a key, a pattern string and a bounded number, for a small
-/// schema and one with 20,000 optional properties and 2,000 patterns'
-/// worth of states: printed, not asserted (a timing; run with
+/// Time per mask over a real vocabulary (Qwen2.5's, 151k tokens) at a
+/// few places (a key, a pattern string, a bounded number, a free string,
+/// the start of a 128-member `anyOf`), for a small schema, one with 20,003
+/// properties and one with a 128-member `anyOf`: the trie walk
+/// ([`mask_logits`]) against the token-by-token mask it replaced. Printed,
+/// not asserted (a timing; run with
 /// `cargo test -p ferrite --lib mask_cost -- --ignored --nocapture`).
 #[test]
 #[ignore]
 fn mask_cost_by_schema_size() {
-    let models = std::env::var("FERRITE_MODELS").unwrap_or_else(|_| "models".into());
-    let file =
-        GgufFile::open(Path::new(&models).join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")).unwrap();
-    let tok = crate::tokenize::Tokenizer::from_gguf(file.metadata()).unwrap();
+    let tok = super::random_schemas::real_tokenizer("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let t0 = std::time::Instant::now();
+    tok.json_index();
+    println!(
+        "vocabulary index: {:.1} ms (once per tokenizer)",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
     let is_end = |id: u32| tok.is_end_of_generation(id);
     let small = json!({"type": "object", "properties": {
         "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"},
@@ -237,33 +242,54 @@ fn mask_cost_by_schema_size() {
     props.insert("n".into(), small["properties"]["n"].clone());
     props.insert("note".into(), json!({"type": "string"}));
     let big = json!({"type": "object", "properties": props});
-    for (name, schema) in [("3 properties", small), ("20,003 properties", big)] {
+    let members: Vec<Value> = (0..128)
+        .map(|i| {
+            json!({"type": "object", "properties": {format!("k{i}"): {"type": "integer"}},
+                "required": [format!("k{i}")]})
+        })
+        .collect();
+    let any_of = json!({"type": "object", "properties": {"v": {"anyOf": members},
+        "note": {"type": "string"}}});
+    for (name, schema) in [
+        ("3 properties", small),
+        ("20,003 properties", big),
+        ("128-member anyOf", any_of),
+    ] {
         let t0 = std::time::Instant::now();
         let g = Grammar::from_schema(&schema).unwrap();
         let compile = t0.elapsed();
+        println!("{name}: compile {:.1} ms", compile.as_secs_f64() * 1e3);
         for prefix in [
+            "",
             r#"{"fi"#,
             r#"{"code": "AB"#,
             r#"{"n": 12"#,
             r#"{"note": "ab"#,
+            r#"{"v": "#,
+            r#"{"v": {"k0": 1"#,
         ] {
             let mut s = JsonState::new(&g);
             if !s.feed_all(&g, prefix.as_bytes()) {
                 continue;
             }
-            let mut times = Vec::new();
-            for _ in 0..7 {
-                let mut logits = vec![0.0f32; tok.vocab_size()];
-                let t = std::time::Instant::now();
-                mask_logits(&g, &s, &tok, &is_end, &mut logits);
-                times.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            times.sort_by(f64::total_cmp);
-            println!(
-                "{name}: compile {:.1} ms; mask after {prefix:<14} median {:.2} ms",
-                compile.as_secs_f64() * 1e3,
+            let time = |f: &dyn Fn(&mut [f32])| {
+                let mut times = Vec::new();
+                for _ in 0..7 {
+                    let mut logits = vec![0.0f32; tok.vocab_size()];
+                    let t = std::time::Instant::now();
+                    f(&mut logits);
+                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                times.sort_by(f64::total_cmp);
                 times[3]
-            );
+            };
+            let old = time(&|l| {
+                mask_logits_by_token(&g, &s, &tok, &is_end, l);
+            });
+            let new = time(&|l| {
+                mask_logits(&g, &s, &tok, &[], l);
+            });
+            println!("  mask after {prefix:<16} token by token {old:7.2} ms, trie walk {new:6.3} ms");
         }
     }
 }

@@ -7,8 +7,13 @@ enum Escape {
     None,
     /// After a backslash.
     Start,
-    /// `n` hex digits of `\uXXXX` still to come.
-    Hex(u8),
+    /// `left` hex digits of `\uXXXX` still to come, `value` those read;
+    /// `low`: it must be a low surrogate (it follows a high one).
+    Hex { left: u8, value: u16, low: bool },
+    /// After a high surrogate's escape: the `\` of its low one.
+    LowStart,
+    /// The `u` of the low surrogate's escape.
+    LowU,
     /// Inside a multi-byte UTF-8 character: `left` bytes to come, the
     /// next one in `lo..=hi`.
     Utf8 { left: u8, lo: u8, hi: u8 },
@@ -60,23 +65,58 @@ impl FreeStr {
         let took = match *escape {
             Escape::Start => {
                 *escape = match c {
-                    b'u' => Escape::Hex(4),
+                    b'u' => Escape::Hex {
+                        left: 4,
+                        value: 0,
+                        low: false,
+                    },
                     b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Escape::None,
                     _ => return StrStep::Refused,
                 };
                 true
             }
-            Escape::Hex(n) => {
-                if !c.is_ascii_hexdigit() {
+            Escape::Hex { left, value, low } => {
+                let Some(d) = (c as char).to_digit(16) else {
+                    return StrStep::Refused;
+                };
+                let value = value * 16 + d as u16;
+                let left = left - 1;
+                // The code units this escape can still become: a lone
+                // surrogate does not parse (serde_json, Python refuse it or
+                // cannot encode it), so a low one only after a high one.
+                let first = u32::from(value) << (4 * left);
+                let last = first + (1 << (4 * left)) - 1;
+                let (lo, hi) = (0xdc00, 0xdfff);
+                let ok = if low {
+                    first <= hi && last >= lo
+                } else {
+                    !(first >= lo && last <= hi)
+                };
+                if !ok {
                     return StrStep::Refused;
                 }
-                *escape = if n == 1 {
-                    Escape::None
-                } else {
-                    Escape::Hex(n - 1)
+                *escape = match left {
+                    0 if (0xd800..0xdc00).contains(&value) => Escape::LowStart,
+                    0 => Escape::None,
+                    _ => Escape::Hex { left, value, low },
                 };
                 true
             }
+            // The low surrogate's escape (not counted against the length:
+            // the high one's was).
+            Escape::LowStart if c == b'\\' => {
+                *escape = Escape::LowU;
+                true
+            }
+            Escape::LowU if c == b'u' => {
+                *escape = Escape::Hex {
+                    left: 4,
+                    value: 0,
+                    low: true,
+                };
+                true
+            }
+            Escape::LowStart | Escape::LowU => false,
             Escape::Utf8 { left, lo, hi } => {
                 if !(lo..=hi).contains(&c) {
                     return StrStep::Refused;

@@ -39,7 +39,7 @@ impl Trie {
 
     /// [`Trie::new`], also recording which texts lie below each node, so
     /// that a walk may be kept to texts of some indices
-    /// ([`Trie::reaches`]). Takes one more `u32` per text byte.
+    /// ([`Trie::below`]). Takes one more `u32` per text byte.
     pub fn indexed<S: AsRef<[u8]>>(texts: &[S]) -> Trie {
         Trie::build(texts, true)
     }
@@ -112,15 +112,23 @@ impl Trie {
         self.nodes.len() + self.index.len()
     }
 
-    /// Whether a text of input index in `lo..=hi` lies at or below `node`
-    /// (an [`Trie::indexed`] trie; any other answers true).
-    pub fn reaches(&self, node: TrieNode, lo: usize, hi: usize) -> bool {
+    /// Where in [`Trie::indices`] the input indices in `lo..=hi` of the
+    /// texts at or below `node` are (an [`Trie::indexed`] trie; empty for
+    /// any other).
+    pub fn below(&self, node: TrieNode, lo: usize, hi: usize) -> std::ops::Range<usize> {
         let Some(&(a, b)) = self.spans.get(node as usize) else {
-            return true;
+            return 0..0;
         };
         let run = &self.index[a as usize..b as usize];
-        let at = run.partition_point(|&v| (v as usize) < lo);
-        run.get(at).is_some_and(|&v| v as usize <= hi)
+        let start = run.partition_point(|&v| (v as usize) < lo);
+        let end = run.partition_point(|&v| (v as usize) <= hi).max(start);
+        a as usize + start..a as usize + end
+    }
+
+    /// An [`Trie::indexed`] trie's input indices, node by node (each
+    /// node's run sorted).
+    pub fn indices(&self) -> &[u32] {
+        &self.index
     }
 
     /// The child of `node` by byte `b`.
@@ -177,15 +185,19 @@ mod tests {
         assert_eq!(Trie::new(&[""; 0]).size(), 1);
     }
 
+    fn reaches(t: &Trie, node: TrieNode, lo: usize, hi: usize) -> bool {
+        !t.below(node, lo, hi).is_empty()
+    }
+
     #[test]
     fn indexed_walks_know_which_texts_lie_below() {
         let t = Trie::indexed(&["\"b\"", "\"a\"", "\"ab\"", "\"c\""]);
         let a = walk(&t, "\"a").unwrap();
-        assert!(t.reaches(a, 1, 1) && t.reaches(a, 2, 3) && !t.reaches(a, 3, 3));
-        assert!(t.reaches(0, 3, 3) && !t.reaches(0, 4, 9));
-        assert!(!t.reaches(walk(&t, "\"b").unwrap(), 1, 3));
+        assert!(reaches(&t, a, 1, 1) && reaches(&t, a, 2, 3) && !reaches(&t, a, 3, 3));
+        assert!(reaches(&t, 0, 3, 3) && !reaches(&t, 0, 4, 9));
+        assert!(!reaches(&t, walk(&t, "\"b").unwrap(), 1, 3));
         assert_eq!(t.value(walk(&t, "\"ab\"").unwrap()), Some(2));
-        // An unindexed trie does not restrict.
-        assert!(Trie::new(&["x"]).reaches(0, 5, 5));
+        assert_eq!(t.below(0, 0, 3).len(), 4);
+        assert!(Trie::new(&["x"]).below(0, 0, 5).is_empty());
     }
 }

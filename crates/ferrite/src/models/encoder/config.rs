@@ -128,8 +128,11 @@ impl JsonConfig<'_> {
         match self.find(keys) {
             None => Ok(None),
             Some((k, v)) => match v.as_f64() {
-                Some(x) if x.is_finite() => Ok(Some(x)),
-                _ => Err(self.bad(k, &format!("{v} is not a finite number"))),
+                Some(x) => match crate::models::hparams::float_problem(k, x) {
+                    None => Ok(Some(x)),
+                    Some(problem) => Err(self.bad(k, &problem)),
+                },
+                None => Err(self.bad(k, &format!("{v} is not a number"))),
             },
         }
     }

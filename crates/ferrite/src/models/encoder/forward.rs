@@ -4,13 +4,14 @@
 //! why the output is bit-identical in any batch and for any thread count).
 
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ferrite_kernels::gemm::{gemm_panels, Acts, OutPtr, PackedWeights, NR};
 use ferrite_kernels::math::{self, Activation};
 
 use super::weights::{self, Dense};
 use super::{record_max, Encoder, EncoderLayer, InputRanges, Mlp, Norm, Positions, RelativeBias};
+use crate::dump::{begin_pass, dump_rows, TensorDump};
 use crate::layers::rope::{self, Rope};
 use crate::parallel::{DisjointSlice, Threads};
 use crate::Error;
@@ -25,6 +26,8 @@ pub struct Workspace {
     up: Vec<f32>,
     gate: Vec<f32>,
     scratch: Vec<Mutex<AttnScratch>>,
+    /// Where the passes write their named intermediates (`None`: nowhere).
+    pub(crate) dump: Option<Arc<TensorDump>>,
 }
 
 /// One thread's attention buffers.
@@ -100,9 +103,17 @@ impl Encoder {
 
         resize(&mut ws.x, total * dim);
         self.embed_tokens(seqs, &starts, &mut ws.x, threads)?;
+        // The tensor dump, if any (names as llama.cpp's BERT graph).
+        let dump = ws.dump.clone();
+        let dump = dump.as_deref();
+        begin_pass(dump);
+        dump_rows(dump, "inp_norm", None, &ws.x, total)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let r = ranges.as_deref_mut().map(|r| &mut r[i]);
             self.layer(layer, &starts, total, threads, ws, r);
+            if let Some(dump) = dump {
+                dump_layer(dump, i, ws, total)?;
+            }
         }
         Ok(&ws.x)
     }
@@ -295,6 +306,17 @@ impl Encoder {
             }
         });
     }
+}
+
+/// A tensor dump's points of layer `l`, from what the layer left in the
+/// workspace: the heads' outputs (before the output projection), the
+/// feed-forward block's output (before the residual add and norm) and the
+/// layer's output.
+fn dump_layer(dump: &TensorDump, l: usize, ws: &Workspace, rows: usize) -> Result<(), Error> {
+    let d = Some(dump);
+    dump_rows(d, "kqv_out", Some(l), &ws.attn, rows)?;
+    dump_rows(d, "ffn_out", Some(l), &ws.proj, rows)?;
+    dump_rows(d, "l_out", Some(l), &ws.x, rows)
 }
 
 /// Head `h`'s bias for each distance `-(len - 1)..len` into

@@ -8,13 +8,33 @@
 
 use ferrite_kernels::columns::store_columns;
 
-use super::forward::{attend_rows, resize, Head, Keys, StepRow, TileFn, Workspace};
+use super::forward::{attend_rows, resize, Head, Keys, Points, StepRow, TileFn, Workspace};
 use super::weights::apply;
 use super::{AttnWeights, Proj, Seq2Seq};
+use crate::dump::{begin_pass, dump_rows};
 use crate::kv_cache::{KvCache, LayerKv};
 use crate::parallel::Threads;
 use crate::tensor::TILE_ROWS;
 use crate::Error;
+
+/// A decoder layer's three residual halves, named as llama.cpp's T5
+/// decoder graph names them (`attn_norm_cross`, `cross_inp`), the cross
+/// half's output `cross_attn_out` (llama.cpp reuses `kqv_out`).
+const DEC_SELF: Points = Points {
+    norm: "attn_norm",
+    out: "attn_out",
+    sum: "cross_inp",
+};
+const DEC_CROSS: Points = Points {
+    norm: "attn_norm_cross",
+    out: "cross_attn_out",
+    sum: "ffn_inp",
+};
+const DEC_FFN: Points = Points {
+    norm: "ffn_norm",
+    out: "ffn_out",
+    sum: "l_out",
+};
 
 impl Seq2Seq {
     /// A new, empty hypothesis cache: every decoder layer's self-attention
@@ -82,15 +102,24 @@ impl Seq2Seq {
                 ));
             }
         }
+        let dump = ws.dump.clone();
+        let dump = dump.as_deref();
         let result = (|| {
+            begin_pass(dump);
+            dump_rows(dump, "inp_embd", None, &x, m)?;
             for (l, layer) in self.decoder.iter().enumerate() {
-                self.residual(&mut x, &layer.self_norm, ws, threads, |this, h, ws| {
-                    this.cached_attention(l, &layer.self_attn, h, rows, threads, ws)
+                let at = (l, &DEC_SELF);
+                self.residual(&mut x, &layer.self_norm, at, ws, threads, |this, h, ws| {
+                    this.cached_attention(l, &layer.self_attn, h, rows, threads, ws)?;
+                    dump_rows(ws.dump.as_deref(), "kqv_out", Some(l), &ws.attn, m)
                 })?;
-                self.residual(&mut x, &layer.cross_norm, ws, threads, |this, h, ws| {
-                    this.cross_attention(l, &layer.cross_attn, h, rows, threads, ws)
+                let at = (l, &DEC_CROSS);
+                self.residual(&mut x, &layer.cross_norm, at, ws, threads, |this, h, ws| {
+                    this.cross_attention(l, &layer.cross_attn, h, rows, threads, ws)?;
+                    dump_rows(ws.dump.as_deref(), "kqv_out_cross", Some(l), &ws.attn, m)
                 })?;
-                self.residual(&mut x, &layer.ffn_norm, ws, threads, |this, h, ws| {
+                let at = (l, &DEC_FFN);
+                self.residual(&mut x, &layer.ffn_norm, at, ws, threads, |this, h, ws| {
                     this.ffn(&layer.ffn, h, m, threads, ws)
                 })?;
             }
@@ -103,6 +132,9 @@ impl Seq2Seq {
             if c.output_scale != 1.0 {
                 x.iter_mut().for_each(|v| *v *= c.output_scale);
             }
+            if let Some(dump) = dump {
+                self.dump_head(dump, &x, m, threads, ws)?;
+            }
             match head {
                 Head::Logits(logits) => self.logits_of(&x, m, logits, threads, ws),
                 Head::Tiles(f) => self.logit_tiles(&x, m, f, threads, ws),
@@ -110,6 +142,32 @@ impl Seq2Seq {
         })();
         ws.x = x;
         result
+    }
+
+    /// A tensor dump's `result_norm` (the hidden states the output layer
+    /// takes) and `result_output` (the logits, with the logits bias): the
+    /// logits computed once more for the dump, whatever the step does
+    /// with its own (tiles are never all stored).
+    fn dump_head(
+        &self,
+        dump: &crate::dump::TensorDump,
+        x: &[f32],
+        m: usize,
+        threads: &Threads,
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        dump.write("result_norm", None, x, m)?;
+        if dump.wants("result_output") {
+            let mut logits = Vec::new();
+            self.logits_of(x, m, &mut logits, threads, ws)?;
+            if let Some(b) = &self.logits_bias {
+                for row in logits.chunks_exact_mut(self.config.n_vocab) {
+                    super::forward::add_logits_bias(row, b);
+                }
+            }
+            dump.write("result_output", None, &logits, m)?;
+        }
+        Ok(())
     }
 
     /// The final hidden states (`(rows, dim)`, normalized and scaled as the

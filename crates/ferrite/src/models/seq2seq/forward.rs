@@ -19,6 +19,7 @@ use super::weights::{apply, apply_same_input, each_row};
 use super::{AttnWeights, Ffn, Norm, NormPlacement, Positions, Seq2Seq};
 use ferrite_kernels::attend_f32::Listed;
 
+use crate::dump::{begin_pass, dump_rows, TensorDump};
 use crate::kv_cache::{KvCache, LayerKv};
 use crate::layers::attention::core::{attend, F32Rows, Scoring};
 use crate::parallel::{DisjointSlice, Threads};
@@ -58,7 +59,31 @@ pub struct Workspace {
     pub(super) proj: Vec<f32>,
     pub(super) up: Vec<f32>,
     pub(super) gate: Vec<f32>,
+    /// Where the passes write their named intermediates (`None`: nowhere).
+    pub(crate) dump: Option<std::sync::Arc<TensorDump>>,
 }
+
+/// The names a tensor dump gives one residual sub-block's points: its
+/// input norm (pre-norm models only), its output before the residual add,
+/// and the sum after it (after the norm, for post-norm models).
+pub(super) struct Points {
+    pub(super) norm: &'static str,
+    pub(super) out: &'static str,
+    pub(super) sum: &'static str,
+}
+
+/// The encoder layers' attention and feed-forward halves (`enc.`: the
+/// encoder pass; llama.cpp's T5 encoder graph names them without it).
+const ENC_ATTN: Points = Points {
+    norm: "enc.attn_norm",
+    out: "enc.attn_out",
+    sum: "enc.ffn_inp",
+};
+const ENC_FFN: Points = Points {
+    norm: "enc.ffn_norm",
+    out: "enc.ffn_out",
+    sum: "enc.l_out",
+};
 
 pub(super) fn resize(v: &mut Vec<f32>, n: usize) {
     v.resize(n, 0.0);
@@ -285,23 +310,33 @@ impl Seq2Seq {
                 self.embed_row(tok, p, row)?;
             }
         }
+        let dump = ws.dump.clone();
+        let dump = dump.as_deref();
+        begin_pass(dump);
+        dump_rows(dump, "enc.inp_embd", None, &ws.x, total)?;
         let mut x = std::mem::take(&mut ws.x);
-        for layer in &self.encoder {
-            self.residual(&mut x, &layer.attn_norm, ws, threads, |this, h, ws| {
+        for (l, layer) in self.encoder.iter().enumerate() {
+            let at = (l, &ENC_ATTN);
+            self.residual(&mut x, &layer.attn_norm, at, ws, threads, |this, h, ws| {
                 let spans = |row: usize| -> (usize, usize) {
                     // The input holding packed row `row`.
                     let i = starts.partition_point(|&s| s <= row) - 1;
                     (starts[i], starts[i + 1] - starts[i])
                 };
-                this.self_attention(&layer.attn, h, &spans, threads, ws)
+                this.self_attention(&layer.attn, h, &spans, threads, ws)?;
+                // The heads' outputs before the output projection.
+                dump_rows(ws.dump.as_deref(), "enc.kqv_out", Some(l), &ws.attn, total)
             })?;
-            self.residual(&mut x, &layer.ffn_norm, ws, threads, |this, h, ws| {
+            let at = (l, &ENC_FFN);
+            self.residual(&mut x, &layer.ffn_norm, at, ws, threads, |this, h, ws| {
                 this.ffn(&layer.ffn, h, total, threads, ws)
             })?;
         }
         if let Some(norm) = &self.encoder_norm {
             x.chunks_exact_mut(dim).for_each(|r| norm.apply_in_place(r));
         }
+        // What cross-attention reads, after the final norm if there is one.
+        dump_rows(dump, "enc.result_norm", None, &x, total)?;
         let mut out: Vec<Encoded> = (0..inputs.len())
             .map(|i| Encoded {
                 len: inputs[i].len(),
@@ -343,11 +378,13 @@ impl Seq2Seq {
 
     /// `x = norm(x + f(x))` (post-norm) or `x = x + f(norm(x))` (pre-norm),
     /// row by row (rows split across threads); `f` reads its input from `h`
-    /// and leaves its output in `ws.proj`.
+    /// and leaves its output in `ws.proj`. A tensor dump gets layer `l`'s
+    /// `points`.
     pub(super) fn residual(
         &self,
         x: &mut [f32],
         norm: &Norm,
+        (l, points): (usize, &Points),
         ws: &mut Workspace,
         threads: &Threads,
         f: impl FnOnce(&Self, &[f32], &mut Workspace) -> Result<(), Error>,
@@ -356,14 +393,23 @@ impl Seq2Seq {
         let mut h = std::mem::take(&mut ws.h);
         h.clear();
         h.extend_from_slice(x);
+        let m = x.len() / dim;
+        let dump = ws.dump.clone();
+        let dump = dump.as_deref();
         if self.config.placement == NormPlacement::Pre {
             each_row(&mut h, dim, threads, |r| norm.apply_in_place(r));
+            let dumped = dump_rows(dump, points.norm, Some(l), &h, m);
+            if dumped.is_err() {
+                ws.h = h;
+                return dumped;
+            }
         }
         let result = f(self, &h, ws);
         ws.h = h;
         result?;
+        dump_rows(dump, points.out, Some(l), &ws.proj[..m * dim], m)?;
         let post = self.config.placement == NormPlacement::Post;
-        let (m, proj) = (x.len() / dim, &ws.proj[..]);
+        let proj = &ws.proj[..];
         let xs = DisjointSlice::new(x);
         threads.split(m, |rows| {
             // SAFETY: the row ranges of different threads are disjoint, so
@@ -377,7 +423,7 @@ impl Seq2Seq {
                 }
             }
         });
-        Ok(())
+        dump_rows(dump, points.sum, Some(l), x, m)
     }
 
     /// Q, K and V of `m` rows of `h` into `ws.q`, `ws.k`, `ws.v`; sizes

@@ -16,6 +16,7 @@ use std::ops::Range;
 use ferrite_kernels::math::{activate, silu_mul};
 
 use super::{BatchItem, Decoder, GatedAct, Mlp, Qkv, SeqRows};
+use crate::dump::{begin_pass, dump_rows};
 use crate::layers::activation::geglu_in_place;
 use crate::layers::attention::{attention, AttnShape, Positions};
 use crate::layers::norm::Norm;
@@ -85,6 +86,12 @@ impl Decoder {
         let embedded = self.embed(tokens, &pos[..n], ws);
         ws.pos = pos;
         embedded?;
+        // The tensor dump, if any: one branch per named point (names as
+        // llama.cpp's graph callback gives them).
+        let dump = ws.dump.clone();
+        let dump = dump.as_deref();
+        begin_pass(dump);
+        dump_rows(dump, "inp_embd", None, &ws.x[..n * dim], n)?;
         // One table of RoPE angles, refilled when a block uses another
         // rotation than the previous one.
         let mut table_of = None;
@@ -108,6 +115,7 @@ impl Decoder {
             let x = &mut ws.x[..n * dim];
             let xn = &mut ws.xn[..n * dim];
             block.attn_norm.apply(x, xn);
+            dump_rows(dump, "attn_norm", Some(l), xn, n)?;
             let (q, k, v) = (
                 &mut ws.q[..n * q_dim],
                 &mut ws.k[..n * kv_dim],
@@ -191,11 +199,21 @@ impl Decoder {
                     threads,
                 );
             }
+            dump_rows(dump, "Qcur", Some(l), q, n)?;
+            dump_rows(dump, "Kcur", Some(l), k, n)?;
+            dump_rows(dump, "Vcur", Some(l), v, n)?;
+            dump_rows(dump, "kqv_out", Some(l), att, n)?;
             let proj = &mut ws.proj[..n * dim];
             a.out.matmul(att, proj, &mut ws.acts, threads)?;
+            dump_rows(dump, "attn_out", Some(l), proj, n)?;
             residual_add(x, proj, block.post_attn_norm.as_ref(), xn);
+            if block.post_attn_norm.is_some() {
+                dump_rows(dump, "attn_post_norm", Some(l), xn, n)?;
+            }
+            dump_rows(dump, "ffn_inp", Some(l), x, n)?;
 
             block.ffn_norm.apply(x, xn);
+            dump_rows(dump, "ffn_norm", Some(l), xn, n)?;
             let (gate, up) = (&mut ws.gate[..n * ffn], &mut ws.up[..n * ffn]);
             match &block.mlp {
                 Mlp::Gated {
@@ -226,7 +244,12 @@ impl Decoder {
                 }
                 Mlp::Moe(moe) => moe.forward(xn, proj, gate, up, &mut ws.acts, threads)?,
             }
+            dump_rows(dump, "ffn_out", Some(l), proj, n)?;
             residual_add(x, proj, block.post_ffn_norm.as_ref(), xn);
+            if block.post_ffn_norm.is_some() {
+                dump_rows(dump, "ffn_post_norm", Some(l), xn, n)?;
+            }
+            dump_rows(dump, "l_out", Some(l), x, n)?;
         }
         Ok(())
     }
@@ -253,6 +276,10 @@ impl Decoder {
             for v in out.iter_mut() {
                 *v = (*v * inv).tanh() * cap;
             }
+        }
+        if let Some(dump) = ws.dump.as_deref() {
+            dump.write("result_norm", None, &ws.xn[..n * dim], n)?;
+            dump.write("result_output", None, out, n)?;
         }
         Ok(())
     }

@@ -35,7 +35,7 @@ enum ArrPhase {
     Next,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Frame {
     /// A value of this node comes next.
     Value { node: NodeId, depth: usize },
@@ -51,11 +51,13 @@ enum Frame {
     /// A key of object node `obj` (see [`Obj`](super::grammar::Obj)):
     /// `at` is where it is in the declared keys' trie (`None`: it is none
     /// of them), `len` its bytes after the opening quote (`None` before
-    /// it).
+    /// it), `escaped` whether it holds a backslash (then it can only be a
+    /// declared key: other keys are written without escapes).
     Key {
         obj: NodeId,
         at: Option<TrieNode>,
         len: Option<u16>,
+        escaped: bool,
     },
     /// A number within `ranges[range]`.
     Range { range: u32, text: NumText },
@@ -91,10 +93,26 @@ enum Frame {
 }
 
 /// Where a reply is in its JSON value.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct JsonState {
     stack: Vec<Frame>,
     ws: u8,
+}
+
+impl Clone for JsonState {
+    fn clone(&self) -> Self {
+        JsonState {
+            stack: self.stack.clone(),
+            ws: self.ws,
+        }
+    }
+
+    /// Reuses the stack's allocation (the mask clones a state per trie
+    /// node it visits).
+    fn clone_from(&mut self, source: &Self) {
+        self.stack.clone_from(&source.stack);
+        self.ws = source.ws;
+    }
 }
 
 impl JsonState {
@@ -224,9 +242,14 @@ impl JsonState {
                         return ok;
                     }
                 }
-                Frame::Key { obj, at, len } => {
-                    let (obj, at, len) = (*obj, *at, *len);
-                    return self.feed_key(g, obj, at, len, c);
+                Frame::Key {
+                    obj,
+                    at,
+                    len,
+                    escaped,
+                } => {
+                    let (obj, at, len, escaped) = (*obj, *at, *len, *escaped);
+                    return self.feed_key(g, obj, at, len, escaped, c);
                 }
                 Frame::Range { range, text } => {
                     let r = &g.ranges[*range as usize];
@@ -273,7 +296,8 @@ impl JsonState {
                             return self.close(ok);
                         }
                         ArrPhase::Open | ArrPhase::Item => {
-                            if *count >= *max {
+                            // An item only if it can be finished there.
+                            if *count >= *max || !g.fits(item, depth + 1) {
                                 return false;
                             }
                             *count += 1;
@@ -285,7 +309,7 @@ impl JsonState {
                         }
                         ArrPhase::Next => {
                             return match c {
-                                b',' if *count < *max => {
+                                b',' if *count < *max && g.fits(item, depth + 1) => {
                                     *phase = ArrPhase::Item;
                                     true
                                 }
@@ -394,12 +418,13 @@ impl JsonState {
         } else {
             g.node(node)
         };
-        // Past the nesting bound (recursive `$ref`s), no object may open
-        // and arrays must stay empty.
-        let deep = !any && depth >= MAX_REF_DEPTH;
-        if deep && matches!(kind, Node::Object(_) | Node::AnyObject) {
+        // Only a value that can be finished here: past the nesting bound
+        // (recursive `$ref`s), no object may open (see `feasible`) and
+        // arrays must stay empty.
+        if !any && !g.fits(node, depth) {
             return false;
         }
+        let deep = !any && depth >= MAX_REF_DEPTH;
         self.stack.pop();
         let frame = match kind {
             Node::Any => Frame::Array {

@@ -34,12 +34,18 @@ impl JsonState {
                 let ok = o.next_required[0] == o.props.len();
                 Some(self.close(ok))
             }
-            (ObjPhase::Open | ObjPhase::Key, Some(_)) => {
+            (ObjPhase::Open | ObjPhase::Key, Some(o)) => {
+                // A key only if one can come here (none may, say, in
+                // `"properties": {}`: then only `}`).
+                if !key_may_come(g, o, *prop, depth) {
+                    return Some(false);
+                }
                 *phase = ObjPhase::Colon;
                 self.stack.push(Frame::Key {
                     obj: obj_node,
                     at: Some(0),
                     len: None,
+                    escaped: false,
                 });
                 None
             }
@@ -65,7 +71,7 @@ impl JsonState {
                 Some(true)
             }
             (ObjPhase::Next, Some(o)) => {
-                let more = *prop < o.props.len() || extra_allowed(o, *prop);
+                let more = key_may_come(g, o, *prop, depth);
                 Some(match c {
                     b',' if more => {
                         *phase = ObjPhase::Key;
@@ -90,13 +96,16 @@ impl JsonState {
     }
 
     /// Feeds byte `c` to the key on top (of object node `obj`, `at` in its
-    /// keys' trie, `len` bytes after its opening quote).
+    /// keys' trie, `len` bytes after its opening quote, `escaped` if it
+    /// holds a backslash). A byte is taken only if the key can still end
+    /// as one that may come here and whose value can be finished.
     pub(super) fn feed_key(
         &mut self,
         g: &Grammar,
         obj: NodeId,
         at: Option<TrieNode>,
         len: Option<u16>,
+        escaped: bool,
         c: u8,
     ) -> bool {
         let Node::Object(o) = g.node(obj) else {
@@ -108,23 +117,30 @@ impl JsonState {
                 return false;
             }
             let at = at.and_then(|a| t.step(a, c));
-            self.set_key(at, 0);
+            self.set_key(at, 0, false);
             return true;
         };
-        let Some(&Frame::Object { prop: lo, .. }) = self.stack.iter().rev().nth(1) else {
+        let Some(&Frame::Object {
+            prop: lo, depth, ..
+        }) = self.stack.iter().rev().nth(1)
+        else {
             return false;
         };
         let last = o.props.len().wrapping_sub(1);
         let hi = o.next_required.get(lo).map_or(0, |&h| h.min(last));
-        let extra = extra_allowed(o, lo);
+        let extra = extra_fits(g, o, lo, depth);
         let next = at.and_then(|a| t.step(a, c));
-        let declared = lo < o.props.len() && next.is_some_and(|m| t.reaches(m, lo, hi));
-        if c == b'"' {
+        let declared = lo < o.props.len()
+            && next.is_some_and(|m| g.key_fits(o.keys, m, lo, hi, depth + 1));
+        // The keys' texts are JSON strings: a quote that does not end one
+        // is escaped, and one that does leads to a leaf.
+        let inner_quote = next.is_some_and(|m| !t.is_leaf(m));
+        if c == b'"' && !inner_quote {
             // A declared key that may come here, or (none of them) another.
-            let chosen = match next.filter(|&m| t.is_leaf(m)) {
+            let chosen = match next {
                 Some(m) if declared => t.value(m),
                 Some(_) => return false,
-                None if extra && n > 0 => None,
+                None if extra && n > 0 && !escaped => None,
                 None => return false,
             };
             self.stack.pop();
@@ -144,21 +160,55 @@ impl JsonState {
             return true;
         }
         if !declared {
+            // Another key: printable ASCII without escapes, short enough,
+            // and not left able to end only as a declared key that may
+            // not come here (then it needs room for one more byte).
             let room = usize::from(n) + 1 < g.max_string;
-            if !extra || !(0x20..0x80).contains(&c) || c == b'\\' || !room {
+            let closes_declared = next.and_then(|m| t.step(m, b'"')).is_some();
+            let more_room = usize::from(n) + 2 < g.max_string;
+            if !extra
+                || escaped
+                || !(0x20..0x80).contains(&c)
+                || c == b'\\'
+                || c == b'"'
+                || !room
+                || (closes_declared && !more_room)
+            {
                 return false;
             }
         }
-        self.set_key(next, n + 1);
+        self.set_key(next, n + 1, escaped || c == b'\\');
         true
     }
 
-    fn set_key(&mut self, to: Option<TrieNode>, n: u16) {
-        if let Some(Frame::Key { at, len, .. }) = self.stack.last_mut() {
+    fn set_key(&mut self, to: Option<TrieNode>, n: u16, has_backslash: bool) {
+        if let Some(Frame::Key {
+            at, len, escaped, ..
+        }) = self.stack.last_mut()
+        {
             *at = to;
             *len = Some(n);
+            *escaped = has_backslash;
         }
     }
+}
+
+/// Whether a key may come in object `o` (at `depth`) when the declared
+/// properties from `prop` on are still to come: a declared one up to the
+/// next required one whose value fits a level deeper, or another key.
+fn key_may_come(g: &Grammar, o: &Obj, prop: usize, depth: usize) -> bool {
+    let last = o.props.len().wrapping_sub(1);
+    let declared = prop < o.props.len() && {
+        let hi = o.next_required[prop].min(last);
+        g.key_fits(o.keys, 0, prop, hi, depth + 1)
+    };
+    declared || extra_fits(g, o, prop, depth)
+}
+
+/// Whether a key other than the declared ones may come in object `o` (at
+/// `depth`) at `prop`, its value fitting a level deeper.
+fn extra_fits(g: &Grammar, o: &Obj, prop: usize, depth: usize) -> bool {
+    extra_allowed(o, prop) && o.extra.is_some_and(|e| g.fits(e, depth + 1))
 }
 
 /// Whether keys other than the declared ones may come when the declared

@@ -414,4 +414,29 @@ mod tests {
         // `{` that is no quantifier is a literal.
         assert!(matches(&dfa("^a{b}$"), "a{b}"));
     }
+
+    /// Issue 44: a pattern's nesting is bounded before any recursion over
+    /// it (1,000 nested groups overflowed the stack and ended the server),
+    /// and quantifiers do not stack (each would nest the tree once more).
+    #[test]
+    fn deep_nesting_is_refused_not_a_crash() {
+        let nested = |n: usize| format!("^{}a{}$", "(".repeat(n), ")".repeat(n));
+        assert!(matches(&dfa(&nested(parse::MAX_GROUP_DEPTH)), "a"));
+        for n in [parse::MAX_GROUP_DEPTH + 1, 1000, 100_000] {
+            let err = Dfa::compile(&nested(n), &mut 100_000).unwrap_err();
+            assert!(err.to_string().contains("nests groups deeper than 64"), "{n}: {err}");
+        }
+        // Unclosed groups count too.
+        let err = Dfa::compile(&"(".repeat(100_000), &mut 100_000).unwrap_err();
+        assert!(err.to_string().contains("deeper than 64"), "{err}");
+        for p in ["a**", "a+*", "a{2}{3}", "(a)?+", &format!("a{}", "*".repeat(100_000))] {
+            let err = Dfa::compile(p, &mut 100_000).unwrap_err();
+            assert!(err.to_string().contains("nothing to repeat"), "{p}: {err}");
+        }
+        // A lazy quantifier is still one quantifier; groups may repeat.
+        assert!(matches(&dfa("^a+?b*?((c)*)*$"), "aabcc"));
+        // Long flat patterns are fine (only the state budget limits them).
+        let flat = format!("^{}$", "(a)".repeat(2000));
+        assert!(matches(&dfa(&flat), &"a".repeat(2000)));
+    }
 }

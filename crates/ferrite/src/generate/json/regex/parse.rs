@@ -26,9 +26,15 @@ pub(super) fn parse(pattern: &str) -> Result<Ast, RegexError> {
     Parser {
         chars: pattern.chars().collect(),
         at: 0,
+        depth: 0,
     }
     .top()
 }
+
+/// Most groups a pattern may nest inside one another. The parser and
+/// every walk over its tree recurse once per level, so this bounds their
+/// stack use whatever the pattern's length.
+pub const MAX_GROUP_DEPTH: usize = 64;
 
 
 /// A set of characters: ASCII members, the generated non-ASCII block
@@ -87,6 +93,8 @@ pub(super) enum Ast {
 struct Parser {
     chars: Vec<char>,
     at: usize,
+    /// Groups open at `at`.
+    depth: usize,
 }
 
 fn is_word(b: u8) -> bool {
@@ -191,8 +199,12 @@ impl Parser {
         s.parse().ok()
     }
 
+    /// `atom` with its quantifier, if one follows. One only: as in
+    /// ECMA-262, a quantifier cannot itself be repeated (`a**`, `a{2}{3}`),
+    /// which also keeps the tree's depth within the groups' nesting.
     fn quantified(&mut self, atom: Ast) -> Result<Ast, RegexError> {
         let mut atom = atom;
+        let mut repeated = false;
         loop {
             let (min, max) = match self.peek() {
                 Some('*') => (0, None),
@@ -238,6 +250,14 @@ impl Parser {
                 }
                 _ => return Ok(atom),
             };
+            if repeated {
+                return Err(format!(
+                    "nothing to repeat before '{}' (a quantifier after a quantifier)",
+                    self.chars[self.at]
+                )
+                .into());
+            }
+            repeated = true;
             self.at += 1;
             // A lazy quantifier matches the same strings.
             self.eat('?');
@@ -253,6 +273,14 @@ impl Parser {
         self.at += 1;
         Ok(match c {
             '(' => {
+                self.depth += 1;
+                if self.depth > MAX_GROUP_DEPTH {
+                    return Err(format!(
+                        "it nests groups deeper than {MAX_GROUP_DEPTH} (at character {})",
+                        self.at - 1
+                    )
+                    .into());
+                }
                 if self.eat('?') {
                     if self.eat(':') {
                     } else if self.peek() == Some('<')
@@ -272,6 +300,7 @@ impl Parser {
                 if !self.eat(')') {
                     return Err("an unclosed '('".into());
                 }
+                self.depth -= 1;
                 inner
             }
             '[' => Ast::Set(self.class()?),

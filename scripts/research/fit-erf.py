@@ -9,7 +9,7 @@ Lawson-style reweighting towards the minimax error. Then the f32-rounded
 coefficients are evaluated the way the Rust code does (Horner with fused
 multiply-adds in f32) and the worst absolute error on a dense grid printed.
 
-    ~/.cache/ferrite-refenv/bin/python scripts/fit-erf.py
+    scripts/refenv python scripts/research/fit-erf.py
 
 Needs numpy only. Prints the coefficients to paste into math.rs.
 """

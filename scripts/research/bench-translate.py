@@ -6,13 +6,13 @@ load; CTranslate2: int8), greedy and beam 4, batch 1 and 32.
 
     scripts/make-translation-fixtures.py        # writes the model (once)
     cargo build --release -p ferrite-cli
-    ~/.cache/ferrite-refenv/bin/pip install ctranslate2   # if missing
-    ~/.cache/ferrite-refenv/bin/python scripts/bench-translate.py [--threads 2] [--runs 3]
+    scripts/refenv pip install ctranslate2   # if missing
+    scripts/refenv python scripts/research/bench-translate.py [--threads 2] [--runs 3]
 
-The model is ~/.cache/ferrite-translation/opus-mt-en-hi-random (from
+The model is $FERRITE_TRANSLATION/opus-mt-en-hi-random (from
 make-translation-fixtures.py); CTranslate2's copies are made from it with
 its own converter (`ctranslate2.converters.TransformersConverter`) into
-~/.cache/ferrite-translation/ct2-{float32,int8}.
+$FERRITE_TRANSLATION/ct2-{float32,int8}.
 
 CTranslate2 picks its GEMM backend by CPU vendor; on this AMD EPYC its
 default (oneDNN) runs float32 ~5x slower than with Intel MKL forced
@@ -43,8 +43,11 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CACHE = pathlib.Path(os.path.expanduser("~/.cache/ferrite-translation"))
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import common  # noqa: E402
+
+CACHE = common.TRANSLATION
 MODEL = CACHE / "opus-mt-en-hi-random"
 FERRITE = ROOT / "target" / "release" / "ferrite"
 MAX_NEW = 32

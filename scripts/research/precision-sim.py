@@ -8,7 +8,7 @@ smallest and mean cosine against the unmodified model on the first 256
 sentences of testdata/embed/bench-sentences.txt. Issue 6 asks for cosine
 >= 0.99999 against sentence-transformers.
 
-    ~/.cache/ferrite-refenv/bin/python scripts/precision-sim.py [W A ...]
+    scripts/refenv python scripts/research/precision-sim.py [W A ...]
 
 Default pairs: 8/32, 8/8, 12/32, 14/14, 16/16.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def fake_quant_rows(x, bits):
