@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::Error;
 
 /// Where and which intermediate tensors of forward passes are written
-/// (see the crate's README, "Looking inside a forward pass"). Give one to
+/// (see the book, `docs/src/commands/dump.md`). Give one to
 /// [`crate::serving::Session::set_dump`],
 /// [`TranslateOptions::dump`](crate::TranslateOptions::dump) or
 /// [`Embedder::embed_dumped`](crate::Embedder::embed_dumped); the files
