@@ -175,7 +175,7 @@ fn check_reportable(file: &GgufFile) -> Result<(), FormatError> {
 }
 
 /// The report for an opened GGUF file. Fails when its metadata holds more
-/// than [`MAX_REPORTED_VALUES`] values.
+/// than `MAX_REPORTED_VALUES` values.
 pub fn inspect_gguf(file: &GgufFile) -> Result<Report, FormatError> {
     check_reportable(file)?;
     let meta = file.metadata();

@@ -173,7 +173,7 @@ impl ChatTemplate {
     }
 
     /// [`ChatTemplate::render_json`] with a budget of `fuel` (see
-    /// [`sandbox::fuel_budget`], the budget `render_json` gives) instead of
+    /// `sandbox::fuel_budget`, the budget `render_json` gives) instead of
     /// the one the input's size gives: tests use it to show that real
     /// templates render with a fraction of their budget.
     pub fn render_json_within(

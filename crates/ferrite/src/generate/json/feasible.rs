@@ -203,7 +203,7 @@ pub fn key_limits(g: &Grammar) -> Vec<Option<RangeMax>> {
 }
 
 impl Grammar {
-    /// The depth limit of node `id`'s values (see [`depth_limits`]);
+    /// The depth limit of node `id`'s values (see `depth_limits`);
     /// `NodeId::MAX` (any value) has none.
     pub fn limit(&self, id: NodeId) -> u8 {
         self.limits.get(id).copied().unwrap_or(ANY_DEPTH)
