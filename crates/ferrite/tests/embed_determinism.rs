@@ -141,7 +141,12 @@ fn bad_requests_get_clear_errors() {
             ..Default::default()
         };
         let err = model.embed(&["x"], &o, &threads).err().unwrap().to_string();
-        assert!(err.contains("--dim"), "{err}");
+        // The library names the option neutrally (the CLI says `--dim`,
+        // Python `dim=`; issue 44 item 12).
+        assert!(
+            err.contains(&format!("dim={dim} is not in 1..=384")) && !err.contains("--dim"),
+            "{err}"
+        );
     }
     // An empty request is fine and gives nothing.
     assert!(model

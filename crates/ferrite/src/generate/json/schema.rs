@@ -448,8 +448,11 @@ impl<'s> Compiler<'s> {
         };
         if props.is_empty() && required.is_empty() {
             return Ok(match extra {
-                // Declared nothing, and nothing else limited: any object.
-                None if more.is_none() => Node::AnyObject,
+                // Declared nothing (no `properties` at all), and nothing
+                // else limited: any object. `properties: {}` declares no
+                // key, so only `{}` (absent `additionalProperties` writes
+                // only the declared keys).
+                None if more.is_none() && !obj.contains_key("properties") => Node::AnyObject,
                 _ if more == Some(&Value::Bool(true)) => Node::AnyObject,
                 extra => {
                     let keys = self.make_trie(&[""; 0], true)?;
