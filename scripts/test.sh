@@ -25,7 +25,7 @@ mdbook build docs
 cargo test --workspace
 # The server soak (issue 44): hostile and normal clients for 60 s against
 # one live server; #[ignore]d in the suite so it runs once, here.
-cargo test -p ferrite-cli --test serve_soak -- --ignored
+cargo test --workspace --test serve_soak -- --ignored
 scripts/test-serve-openai.sh
 # The Python package (python/): built with maturin into its own venv,
 # pytest against the CLI, the two-node Ray test once.

@@ -16,7 +16,8 @@
 //! ends it with exit 0.
 //!
 //! About 80 s, so it is `#[ignore]`d and run once on its own:
-//! `cargo test -p ferrite-cli --test serve_soak -- --ignored` (scripts/test.sh runs it).
+//! `cargo test --workspace --test serve_soak -- --ignored` (scripts/test.sh
+//! runs it; `--workspace` reuses the suite's build).
 
 mod serve_common;
 
@@ -233,7 +234,7 @@ fn hostile_clients(s: &Arc<Server>, stop: &Arc<AtomicBool>) -> Vec<thread::JoinH
 }
 
 #[test]
-#[ignore = "an 80 s soak: cargo test -p ferrite-cli --release --test serve_soak -- --ignored"]
+#[ignore = "an 80 s soak: cargo test --workspace --test serve_soak -- --ignored"]
 fn hostile_and_normal_clients_mixed_for_a_minute() {
     let s = Arc::new(Server::start(&[
         "smollm2",
