@@ -12,6 +12,12 @@ use ferrite::tokenize::{Tokenizer, KEY_HF_JSON};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    // ferrite catches a panic of the `tokenizers` crate on odd input and
+    // turns it into an error; libFuzzer's panic hook would abort at the
+    // panic itself, so the default hook is put back. A panic that escapes
+    // to the harness still fails the input.
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| drop(std::panic::take_hook()));
     let mut md = Metadata::default();
     md.set(
         KEY_HF_JSON.to_string(),

@@ -22,8 +22,17 @@ pub const MAX_ADDED_TOKEN_BYTES: usize = 1024;
 /// Parses the text of a `tokenizer.json`. The error says what is wrong,
 /// without the file's name.
 pub fn parse_hf_json(text: &str) -> Result<HfTokenizer, String> {
+    // The crate panics on some text that is not JSON (its decoder section
+    // is read with `expect`: the fuzz target `tokenizer_json` found
+    // `{"decoder" :\u{fffd}`), so the syntax is checked here first.
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map_err(|e| format!("invalid tokenizer.json: {e}"))?;
     check_added_tokens(text)?;
-    text.parse::<HfTokenizer>()
+    // Well-formed JSON can still reach an `expect` in the crate (its
+    // normalizers read a precompiled charsmap that way): a panic there is
+    // this file's error, not the caller's crash.
+    std::panic::catch_unwind(|| text.parse::<HfTokenizer>())
+        .map_err(|_| "invalid tokenizer.json: the tokenizers crate could not read it".to_string())?
         .map_err(|e| format!("invalid tokenizer.json: {e}"))
 }
 
@@ -113,5 +122,15 @@ mod tests {
         assert_eq!(tok.token_to_id("<|im_end|>"), Some(3));
         let err = parse_hf_json("{\"added_tokens\": 5}").err().unwrap();
         assert!(err.starts_with("invalid tokenizer.json"), "{err}");
+    }
+
+    /// Found by the `tokenizer_json` fuzz target: a `decoder` key followed
+    /// by text that is not JSON made the crate panic (`expect("Helper")`).
+    #[test]
+    fn text_that_is_not_json_is_an_error_not_a_panic() {
+        for text in ["{\"decoder\" :\u{fffd}         ", "{\"decoder\": }", "{\"model\": {"] {
+            let err = parse_hf_json(text).err().unwrap();
+            assert!(err.starts_with("invalid tokenizer.json"), "{text}: {err}");
+        }
     }
 }
