@@ -195,10 +195,17 @@ pub(crate) fn begin_pass(dump: Option<&TensorDump>) {
     }
 }
 
-/// NumPy `.npy` format 1.0: magic, version, a little-endian u16 header
-/// length, a Python dict literal padded with spaces and ended by a newline
-/// so that the data starts at a multiple of 64, then the values.
-fn write_npy(w: &mut impl Write, data: &[f32], rows: usize, cols: usize) -> std::io::Result<()> {
+/// Writes `data` (`rows` x `cols` f32, row after row) as NumPy `.npy`
+/// format 1.0: magic, version, a little-endian u16 header length, a
+/// Python dict literal padded with spaces and ended by a newline so that
+/// the data starts at a multiple of 64, then the values (little-endian).
+/// The dump's files and `ferrite embed --format npy` both use it.
+pub fn write_npy(
+    w: &mut impl Write,
+    data: &[f32],
+    rows: usize,
+    cols: usize,
+) -> std::io::Result<()> {
     let mut header =
         format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
     // Magic (6) + version (2) + length (2) + header + '\n', padded to 64.

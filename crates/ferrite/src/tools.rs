@@ -20,6 +20,7 @@
 //!   [`Error`](crate::Error).
 
 pub use crate::convert::{convert_dir, ConvertOptions, Target};
+pub use crate::dump::write_npy;
 pub use crate::embed::tokenizer::EmbedTokenizer;
 pub use crate::formats::gguf::GgufFile;
 pub use crate::formats::FormatError;

@@ -275,24 +275,12 @@ fn write_json_lines(w: &mut impl Write, embeddings: &[Embedding]) -> io::Result<
     Ok(())
 }
 
-/// NumPy `.npy` version 1.0: little-endian f32, shape (n, dim).
+/// NumPy `.npy` (the library's writer): little-endian f32, shape (n, dim).
 fn write_npy(w: &mut impl Write, embeddings: &[Embedding]) -> io::Result<()> {
     let dim = embeddings.first().map_or(0, |e| e.vector.len());
-    let mut header = format!(
-        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dim}), }}",
-        embeddings.len()
-    );
-    // Magic (6) + version (2) + length (2) + header + '\n', padded to 64.
-    let unpadded = 10 + header.len() + 1;
-    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
-    header.push('\n');
-    w.write_all(b"\x93NUMPY\x01\x00")?;
-    w.write_all(&(header.len() as u16).to_le_bytes())?;
-    w.write_all(header.as_bytes())?;
-    for e in embeddings {
-        for v in &e.vector {
-            w.write_all(&v.to_le_bytes())?;
-        }
-    }
-    Ok(())
+    let values: Vec<f32> = embeddings
+        .iter()
+        .flat_map(|e| e.vector.iter().copied())
+        .collect();
+    ferrite::tools::write_npy(w, &values, embeddings.len(), dim)
 }
