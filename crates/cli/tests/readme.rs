@@ -72,6 +72,11 @@ fn placeholder(name: &str, scratch: &std::path::Path) -> String {
         // freshly trained tokenizer needs --pre-tokenizer: see run_case).
         "path/to/Qwen2.5-0.5B-Instruct" => td("hf-decoders/tiny-qwen3"),
         "qwen-q4_k_m.gguf" => scratch.join("qwen-q4_k_m.gguf").to_str().unwrap().to_string(),
+        // `ferrite perplexity`: the committed text; base and compared
+        // model both SmolLM2 (the KL divergence is then ~0).
+        "text.txt" => td("perplexity/text.txt"),
+        "base.kld" => scratch.join("base.kld").to_str().unwrap().to_string(),
+        "model-f16.gguf" | "model-q4_k_m.gguf" => "smollm2".into(),
         other => panic!("no stand-in for placeholder {other}"),
     }
 }
@@ -117,6 +122,22 @@ const CASES: &[Case] = &[
         line: "ferrite chat qwen2.5-0.5b-q4_k_m.gguf",
         subs: &["qwen2.5-0.5b-q4_k_m.gguf"],
         check: nonempty,
+    },
+    Case {
+        line: "ferrite perplexity smollm2 -f text.txt -c 128 --chunks 8",
+        subs: &["text.txt"],
+        check: |out| assert!(out.contains("[8]") && out.contains("Final estimate: PPL = "), "{out}"),
+    },
+    Case {
+        line: "ferrite perplexity model-f16.gguf -f text.txt -c 128 --chunks 8 --kl-divergence-base base.kld",
+        subs: &["model-f16.gguf", "text.txt", "base.kld"],
+        // Writes the base file the next case reads.
+        check: |out| assert!(out.contains("Final estimate"), "{out}"),
+    },
+    Case {
+        line: "ferrite perplexity model-q4_k_m.gguf --kl-divergence-base base.kld --kl-divergence",
+        subs: &["model-q4_k_m.gguf", "base.kld"],
+        check: |out| assert!(out.contains("Mean    KLD:") && out.contains("Same top p:"), "{out}"),
     },
     Case {
         line: "ferrite convert path/to/Qwen2.5-0.5B-Instruct -o qwen-q4_k_m.gguf --outtype Q4_K_M",

@@ -80,8 +80,8 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    convert, embed, formats, generate, inspect, kv_cache, layers, model_path, models, open,
-    parallel, quantize, tokenize, translate,
+    convert, embed, evaluate, formats, generate, inspect, kv_cache, layers, model_path, models,
+    open, parallel, quantize, tokenize, translate,
 );
 
 pub mod serving;

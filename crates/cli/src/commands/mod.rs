@@ -7,6 +7,7 @@ pub mod convert;
 pub mod embed;
 pub mod input;
 pub mod inspect;
+pub mod perplexity;
 pub mod quantize;
 pub mod run;
 pub mod serve;

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Goldens for `ferrite perplexity`: what llama.cpp's `llama-perplexity`
+reports on the committed text testdata/perplexity/text.txt (a frozen copy
+of five pages of ferrite's book), for the real models.
+
+For each model (SmolLM2 Q4_1, Gemma 3 270M Q4_K_M, Qwen2.5-Coder 0.5B
+Q4_K_M):
+
+    llama-perplexity -m MODEL -f text.txt -c 512 --chunks 4 -t 2 -b 512
+
+and records the running perplexity after each chunk and the final
+estimate with its uncertainty.
+
+KL divergence: SmolLM2's Q4_1 file is the base (`--kl-divergence-base`
+saved from it), compared with the same file requantized to Q4_0 by
+`llama-quantize --allow-requantize` (the Rust test makes the same file with
+`ferrite quantize`, which writes the same bytes as llama-quantize, and
+checks its sha256, recorded here). Recorded: every figure of
+llama-perplexity's KL-divergence statistics.
+
+Written to testdata/perplexity/goldens.json. How to run (from the
+repository root; needs a llama.cpp build, scripts/build-llamacpp.sh, and
+the models, scripts/fetch-models.sh):
+
+    scripts/refenv python scripts/make-perplexity-goldens.py
+"""
+
+import hashlib
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import common
+
+ROOT = common.ROOT
+TEXT = ROOT / "testdata/perplexity/text.txt"
+OUT = ROOT / "testdata/perplexity/goldens.json"
+MODELS = {
+    "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "gemma3": "gemma-3-270m-q4_k_m.gguf",
+    "qwen2.5": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+}
+N_CTX = 512
+CHUNKS = 4
+
+
+def models_dir():
+    import os
+
+    return Path(os.environ.get("FERRITE_MODELS", ROOT / "models"))
+
+
+def run(args):
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{args[0]} failed:\n{r.stderr[-3000:]}")
+    return r.stdout + r.stderr
+
+
+def ppl_args(model, *extra):
+    return [str(common.LLAMA_BIN / "llama-perplexity"), "-m", str(model), "-c", str(N_CTX),
+            "--chunks", str(CHUNKS), "-t", "2", "-b", str(N_CTX), *extra]
+
+
+def perplexity(model):
+    out = run(ppl_args(model, "-f", str(TEXT)))
+    chunks = [float(v) for v in re.findall(r"\[\d+\]([0-9.]+),", out)]
+    m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", out)
+    return {"chunks": chunks, "ppl": float(m.group(1)), "uncertainty": float(m.group(2))}
+
+
+def kld_stats(out):
+    """Every `Name: value` line of llama-perplexity's closing statistics."""
+    stats = {}
+    for line in out.splitlines():
+        m = re.match(r"^(Mean PPL\(Q\)|Mean PPL\(base\)|Mean    KLD|Maximum KLD|Median  KLD|"
+                     r"99\.0%   KLD|RMS Δp|Same top p)\s*:\s*(-?[0-9.]+)", line)
+        if m:
+            stats[m.group(1).replace("  ", " ").strip()] = float(m.group(2))
+    return stats
+
+
+def main():
+    md = models_dir()
+    goldens = {"n_ctx": N_CTX, "chunks": CHUNKS, "text_sha256": hashlib.sha256(TEXT.read_bytes()).hexdigest(),
+               "perplexity": {}}
+    for name, file in MODELS.items():
+        goldens["perplexity"][name] = perplexity(md / file)
+        print(name, goldens["perplexity"][name])
+    with tempfile.TemporaryDirectory() as tmp:
+        base = md / MODELS["smollm2"]
+        q40 = Path(tmp) / "q4_0.gguf"
+        run([str(common.LLAMA_BIN / "llama-quantize"), "--allow-requantize", str(base), str(q40), "Q4_0", "2"])
+        logits = Path(tmp) / "base.kld"
+        run(ppl_args(base, "-f", str(TEXT), "--kl-divergence-base", str(logits)))
+        out = run(ppl_args(q40, "--kl-divergence-base", str(logits), "--kl-divergence"))
+        goldens["kld"] = {
+            "base": "smollm2",
+            "quantized": "Q4_0",
+            "quantized_sha256": hashlib.sha256(q40.read_bytes()).hexdigest(),
+            "stats": kld_stats(out),
+        }
+        print(goldens["kld"])
+    OUT.write_text(json.dumps(goldens, indent=1) + "\n")
+    print("wrote", OUT)
+
+
+if __name__ == "__main__":
+    main()
