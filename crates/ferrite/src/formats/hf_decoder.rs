@@ -49,15 +49,16 @@ use crate::formats::names;
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
 use crate::layers::rope::Scaling;
 use crate::models::hparams::MAX_LAYERS;
+use crate::models::registry;
 use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
 
-mod gemma;
-mod gpt_oss;
+pub(crate) mod gemma;
+pub(crate) mod gpt_oss;
 mod moe;
-mod olmo2;
-mod phi3;
-mod smollm3;
+pub(crate) mod olmo2;
+pub(crate) mod phi3;
+pub(crate) mod smollm3;
 pub(crate) use moe::expert_of;
 
 /// Largest size hyper-parameter accepted (as `models::hparams`).
@@ -108,24 +109,6 @@ pub(crate) struct HfFamily {
 pub(crate) type SpecialTensors =
     for<'a> fn(&'a SafetensorsDir, &StTensorInfo, &Hp, &str) -> Result<Option<Vec<Out<'a>>>, Error>;
 
-/// The decoder classes read, by their name in `config.json`
-/// `architectures`: the one place they are matched.
-const HF_DECODERS: [(&str, Family); 13] = [
-    ("LlamaForCausalLM", Family::Llama),
-    ("MistralForCausalLM", Family::Mistral),
-    ("Qwen2ForCausalLM", Family::Qwen2),
-    ("Qwen3ForCausalLM", Family::Qwen3),
-    ("GPT2LMHeadModel", Family::Gpt2),
-    ("Qwen3MoeForCausalLM", Family::Qwen3Moe),
-    ("Qwen2MoeForCausalLM", Family::Qwen2Moe),
-    ("Gemma2ForCausalLM", Family::Table(&gemma::HF)),
-    ("Gemma3ForCausalLM", Family::Table(&gemma::HF_GEMMA3)),
-    ("Phi3ForCausalLM", Family::Table(&phi3::HF)),
-    ("Olmo2ForCausalLM", Family::Table(&olmo2::HF)),
-    ("SmolLM3ForCausalLM", Family::Table(&smollm3::HF)),
-    ("GptOssForCausalLM", Family::Table(&gpt_oss::HF)),
-];
-
 impl Family {
     /// `general.architecture` of the GGUF file.
     pub(crate) fn gguf_name(self) -> &'static str {
@@ -161,7 +144,16 @@ impl Family {
 
 /// Names of the HF decoder classes [`open`] reads.
 pub fn supported_classes() -> Vec<&'static str> {
-    HF_DECODERS.iter().map(|(name, _)| *name).collect()
+    registry::hf_classes()
+}
+
+/// The first of `config.json`'s `architectures` ferrite reads: its class
+/// name and how it maps onto its GGUF architecture.
+fn hf_class(archs: &[&str]) -> Option<(&'static str, Family)> {
+    archs
+        .iter()
+        .find_map(|a| registry::by_hf_class(a))
+        .map(|(class, _, mapping)| (class, mapping))
 }
 
 fn architectures(config: &Json) -> Vec<&str> {
@@ -314,11 +306,7 @@ pub(crate) fn decoder_plan(
         source: source.to_string(),
     };
     let archs = architectures(config);
-    let Some((class, family)) = archs
-        .iter()
-        .find_map(|a| HF_DECODERS.iter().find(|(name, _)| name == a))
-        .copied()
-    else {
+    let Some((class, family)) = hf_class(&archs) else {
         return Ok(None);
     };
     quantization(&c, family)?;
@@ -376,11 +364,7 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         source: source.clone(),
     };
     let archs = architectures(&st.config);
-    let Some((class, family)) = archs
-        .iter()
-        .find_map(|a| HF_DECODERS.iter().find(|(name, _)| name == a))
-        .copied()
-    else {
+    let Some((class, family)) = hf_class(&archs) else {
         return Err(c.bad(
             "architectures",
             format!(

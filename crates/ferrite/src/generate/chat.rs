@@ -1,6 +1,7 @@
 //! Chat prompts: a model's `tokenizer.chat_template` (Jinja, as Hugging Face
 //! writes them) rendered with `minijinja` in a sandbox, or, for models that
-//! have none, a built-in template chosen by architecture ([`builtin_template`]:
+//! have none, a built-in template chosen by architecture ([`builtin_template`],
+//! the family's `models::registry` entry:
 //! Gemma's turn format for Gemma models, ChatML otherwise).
 //!
 //! Templates come from model files and are untrusted: rendering runs in a
@@ -21,6 +22,7 @@ use serde::Serialize;
 use serde_json::Value as Json;
 
 use crate::formats::gguf::GgufFile;
+use crate::models::registry::{self, BuiltinChat};
 use crate::tokenize::Tokenizer;
 
 mod fit;
@@ -55,16 +57,14 @@ pub const GEMMA_TEMPLATE: &str = "{%- set ns = namespace(system='') -%}\
 {%- endfor -%}\
 {%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
 
-/// Architectures (`general.architecture`) that use [`GEMMA_TEMPLATE`].
-const GEMMA_ARCHITECTURES: [&str; 4] = ["gemma", "gemma2", "gemma3", "gemma3n"];
-
 /// The template for a model file that carries none, by its
-/// `general.architecture`: Gemma's turn format for Gemma models, ChatML
+/// `general.architecture`: the family's own (`models::registry`,
+/// `DecoderFamily::chat`: Gemma's turn format for Gemma models), ChatML
 /// for everything else.
 pub fn builtin_template(architecture: Option<&str>) -> ChatTemplate {
-    match architecture {
-        Some(arch) if GEMMA_ARCHITECTURES.contains(&arch) => ChatTemplate::gemma(),
-        _ => ChatTemplate::chatml(),
+    match architecture.and_then(registry::by_arch).map(|f| f.chat) {
+        Some(BuiltinChat::Gemma) => ChatTemplate::gemma(),
+        Some(BuiltinChat::ChatMl) | None => ChatTemplate::chatml(),
     }
 }
 

@@ -20,6 +20,8 @@ use crate::formats::gguf::GgufFile;
 use crate::models::gemma3::{load_variant, Variant};
 use crate::models::transformer::Decoder;
 use crate::Error;
+use crate::formats::hf_decoder::{gemma as hf_gemma, Family as HfMapping};
+use crate::models::registry::{BuiltinChat, DecoderFamily};
 
 /// Gemma 2.
 pub const GEMMA2: Variant = Variant {
@@ -35,3 +37,11 @@ pub const GEMMA2: Variant = Variant {
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     load_variant(file, &GEMMA2)
 }
+
+/// The Gemma 2 family: GGUF `gemma2`, read from `Gemma2ForCausalLM`,
+/// chatted with Gemma's turns.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Gemma2ForCausalLM", HfMapping::Table(&hf_gemma::HF))],
+    chat: BuiltinChat::Gemma,
+    ..DecoderFamily::new(GEMMA2.arch, load)
+};

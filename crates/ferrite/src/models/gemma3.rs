@@ -38,6 +38,8 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm, Shape};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::{gemma as hf_gemma, Family as HfMapping};
+use crate::models::registry::{BuiltinChat, DecoderFamily};
 
 /// What differs between Gemma 2 and Gemma 3 (`models::gemma2` holds
 /// Gemma 2's).
@@ -300,6 +302,14 @@ pub fn load_variant(file: Arc<GgufFile>, v: &Variant) -> Result<Decoder, Error> 
         head,
     })
 }
+
+/// The Gemma 3 family: GGUF `gemma3`, read from `Gemma3ForCausalLM` (the
+/// text model), chatted with Gemma's turns.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Gemma3ForCausalLM", HfMapping::Table(&hf_gemma::HF_GEMMA3))],
+    chat: BuiltinChat::Gemma,
+    ..DecoderFamily::new(GEMMA3.arch, load)
+};
 
 #[cfg(test)]
 mod tests {

@@ -23,6 +23,8 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
 
 /// Loads a GPT-2 file.
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
@@ -67,3 +69,9 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
         head: build::head(norm, output),
     })
 }
+
+/// The GPT-2 family: GGUF `gpt2`, read from `GPT2LMHeadModel`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("GPT2LMHeadModel", HfMapping::Gpt2)],
+    ..DecoderFamily::new("gpt2", load)
+};

@@ -42,6 +42,8 @@ use crate::models::qwen_moe::{moe_params, stacked_experts, widen_ffn};
 use crate::models::transformer::{Attention, Block, Decoder, Mlp};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::{gpt_oss as hf_gpt_oss, Family as HfMapping};
+use crate::models::registry::DecoderFamily;
 
 /// The architecture name.
 pub const ARCH: &str = "gpt-oss";
@@ -150,3 +152,9 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     widen_ffn(&mut d);
     Ok(d)
 }
+
+/// The gpt-oss family: GGUF `gpt-oss`, read from `GptOssForCausalLM`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("GptOssForCausalLM", HfMapping::Table(&hf_gpt_oss::HF))],
+    ..DecoderFamily::new(ARCH, load)
+};

@@ -21,6 +21,8 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Mlp, Norm, Shape};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
 
 /// What distinguishes the members of the Llama family.
 pub struct Family {
@@ -116,3 +118,16 @@ pub fn load_family_with(file: Arc<GgufFile>, f: &Family, mlp: MlpOf) -> Result<D
         head: build::head(norm, output),
     })
 }
+
+/// The Llama family: GGUF `llama`, read from `LlamaForCausalLM` and
+/// `MistralForCausalLM` directories (Mistral: a sliding window on every
+/// layer).
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[
+        ("LlamaForCausalLM", HfMapping::Llama),
+        ("MistralForCausalLM", HfMapping::Mistral),
+    ],
+    // llama.cpp calls an 80-layer grouped-query Llama 70B.
+    is_70b: Some(|n_layer, n_head, n_head_kv| n_layer == 80 && n_head != n_head_kv),
+    ..DecoderFamily::new("llama", load)
+};

@@ -20,6 +20,7 @@ pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen_moe;
+pub(crate) mod registry;
 pub mod seq2seq;
 pub mod smollm3;
 pub mod t5;
@@ -35,33 +36,12 @@ use crate::Error;
 use encoder::weights::WeightSource;
 use encoder::Encoder;
 use hparams::HParams;
-use transformer::Decoder;
 
 pub use causal_lm::CausalLm;
 
-/// A loader of one decoder architecture from a GGUF file.
-type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
-
-/// The decoder architectures ferrite runs, by `general.architecture`: the
-/// one place an architecture name is matched.
-const DECODERS: [(&str, LoadDecoder); 12] = [
-    ("llama", llama::load),
-    ("qwen2", qwen2::load),
-    ("qwen3", qwen3::load),
-    ("gemma3", gemma3::load),
-    ("gpt2", gpt2::load),
-    ("qwen3moe", qwen_moe::load_qwen3moe),
-    ("qwen2moe", qwen_moe::load_qwen2moe),
-    ("gemma2", gemma2::load),
-    ("phi3", phi3::load),
-    ("olmo2", olmo2::load),
-    ("smollm3", smollm3::load),
-    (gpt_oss::ARCH, gpt_oss::load),
-];
-
 /// Names of the decoder architectures [`load_causal_lm`] runs.
 pub fn supported_architectures() -> Vec<&'static str> {
-    DECODERS.iter().map(|(name, _)| *name).collect()
+    registry::architectures()
 }
 
 /// Loads the decoder model in a GGUF file, by its `general.architecture`.
@@ -73,8 +53,8 @@ pub fn load_causal_lm(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>, Error> {
             "no general.architecture in the metadata",
         ));
     };
-    match DECODERS.iter().find(|(name, _)| *name == arch) {
-        Some((_, load)) => Ok(Box::new(load(file)?)),
+    match registry::by_arch(arch) {
+        Some(family) => Ok(Box::new((family.load)(file)?)),
         None => Err(Error::model(
             source,
             format!(

@@ -22,6 +22,8 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::{olmo2 as hf_olmo2, Family as HfMapping};
+use crate::models::registry::DecoderFamily;
 
 /// Loads an OLMo 2 file.
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
@@ -75,3 +77,9 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
         head: build::head(norm, output),
     })
 }
+
+/// The OLMo 2 family: GGUF `olmo2`, read from `Olmo2ForCausalLM`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Olmo2ForCausalLM", HfMapping::Table(&hf_olmo2::HF))],
+    ..DecoderFamily::new("olmo2", load)
+};

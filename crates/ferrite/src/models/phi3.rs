@@ -25,6 +25,8 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Mlp};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::{phi3 as hf_phi3, Family as HfMapping};
+use crate::models::registry::DecoderFamily;
 
 /// LongRoPE's per-pair divisors for long and short contexts.
 pub const ROPE_FACTORS_LONG: &str = "rope_factors_long.weight";
@@ -133,3 +135,9 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
         head: build::head(norm, output),
     })
 }
+
+/// The Phi-3 family: GGUF `phi3`, read from `Phi3ForCausalLM`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Phi3ForCausalLM", HfMapping::Table(&hf_phi3::HF))],
+    ..DecoderFamily::new("phi3", load)
+};

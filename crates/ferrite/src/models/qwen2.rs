@@ -13,6 +13,8 @@ use crate::layers::rope::RopeStyle;
 use crate::models::llama::{load_family, Family};
 use crate::models::transformer::Decoder;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
 
 const QWEN2: Family = Family {
     rope_style: RopeStyle::Halves,
@@ -25,3 +27,11 @@ const QWEN2: Family = Family {
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     load_family(file, &QWEN2)
 }
+
+/// The Qwen2 family: GGUF `qwen2`, read from `Qwen2ForCausalLM`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Qwen2ForCausalLM", HfMapping::Qwen2)],
+    // llama.cpp calls an 80-layer Qwen2 70B.
+    is_70b: Some(|n_layer, _, _| n_layer == 80),
+    ..DecoderFamily::new("qwen2", load)
+};

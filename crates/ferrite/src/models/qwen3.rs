@@ -14,6 +14,8 @@ use crate::layers::rope::RopeStyle;
 use crate::models::llama::{load_family, Family};
 use crate::models::transformer::Decoder;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
 
 const QWEN3: Family = Family {
     rope_style: RopeStyle::Halves,
@@ -26,3 +28,9 @@ const QWEN3: Family = Family {
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     load_family(file, &QWEN3)
 }
+
+/// The Qwen3 family: GGUF `qwen3`, read from `Qwen3ForCausalLM`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Qwen3ForCausalLM", HfMapping::Qwen3)],
+    ..DecoderFamily::new("qwen3", load)
+};

@@ -28,6 +28,8 @@ use crate::models::llama::{load_family_with, Family};
 use crate::models::transformer::{Decoder, Mlp, Shape};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
 
 const QWEN3_MOE: Family = Family {
     rope_style: RopeStyle::Halves,
@@ -178,3 +180,15 @@ pub fn widen_ffn(d: &mut Decoder) {
         }
     }
 }
+
+/// Qwen3-MoE: GGUF `qwen3moe`, read from `Qwen3MoeForCausalLM`.
+pub(crate) const QWEN3MOE_FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Qwen3MoeForCausalLM", HfMapping::Qwen3Moe)],
+    ..DecoderFamily::new("qwen3moe", load_qwen3moe)
+};
+
+/// Qwen2-MoE: GGUF `qwen2moe`, read from `Qwen2MoeForCausalLM`.
+pub(crate) const QWEN2MOE_FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Qwen2MoeForCausalLM", HfMapping::Qwen2Moe)],
+    ..DecoderFamily::new("qwen2moe", load_qwen2moe)
+};

@@ -16,6 +16,8 @@ use crate::models::hparams::HParams;
 use crate::models::llama::{load_family, LLAMA};
 use crate::models::transformer::Decoder;
 use crate::Error;
+use crate::formats::hf_decoder::{smollm3 as hf_smollm3, Family as HfMapping};
+use crate::models::registry::DecoderFamily;
 
 /// llama.cpp's step of NoPE layers.
 pub(crate) const NO_ROPE_STEP: usize = 4;
@@ -40,3 +42,9 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     }
     Ok(d)
 }
+
+/// The SmolLM3 family: GGUF `smollm3`, read from `SmolLM3ForCausalLM`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("SmolLM3ForCausalLM", HfMapping::Table(&hf_smollm3::HF))],
+    ..DecoderFamily::new("smollm3", load)
+};

@@ -9,6 +9,7 @@ use ferrite_kernels::GgmlType;
 
 use super::file_type::*;
 use crate::formats::gguf::{GgufHeader, TensorInfo};
+use crate::models::registry;
 
 /// Whether ggml counts `t` as quantized (`ggml_is_quantized`).
 pub fn is_quantized(t: GgmlType) -> bool {
@@ -186,13 +187,19 @@ impl ModelFacts {
         let n_head = first("attention.head_count").unwrap_or(0);
         let n_head_kv = first("attention.head_count_kv").unwrap_or(n_head);
         let n_gqa = n_head.checked_div(n_head_kv).unwrap_or(0);
-        // Only LLM_TYPE_70B changes a choice; these are the architectures
-        // whose loaders call an 80-layer (Jais2: 68-layer) model that.
-        let is_70b = match arch.as_str() {
-            "llama" => n_layer == 80 && n_head != n_head_kv,
-            "qwen2" | "deci" | "olmo" => n_layer == 80,
-            "jais2" => n_layer == 68,
-            _ => false,
+        // Only LLM_TYPE_70B changes a choice: the rule of a family ferrite
+        // runs is its registry entry's; these are the other architectures
+        // whose llama.cpp loaders call an 80-layer (Jais2: 68-layer) model
+        // that (a file ferrite cannot run can still be quantized).
+        let is_70b = match registry::by_arch(&arch) {
+            Some(family) => family
+                .is_70b
+                .is_some_and(|rule| rule(n_layer, n_head, n_head_kv)),
+            None => match arch.as_str() {
+                "deci" | "olmo" => n_layer == 80,
+                "jais2" => n_layer == 68,
+                _ => false,
+            },
         };
         Ok(ModelFacts {
             falcon: arch == "falcon",
