@@ -22,6 +22,9 @@ use crate::models::transformer::Decoder;
 use crate::Error;
 use crate::formats::hf_decoder::{gemma as hf_gemma, Family as HfMapping};
 use crate::models::registry::{BuiltinChat, DecoderFamily};
+use crate::convert::families::{required, ConvertSpec, BLOCKS};
+use crate::convert::keys::Ctx;
+use crate::formats::gguf::Metadata;
 
 /// Gemma 2.
 pub const GEMMA2: Variant = Variant {
@@ -43,5 +46,47 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("Gemma2ForCausalLM", HfMapping::Table(&hf_gemma::HF))],
     chat: BuiltinChat::Gemma,
+    convert: Some(ConvertSpec {
+        sentencepiece: true,
+        drops_output: true,
+        ..ConvertSpec::new(convert_keys)
+    }),
     ..DecoderFamily::new(GEMMA2.arch, load)
 };
+
+/// `Gemma2Model` (instead of the generic keys).
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    required(
+        x,
+        md,
+        &[
+            ("context_length", &["max_position_embeddings"], false),
+            ("embedding_length", &["hidden_size"], false),
+            ("block_count", &BLOCKS, false),
+            ("feed_forward_length", &["intermediate_size"], false),
+            ("attention.head_count", &["num_attention_heads"], false),
+            (
+                "attention.head_count_kv",
+                &["num_key_value_heads", "num_attention_heads"],
+                false,
+            ),
+            ("attention.layer_norm_rms_epsilon", &["rms_norm_eps"], true),
+            ("attention.key_length", &["head_dim"], false),
+            ("attention.value_length", &["head_dim"], false),
+        ],
+    )?;
+    x.file_type(md);
+    required(
+        x,
+        md,
+        &[
+            ("attn_logit_softcapping", &["attn_logit_softcapping"], true),
+            (
+                "final_logit_softcapping",
+                &["final_logit_softcapping"],
+                true,
+            ),
+            ("attention.sliding_window", &["sliding_window"], false),
+        ],
+    )
+}

@@ -44,6 +44,9 @@ use crate::tensor::Loader;
 use crate::Error;
 use crate::formats::hf_decoder::{gpt_oss as hf_gpt_oss, Family as HfMapping};
 use crate::models::registry::DecoderFamily;
+use crate::convert::families::{required, ConvertSpec};
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::formats::gguf::Metadata;
 
 /// The architecture name.
 pub const ARCH: &str = "gpt-oss";
@@ -156,5 +159,20 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 /// The gpt-oss family: GGUF `gpt-oss`, read from `GptOssForCausalLM`.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("GptOssForCausalLM", HfMapping::Table(&hf_gpt_oss::HF))],
+    convert: Some(ConvertSpec::new(convert_keys)),
     ..DecoderFamily::new(ARCH, load)
 };
+
+/// `GptOssModel`: the generic keys, then the window and the experts'
+/// width (`intermediate_size`).
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    required(
+        x,
+        md,
+        &[
+            ("attention.sliding_window", &["sliding_window"], false),
+            ("expert_feed_forward_length", &["intermediate_size"], false),
+        ],
+    )
+}

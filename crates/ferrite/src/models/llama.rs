@@ -23,6 +23,10 @@ use crate::tensor::Loader;
 use crate::Error;
 use crate::formats::hf_decoder::Family as HfMapping;
 use crate::models::registry::DecoderFamily;
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::formats::gguf::{Metadata, Value};
+use serde_json::Value as Json;
 
 /// What distinguishes the members of the Llama family.
 pub struct Family {
@@ -129,5 +133,29 @@ pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     ],
     // llama.cpp calls an 80-layer grouped-query Llama 70B.
     is_70b: Some(|n_layer, n_head, n_head_kv| n_layer == 80 && n_head != n_head_kv),
+    convert: Some(ConvertSpec {
+        space_prefix: true,
+        ..ConvertSpec::new(convert_keys)
+    }),
     ..DecoderFamily::new("llama", load)
 };
+
+/// `LlamaModel` (and `SmolLM3Model`): the generic keys, then the vocabulary
+/// size and the rotated dimensions.
+pub(crate) fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    x.put(md, "vocab_size", x.need_uint(&["vocab_size"])?);
+    let dim = match x.find(&["head_dim"]) {
+        Some(d) => x.uint(d, "head_dim")?,
+        None => {
+            let width = x.c.get("hidden_size").and_then(Json::as_u64);
+            let heads = x.c.get("num_attention_heads").and_then(Json::as_u64);
+            match (width, heads) {
+                (Some(w), Some(h)) if h > 0 => Value::U32((w / h) as u32),
+                _ => return Err(x.bad("num_attention_heads", "missing")),
+            }
+        }
+    };
+    x.put(md, "rope.dimension_count", dim);
+    Ok(())
+}

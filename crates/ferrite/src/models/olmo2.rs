@@ -24,6 +24,10 @@ use crate::tensor::Loader;
 use crate::Error;
 use crate::formats::hf_decoder::{olmo2 as hf_olmo2, Family as HfMapping};
 use crate::models::registry::DecoderFamily;
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::formats::gguf::{Array, Metadata, Value};
+use serde_json::Value as Json;
 
 /// Loads an OLMo 2 file.
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
@@ -81,5 +85,35 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 /// The OLMo 2 family: GGUF `olmo2`, read from `Olmo2ForCausalLM`.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("Olmo2ForCausalLM", HfMapping::Table(&hf_olmo2::HF))],
+    convert: Some(ConvertSpec::new(convert_keys)),
     ..DecoderFamily::new("olmo2", load)
 };
+
+/// `Olmo2Model`: the generic keys, then the window (when `config.json`
+/// has one: OLMo 3).
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    let Some(w) = x.find(&["sliding_window"]) else {
+        return Ok(());
+    };
+    x.put(md, "attention.sliding_window", x.uint(w, "sliding_window")?);
+    let pattern: Vec<bool> = match x.c.get("layer_types").and_then(Json::as_array) {
+        Some(types) => types
+            .iter()
+            .map(|t| t.as_str() == Some("sliding_attention"))
+            .collect(),
+        None => {
+            let n =
+                x.c.get("num_hidden_layers")
+                    .and_then(Json::as_u64)
+                    .ok_or_else(|| x.bad("num_hidden_layers", "missing"))?;
+            (0..n).map(|i| (i + 1) % 4 != 0).collect()
+        }
+    };
+    x.put(
+        md,
+        "attention.sliding_window_pattern",
+        Value::Array(Array::Bool(pattern)),
+    );
+    Ok(())
+}

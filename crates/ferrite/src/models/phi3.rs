@@ -27,6 +27,10 @@ use crate::tensor::Loader;
 use crate::Error;
 use crate::formats::hf_decoder::{phi3 as hf_phi3, Family as HfMapping};
 use crate::models::registry::DecoderFamily;
+use crate::convert::families::{required, ConvertSpec, BLOCKS};
+use crate::convert::keys::{global_rope, rope_parameters, Ctx};
+use crate::formats::gguf::{Metadata, Value};
+use serde_json::Value as Json;
 
 /// LongRoPE's per-pair divisors for long and short contexts.
 pub const ROPE_FACTORS_LONG: &str = "rope_factors_long.weight";
@@ -139,5 +143,125 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 /// The Phi-3 family: GGUF `phi3`, read from `Phi3ForCausalLM`.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("Phi3ForCausalLM", HfMapping::Table(&hf_phi3::HF))],
+    convert: Some(ConvertSpec {
+        early: Some(convert_attn_factor),
+        sentencepiece: true,
+        gpt2_class_reads_json: true,
+        ..ConvertSpec::new(convert_keys)
+    }),
     ..DecoderFamily::new("phi3", load)
 };
+
+/// Phi-3's RoPE numbers: (context, original context, rotated dimensions,
+/// the parameters).
+fn convert_rope(x: &Ctx) -> Result<(f64, f64, u64, serde_json::Map<String, Json>), Error> {
+    let rp = rope_parameters(x.c);
+    let num = |v: Option<&Json>, key: &str| {
+        v.and_then(Json::as_f64)
+            .ok_or_else(|| x.bad(key, "missing or not a number"))
+    };
+    let max_pos = num(
+        x.find(&["n_positions", "max_position_embeddings"]),
+        "max_position_embeddings",
+    )?;
+    let orig = num(
+        rp.get("original_max_position_embeddings"),
+        "original_max_position_embeddings",
+    )?;
+    let n_embd = num(x.find(&["hidden_size", "n_embd"]), "hidden_size")?;
+    let n_head = num(
+        x.find(&["num_attention_heads", "n_head"]),
+        "num_attention_heads",
+    )?;
+    let pct = match rp.get("partial_rotary_factor") {
+        Some(v) => num(Some(v), "partial_rotary_factor")?,
+        None => 1.0,
+    };
+    if n_head < 1.0 {
+        return Err(x.bad("num_attention_heads", "not a head count"));
+    }
+    // Python's int(pct * n_embd) // n_head.
+    let rope_dims = (pct * n_embd) as u64 / n_head as u64;
+    Ok((max_pos, orig, rope_dims, rp))
+}
+
+/// `Phi3MiniModel.generate_extra_tensors`' key, written before the
+/// general ones: the LongRoPE attention factor (when there are long
+/// factors), from the context sizes whatever `config.json` says.
+fn convert_attn_factor(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    let (max_pos, orig, _, rp) = convert_rope(x)?;
+    let long = rp.get("long_factor");
+    if long.is_none_or(|v| v.is_null() || v.as_array().is_some_and(Vec::is_empty)) {
+        return Ok(());
+    }
+    let scale = max_pos / orig;
+    let kind = rp
+        .get("rope_type")
+        .and_then(Json::as_str)
+        .unwrap_or("")
+        .to_lowercase();
+    let factor = match kind.as_str() {
+        "su" | "longrope" if scale > 1.0 => (1.0 + scale.ln() / orig.ln()).sqrt(),
+        "yarn" if scale > 1.0 => 0.1 * scale.ln() + 1.0,
+        "su" | "longrope" | "yarn" => 1.0,
+        "" => return Err(x.bad("rope_parameters.rope_type", "missing")),
+        other => {
+            return Err(x.bad(
+                "rope_parameters.rope_type",
+                &format!("'{other}' is not supported for Phi-3"),
+            ))
+        }
+    };
+    x.put(md, "rope.scaling.attn_factor", Value::F32(factor as f32));
+    Ok(())
+}
+
+/// `Phi3MiniModel` (instead of the generic keys).
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    let (_, _, rope_dims, rp) = convert_rope(x)?;
+    x.put(
+        md,
+        "context_length",
+        x.need_uint(&["n_positions", "max_position_embeddings"])?,
+    );
+    let orig = rp
+        .get("original_max_position_embeddings")
+        .ok_or_else(|| x.bad("original_max_position_embeddings", "missing"))?;
+    x.put(
+        md,
+        "rope.scaling.original_context_length",
+        x.uint(orig, "original_max_position_embeddings")?,
+    );
+    required(
+        x,
+        md,
+        &[
+            ("embedding_length", &["hidden_size", "n_embd"], false),
+            ("feed_forward_length", &["intermediate_size"], false),
+            ("block_count", &BLOCKS, false),
+            (
+                "attention.head_count",
+                &["num_attention_heads", "n_head"],
+                false,
+            ),
+            (
+                "attention.head_count_kv",
+                &["num_key_value_heads", "n_head_kv"],
+                false,
+            ),
+            ("attention.layer_norm_rms_epsilon", &["rms_norm_eps"], true),
+        ],
+    )?;
+    x.put(md, "rope.dimension_count", Value::U32(rope_dims as u32));
+    let theta = global_rope(&rp)
+        .get("rope_theta")
+        .ok_or_else(|| x.bad("rope_theta", "missing"))?;
+    x.put(md, "rope.freq_base", x.float(theta, "rope_theta")?);
+    x.file_type(md);
+    let window = match x.find(&["sliding_window"]) {
+        Some(v) => x.uint(v, "sliding_window")?,
+        None => Value::U32(0),
+    };
+    x.put(md, "attention.sliding_window", window);
+    Ok(())
+}

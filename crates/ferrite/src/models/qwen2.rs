@@ -15,6 +15,8 @@ use crate::models::transformer::Decoder;
 use crate::Error;
 use crate::formats::hf_decoder::Family as HfMapping;
 use crate::models::registry::DecoderFamily;
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::generic_keys;
 
 const QWEN2: Family = Family {
     rope_style: RopeStyle::Halves,
@@ -33,5 +35,6 @@ pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("Qwen2ForCausalLM", HfMapping::Qwen2)],
     // llama.cpp calls an 80-layer Qwen2 70B.
     is_70b: Some(|n_layer, _, _| n_layer == 80),
+    convert: Some(ConvertSpec::new(generic_keys)),
     ..DecoderFamily::new("qwen2", load)
 };

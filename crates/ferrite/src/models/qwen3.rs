@@ -16,6 +16,8 @@ use crate::models::transformer::Decoder;
 use crate::Error;
 use crate::formats::hf_decoder::Family as HfMapping;
 use crate::models::registry::DecoderFamily;
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::generic_keys;
 
 const QWEN3: Family = Family {
     rope_style: RopeStyle::Halves,
@@ -32,5 +34,6 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 /// The Qwen3 family: GGUF `qwen3`, read from `Qwen3ForCausalLM`.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("Qwen3ForCausalLM", HfMapping::Qwen3)],
+    convert: Some(ConvertSpec::new(generic_keys)),
     ..DecoderFamily::new("qwen3", load)
 };

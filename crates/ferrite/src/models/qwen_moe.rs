@@ -30,6 +30,9 @@ use crate::tensor::Loader;
 use crate::Error;
 use crate::formats::hf_decoder::Family as HfMapping;
 use crate::models::registry::DecoderFamily;
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::formats::gguf::Metadata;
 
 const QWEN3_MOE: Family = Family {
     rope_style: RopeStyle::Halves,
@@ -184,11 +187,34 @@ pub fn widen_ffn(d: &mut Decoder) {
 /// Qwen3-MoE: GGUF `qwen3moe`, read from `Qwen3MoeForCausalLM`.
 pub(crate) const QWEN3MOE_FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("Qwen3MoeForCausalLM", HfMapping::Qwen3Moe)],
+    convert: Some(ConvertSpec::new(convert_keys)),
     ..DecoderFamily::new("qwen3moe", load_qwen3moe)
 };
 
 /// Qwen2-MoE: GGUF `qwen2moe`, read from `Qwen2MoeForCausalLM`.
 pub(crate) const QWEN2MOE_FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("Qwen2MoeForCausalLM", HfMapping::Qwen2Moe)],
+    convert: Some(ConvertSpec::new(convert_keys)),
     ..DecoderFamily::new("qwen2moe", load_qwen2moe)
 };
+
+/// `Qwen2MoeModel` (and `Qwen3MoeModel`): the generic keys, then the
+/// expert sizes.
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    if let Some(v) = x.find(&["moe_intermediate_size"]) {
+        x.put(
+            md,
+            "expert_feed_forward_length",
+            x.uint(v, "moe_intermediate_size")?,
+        );
+    }
+    if let Some(v) = x.find(&["shared_expert_intermediate_size"]) {
+        x.put(
+            md,
+            "expert_shared_feed_forward_length",
+            x.uint(v, "shared_expert_intermediate_size")?,
+        );
+    }
+    Ok(())
+}

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use crate::convert::families::ConvertSpec;
 use crate::formats::gguf::GgufFile;
 use crate::formats::hf_decoder::Family as HfMapping;
 use crate::Error;
@@ -48,6 +49,9 @@ pub(crate) struct DecoderFamily {
     /// this family, each with how its `config.json` and tensors become
     /// the GGUF file's (`formats::hf_decoder`).
     pub hf: &'static [(&'static str, HfMapping)],
+    /// What `ferrite convert` writes for it, as `convert_hf_to_gguf.py`
+    /// does (`None`: not converted).
+    pub convert: Option<ConvertSpec>,
     /// The chat template of a file that carries none.
     pub chat: BuiltinChat,
     /// llama.cpp's `LLM_TYPE_70B` rule, if its loader has one for this
@@ -63,6 +67,7 @@ impl DecoderFamily {
             arch,
             load,
             hf: &[],
+            convert: None,
             chat: BuiltinChat::ChatMl,
             is_70b: None,
         }
@@ -134,6 +139,8 @@ mod tests {
             // (Entries are constants: compared by name, unique above.)
             assert_eq!(by_arch(f.arch).map(|x| x.arch), Some(f.arch));
             assert!(!f.hf.is_empty(), "{}: no Hugging Face class", f.arch);
+            // Every class ferrite reads is one `ferrite convert` writes.
+            assert!(f.convert.is_some(), "{}: no converter entry", f.arch);
             for &(class, mapping) in f.hf {
                 assert_eq!(
                     classes.iter().filter(|c| **c == class).count(),

@@ -18,6 +18,7 @@ use crate::models::transformer::Decoder;
 use crate::Error;
 use crate::formats::hf_decoder::{smollm3 as hf_smollm3, Family as HfMapping};
 use crate::models::registry::DecoderFamily;
+use crate::convert::families::ConvertSpec;
 
 /// llama.cpp's step of NoPE layers.
 pub(crate) const NO_ROPE_STEP: usize = 4;
@@ -46,5 +47,7 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 /// The SmolLM3 family: GGUF `smollm3`, read from `SmolLM3ForCausalLM`.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     hf: &[("SmolLM3ForCausalLM", HfMapping::Table(&hf_smollm3::HF))],
+    // The converter's `SmolLM3Model` writes Llama's keys.
+    convert: Some(ConvertSpec::new(crate::models::llama::convert_keys)),
     ..DecoderFamily::new("smollm3", load)
 };
