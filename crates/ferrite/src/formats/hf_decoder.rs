@@ -53,12 +53,7 @@ use crate::models::registry;
 use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
 
-pub(crate) mod gemma;
-pub(crate) mod gpt_oss;
 mod moe;
-pub(crate) mod olmo2;
-pub(crate) mod phi3;
-pub(crate) mod smollm3;
 pub(crate) use moe::expert_of;
 
 /// Largest size hyper-parameter accepted (as `models::hparams`).
@@ -80,7 +75,8 @@ pub(crate) enum Family {
     /// Qwen3 / Qwen2 with mixture-of-experts layers (`hf_decoder/moe.rs`).
     Qwen3Moe,
     Qwen2Moe,
-    /// A family described as data (`gemma.rs`, `phi3.rs`, ... here).
+    /// A family described as data, in its file in `models/`
+    /// (`models/gemma2.rs`, `models/phi3.rs`, ...).
     Table(&'static HfFamily),
 }
 
@@ -98,6 +94,10 @@ pub(crate) struct HfFamily {
     pub norm_plus_one: bool,
     /// Q/K rows permuted for adjacent-pair RoPE (Llama-style files).
     pub permute_qk: bool,
+    /// Its experts may be MXFP4 blocks (`quantization_config`
+    /// `quant_method` `mxfp4`: gpt-oss as OpenAI publishes it); any other
+    /// `quantization_config` is refused.
+    pub mxfp4: bool,
     /// Tensors that are not renamed one to one (split, transposed, or
     /// without a `.weight` suffix), made by the family itself: `None`
     /// leaves a tensor to the table.
@@ -315,23 +315,23 @@ pub(crate) fn decoder_plan(
 }
 
 /// Refuses a `quantization_config` ferrite does not read: the one read is
-/// gpt-oss's `mxfp4` (its experts as MXFP4 blocks, see `gpt_oss`).
+/// `mxfp4`, for a family that says so (`HfFamily::mxfp4`: gpt-oss).
 fn quantization(c: &Config, family: Family) -> Result<(), Error> {
     let Some(q) = c.get("quantization_config") else {
         return Ok(());
     };
     let key = "quantization_config.quant_method";
-    let gpt_oss = family.gguf_name() == gpt_oss::HF.arch;
+    let mxfp4 = matches!(family, Family::Table(t) if t.mxfp4);
     match q.get("quant_method").and_then(Json::as_str) {
-        Some("mxfp4") if gpt_oss => Ok(()),
+        Some("mxfp4") if mxfp4 => Ok(()),
         Some(m) => Err(c.bad(
             key,
             format!(
                 "'{m}' checkpoints are not supported ({})",
-                if gpt_oss {
-                    "gpt-oss: mxfp4, or F32, F16 or BF16 weights"
+                if mxfp4 {
+                    format!("{}: mxfp4, or F32, F16 or BF16 weights", family.gguf_name())
                 } else {
-                    "use F32, F16 or BF16 weights"
+                    "use F32, F16 or BF16 weights".to_string()
                 }
             ),
         )),

@@ -27,6 +27,10 @@
 //!
 //! Reference: llama.cpp `src/models/gemma3.cpp` (graph and hyper-parameters),
 //! `src/llama-hparams.cpp` (`set_swa_pattern`, `is_masked_swa`).
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too: the Hugging Face class read as it (`HF`, Gemma 2's mapping with
+//! Gemma 3's variant) and the converter's keys (`convert_keys`).
 
 use std::sync::Arc;
 
@@ -38,8 +42,10 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm, Shape};
 use crate::tensor::Loader;
 use crate::Error;
-use crate::formats::hf_decoder::{gemma as hf_gemma, Family as HfMapping};
+use crate::formats::hf_decoder::Family as HfMapping;
 use crate::models::registry::{BuiltinChat, DecoderFamily};
+use crate::formats::hf_decoder::HfFamily;
+use crate::models::gemma2;
 use crate::convert::families::ConvertSpec;
 use crate::convert::keys::{generic_keys, global_rope, rope_parameters, Ctx};
 use crate::formats::gguf::{Metadata, Value};
@@ -307,10 +313,24 @@ pub fn load_variant(file: Arc<GgufFile>, v: &Variant) -> Result<Decoder, Error> 
     })
 }
 
+// How a Hugging Face directory of this family becomes its GGUF file
+// (`formats::hf_decoder` runs it).
+
+/// `Gemma3ForCausalLM` directories (the text model).
+const HF: HfFamily = HfFamily {
+    arch: "gemma3",
+    config: |c, k| gemma2::gemma_config(c, k, &GEMMA3),
+    layer: &gemma2::HF_LAYER,
+    norm_plus_one: true,
+    permute_qk: false,
+    mxfp4: false,
+    special: None,
+};
+
 /// The Gemma 3 family: GGUF `gemma3`, read from `Gemma3ForCausalLM` (the
 /// text model), chatted with Gemma's turns.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
-    hf: &[("Gemma3ForCausalLM", HfMapping::Table(&hf_gemma::HF_GEMMA3))],
+    hf: &[("Gemma3ForCausalLM", HfMapping::Table(&HF))],
     chat: BuiltinChat::Gemma,
     convert: Some(ConvertSpec {
         sentencepiece: true,

@@ -11,6 +11,10 @@
 //!
 //! Reference: llama.cpp `src/models/gpt2.cpp`; HF `modeling_gpt2.py`
 //! (`gelu_new` is the tanh approximation).
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too (its Hugging Face mapping is `formats::hf_decoder`'s built-in
+//! Llama-style or GPT-2 one).
 
 use std::sync::Arc;
 

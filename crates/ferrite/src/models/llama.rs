@@ -10,6 +10,10 @@
 //! permuted Q/K rows for ggml's "normal" rope).
 //!
 //! Reference: llama.cpp `src/models/llama.cpp`; llama2.c `run.c`.
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too (its Hugging Face mapping is `formats::hf_decoder`'s built-in
+//! Llama-style or GPT-2 one).
 
 use std::sync::Arc;
 

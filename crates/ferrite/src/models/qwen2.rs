@@ -5,6 +5,10 @@
 //! (eps 1e-6 by default), SwiGLU, untied or tied output.
 //!
 //! Reference: llama.cpp `src/models/qwen2.cpp`; HF `modeling_qwen2.py`.
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too (its Hugging Face mapping is `formats::hf_decoder`'s built-in
+//! Llama-style or GPT-2 one).
 
 use std::sync::Arc;
 

@@ -6,6 +6,10 @@
 //! `dim / heads` (`attention.key_length`).
 //!
 //! Reference: llama.cpp `src/models/qwen3.cpp`; HF `modeling_qwen3.py`.
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too (its Hugging Face mapping is `formats::hf_decoder`'s built-in
+//! Llama-style or GPT-2 one).
 
 use std::sync::Arc;
 

@@ -16,6 +16,10 @@
 //!
 //! Reference: llama.cpp `src/models/qwen3moe.cpp`, `qwen2moe.cpp`; HF
 //! `modeling_qwen3_moe.py`, `modeling_qwen2_moe.py`.
+//!
+//! The families' registry entries (`QWEN3MOE_FAMILY`, `QWEN2MOE_FAMILY`,
+//! see `models::registry`) are here too (their Hugging Face mapping is
+//! `formats::hf_decoder`'s Llama-style one with `moe.rs`).
 
 use std::sync::Arc;
 
