@@ -1,5 +1,7 @@
 //! Model architectures. Each file holds a typed config read from the file's
-//! metadata, a loader, and a forward pass built from `crate::layers`.
+//! metadata, a loader, and a forward pass built from `crate::layers`; a
+//! decoder family's file also holds the rest of what the family is (its
+//! `registry::DecoderFamily`), and `decoder_families!` below lists them.
 
 pub mod build;
 mod causal_lm;
@@ -8,26 +10,42 @@ pub mod decoder;
 // which is rewriting them (attention / KV cache): see issue 28.
 
 pub mod encoder;
-pub mod gemma2;
-pub mod gemma3;
-pub mod gpt2;
-pub mod gpt_oss;
 pub mod hparams;
-pub mod llama;
 pub mod marian;
-pub mod olmo2;
-pub mod phi3;
-pub mod qwen2;
-pub mod qwen3;
-pub mod qwen_moe;
 pub(crate) mod registry;
 pub mod seq2seq;
-pub mod smollm3;
 pub mod t5;
 // Documentation of the public items in these files waits for wave/attn,
 // which is rewriting them (attention / KV cache): see issue 28.
 
 pub mod transformer;
+
+/// Declares each decoder family's module (its file in `models/`) and lists
+/// the `DecoderFamily` constants it exports in `DECODERS`, in this order.
+macro_rules! decoder_families {
+    ($($module:ident: $($family:ident),+;)*) => {
+        $(pub mod $module;)*
+
+        /// The decoder families, by `general.architecture`: the one list
+        /// every lookup reads (`registry::by_arch`, `registry::by_hf_class`).
+        pub(crate) const DECODERS: &[&registry::DecoderFamily] = &[$($(&$module::$family),+),*];
+    };
+}
+
+// Adding a decoder family is its file and one line here.
+decoder_families! {
+    llama: FAMILY;
+    qwen2: FAMILY;
+    qwen3: FAMILY;
+    gemma3: FAMILY;
+    gpt2: FAMILY;
+    qwen_moe: QWEN3MOE_FAMILY, QWEN2MOE_FAMILY;
+    gemma2: FAMILY;
+    phi3: FAMILY;
+    olmo2: FAMILY;
+    smollm3: FAMILY;
+    gpt_oss: FAMILY;
+}
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! The decoder families ferrite knows, in one list ([`DECODERS`]).
+//! The decoder families ferrite knows and the lookups over their one list
+//! (`models::DECODERS`, made by `decoder_families!` in `models/mod.rs`).
 //!
 //! Each family's file in `models/` (`llama.rs`, `olmo2.rs`, ...) exports
 //! one [`DecoderFamily`]: everything that is particular to the family
@@ -9,8 +10,8 @@
 //! `formats::hf_decoder` and `convert` (by `config.json` `architectures`),
 //! `generate::chat` (the built-in template), `quantize::mix` (llama.cpp's
 //! model-size rules). Adding a family is its file plus one line in
-//! [`DECODERS`]; `tests::registry_is_consistent` checks that every name is
-//! found once by every lookup.
+//! `decoder_families!`; `tests::registry_is_consistent` checks that every
+//! name is listed once and found by every lookup.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use crate::formats::hf_decoder::Family as HfMapping;
 use crate::Error;
 
 use super::transformer::Decoder;
-use super::{gemma2, gemma3, gpt2, gpt_oss, llama, olmo2, phi3, qwen2, qwen3, qwen_moe, smollm3};
+use super::DECODERS;
 
 /// A loader of one decoder architecture from a GGUF file.
 pub(crate) type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
@@ -73,23 +74,6 @@ impl DecoderFamily {
         }
     }
 }
-
-/// The decoder families, by `general.architecture`: the one list every
-/// lookup reads. Adding a family is one line here.
-pub(crate) const DECODERS: [&DecoderFamily; 12] = [
-    &llama::FAMILY,
-    &qwen2::FAMILY,
-    &qwen3::FAMILY,
-    &gemma3::FAMILY,
-    &gpt2::FAMILY,
-    &qwen_moe::QWEN3MOE_FAMILY,
-    &qwen_moe::QWEN2MOE_FAMILY,
-    &gemma2::FAMILY,
-    &phi3::FAMILY,
-    &olmo2::FAMILY,
-    &smollm3::FAMILY,
-    &gpt_oss::FAMILY,
-];
 
 /// The family whose GGUF architecture is `arch`.
 pub(crate) fn by_arch(arch: &str) -> Option<&'static DecoderFamily> {
