@@ -1,12 +1,11 @@
 //! What `ferrite convert` writes per GGUF architecture ([`ConvertSpec`]):
-//! each decoder family's is in its file in `models/` (its
-//! `set_gguf_parameters` in the converter, `conversion/*.py` of llama.cpp:
-//! the keys, their order, and the defaults it assumes), the encoders' here
-//! ([`ENCODER_SPECS`]); and the helpers those key writers share.
+//! each family's is in its file in `models/` (its `set_gguf_parameters` in
+//! the converter, `conversion/*.py` of llama.cpp: the keys, their order,
+//! and the defaults it assumes); and the helpers those key writers share.
 
 use serde_json::Value as Json;
 
-use super::keys::{generic_keys, Ctx};
+use super::keys::Ctx;
 use super::vocab::VocabKind;
 use crate::formats::gguf::Metadata;
 use crate::Error;
@@ -18,9 +17,9 @@ pub(crate) type Keys = fn(&Ctx, &mut Metadata) -> Result<(), Error>;
 pub(crate) type Check = fn(&Json, &str) -> Result<(), Error>;
 
 /// What `ferrite convert` writes for one GGUF architecture, as the
-/// converter's class for it does: a decoder family's is its registry
-/// entry's (`models::registry::DecoderFamily::convert`), the encoders' are
-/// [`ENCODER_SPECS`] here.
+/// converter's class for it does: a family's registry entry holds it
+/// (`models::registry::DecoderFamily::convert`,
+/// `models::EncoderConvert::spec`).
 pub(crate) struct ConvertSpec {
     /// Keys the converter writes before `general.type` (while it makes up
     /// tensors: Phi-3's LongRoPE attention factor).
@@ -66,36 +65,6 @@ impl ConvertSpec {
             check: None,
         }
     }
-}
-
-/// The encoder architectures `ferrite convert` writes (the decoders' are
-/// in their registry entries).
-pub(super) const ENCODER_SPECS: [(&str, ConvertSpec); 2] = [
-    (
-        "bert",
-        ConvertSpec {
-            vocab: VocabKind::Bert,
-            ..ConvertSpec::new(bert)
-        },
-    ),
-    (
-        "nomic-bert",
-        ConvertSpec {
-            vocab: VocabKind::Bert,
-            ..ConvertSpec::new(nomic_bert)
-        },
-    ),
-];
-
-/// `BertModel`: the generic keys, then not causal and the pooling.
-pub(super) fn bert(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
-    generic_keys(x, md)?;
-    super::bert::bert_keys(x, md)
-}
-
-/// `NomicBertModel`: see [`super::bert::nomic_keys`].
-pub(super) fn nomic_bert(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
-    super::bert::nomic_keys(x, md)
 }
 
 /// The layer count's spellings (`TextModel.block_count`).

@@ -6,7 +6,7 @@
 //!   tensors by name, made-up tensors such as Llama 3's `rope_freqs`
 //!   first), renamed and reshaped by `formats::hf_decoder` (the HF classes
 //!   and the converter's keys per GGUF architecture are the family's
-//!   `models::registry` entry, the encoders' `families::ENCODER_SPECS`),
+//!   `models::registry` entry, an encoder's its `models::ENCODERS` entry),
 //!   typed as the converter types them: vectors, norms
 //!   and biases F32, the matrices the out type (Q8_0 falling back to F16
 //!   for rows that are not whole blocks); values pass through f32 as in the
@@ -25,14 +25,14 @@
 //! - Other out types (`Q4_K_M`, ...): the f32 conversion into a temporary
 //!   file, then `crate::quantize` as `llama-quantize` would quantize it.
 
-mod bert;
+pub(crate) mod bert;
 pub(crate) mod families;
 mod json;
 pub(crate) mod keys;
 mod meta;
 mod model_id;
 mod special;
-mod vocab;
+pub(crate) mod vocab;
 mod write;
 
 use std::io::{BufWriter, Write};
@@ -44,14 +44,14 @@ use serde_json::Value as Json;
 use crate::formats::gguf::{Metadata, Value};
 use crate::formats::hf_decoder::{self, Reshape};
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
-use crate::models::registry;
+use crate::models::{registry, EncoderConvert};
 use crate::quantize::{
     canonical_target, quantize_file, FileType, QuantizeOptions, QUANTIZATION_VERSION,
 };
 use crate::temp_output::TempOutput;
 use crate::Error;
 
-use families::{ConvertSpec, ENCODER_SPECS};
+use families::ConvertSpec;
 use keys::Ctx;
 use write::{tensor_type, write_tensors, Planned, Source};
 
@@ -260,22 +260,23 @@ fn convert_to<W: Write>(
     let st = SafetensorsDir::open(dir)?;
     let source = config_path.display().to_string();
     let decoder = hf_decoder::decoder_plan(&st.config, &source)?;
+    let mut encoder = None;
     let (arch, spec) = match &decoder {
         Some((_, family, _)) => {
             let arch = family.gguf_name();
             (arch, registry::by_arch(arch).and_then(|f| f.convert.as_ref()))
         }
         None => {
-            let arch = bert::encoder_arch(&st.config, &source)?;
-            let spec = ENCODER_SPECS.iter().find(|(a, _)| *a == arch);
-            (arch, spec.map(|(_, s)| s))
+            let (arch, how) = bert::encoder_arch(&st.config, &source)?;
+            encoder = Some(how);
+            (arch, Some(&how.spec))
         }
     };
     let spec = spec.ok_or_else(|| Error::Internal(format!("no converter entry for {arch}")))?;
     if !hf_tokenizer {
         vocab_supported(dir, arch, spec)?;
     }
-    let planned = plan(dir, &st, &decoder, (arch, spec), t, &source)?;
+    let planned = plan(dir, &st, (&decoder, encoder), (arch, spec), t, &source)?;
     if let Some(check) = spec.check {
         check(&st.config, &source)?;
     }
@@ -359,7 +360,7 @@ fn expert_count(c: &Json) -> Option<u64> {
 fn plan<'a>(
     dir: &Path,
     st: &'a SafetensorsDir,
-    decoder: &Decoder,
+    (decoder, encoder): (&Decoder, Option<&EncoderConvert>),
     (arch, spec): (&str, &ConvertSpec),
     t: OutType,
     source: &str,
@@ -412,8 +413,11 @@ fn plan<'a>(
         }
         let mapped = match decoder {
             Some((_, family, hp)) => hf_decoder::map_name(*family, hp, &info.name, &src)?,
-            None => bert::encoder_name(arch, &info.name, n_layers, &src)?
-                .map(|n| (n, Reshape::None)),
+            None => {
+                let how = encoder.ok_or_else(|| Error::Internal(format!("no layout for {arch}")))?;
+                bert::encoder_name((arch, how.layout), &info.name, n_layers, &src)?
+                    .map(|n| (n, Reshape::None))
+            }
         };
         let Some((name, reshape)) = mapped else {
             continue;

@@ -102,31 +102,26 @@ pub struct EncoderArch {
     /// Whether its models were trained with task prefixes
     /// (`embed::Task`; nomic-embed-text).
     pub task_prefixes: bool,
+    /// How `ferrite convert` writes it (`None`: not converted).
+    pub(crate) convert: Option<EncoderConvert>,
 }
 
-/// The encoder architectures, the one place their names are matched.
-pub const ENCODERS: [EncoderArch; 3] = [
-    EncoderArch {
-        gguf: Some(("bert", encoder::bert::from_gguf)),
-        hf_name: "bert",
-        from_hf: encoder::bert::from_hf,
-        matryoshka_layer_norm: false,
-        task_prefixes: false,
-    },
-    EncoderArch {
-        gguf: Some(("nomic-bert", encoder::nomic_bert::from_gguf)),
-        hf_name: "nomic_bert",
-        from_hf: encoder::nomic_bert::from_hf,
-        matryoshka_layer_norm: true,
-        task_prefixes: true,
-    },
-    EncoderArch {
-        gguf: None,
-        hf_name: "mpnet",
-        from_hf: encoder::mpnet::from_hf,
-        matryoshka_layer_norm: false,
-        task_prefixes: false,
-    },
+/// How `ferrite convert` writes an encoder family.
+pub(crate) struct EncoderConvert {
+    /// The HF classes (`config.json` `architectures`) converted as it.
+    pub(crate) classes: &'static [&'static str],
+    /// The keys and the vocabulary.
+    pub(crate) spec: crate::convert::families::ConvertSpec,
+    /// Its HF tensor names.
+    pub(crate) layout: &'static crate::convert::bert::TensorLayout,
+}
+
+/// The encoder families (each's entry is in its file in
+/// `models/encoder/`): the one list their names are looked up in.
+pub const ENCODERS: [&EncoderArch; 3] = [
+    &encoder::bert::FAMILY,
+    &encoder::nomic_bert::FAMILY,
+    &encoder::mpnet::FAMILY,
 ];
 
 /// The encoder architecture named `name` in a GGUF file (`hf: false`) or
@@ -141,9 +136,10 @@ pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static Encod
     };
     ENCODERS
         .iter()
+        .copied()
         .find(|a| key(a) == Some(name))
         .ok_or_else(|| {
-            let known: Vec<&str> = ENCODERS.iter().filter_map(key).collect();
+            let known: Vec<&str> = ENCODERS.iter().copied().filter_map(key).collect();
             let what = if hf {
                 "config.json model_type"
             } else {

@@ -139,4 +139,32 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn encoder_registry_is_consistent() {
+        use crate::models::{encoder_arch, ENCODERS};
+        let gguf: Vec<&str> = ENCODERS.iter().filter_map(|e| e.gguf.map(|g| g.0)).collect();
+        let hf: Vec<&str> = ENCODERS.iter().map(|e| e.hf_name).collect();
+        let converted: Vec<&str> = ENCODERS
+            .iter()
+            .filter_map(|e| e.convert.as_ref())
+            .flat_map(|c| c.classes.iter().copied())
+            .collect();
+        let decoder_classes = hf_classes();
+        for e in ENCODERS {
+            assert_eq!(hf.iter().filter(|n| **n == e.hf_name).count(), 1);
+            assert_eq!(encoder_arch(e.hf_name, true, "").unwrap().hf_name, e.hf_name);
+            if let Some((name, _)) = e.gguf {
+                assert_eq!(gguf.iter().filter(|n| **n == name).count(), 1, "{name}");
+                assert!(by_arch(name).is_none(), "{name} is also a decoder");
+                assert_eq!(encoder_arch(name, false, "").unwrap().hf_name, e.hf_name);
+            }
+            // Converted to a GGUF file only if there is a GGUF layout.
+            assert_eq!(e.convert.is_some(), e.gguf.is_some(), "{}", e.hf_name);
+            for class in e.convert.iter().flat_map(|c| c.classes.iter()) {
+                assert_eq!(converted.iter().filter(|c| *c == class).count(), 1);
+                assert!(!decoder_classes.contains(class), "{class}");
+            }
+        }
+    }
 }
