@@ -62,11 +62,20 @@ pub const GEMMA_TEMPLATE: &str = "{%- set ns = namespace(system='') -%}\
 /// `DecoderFamily::chat`: Gemma's turn format for Gemma models), ChatML
 /// for everything else.
 pub fn builtin_template(architecture: Option<&str>) -> ChatTemplate {
-    match architecture.and_then(registry::by_arch).map(|f| f.chat) {
-        Some(BuiltinChat::Gemma) => ChatTemplate::gemma(),
-        Some(BuiltinChat::ChatMl) | None => ChatTemplate::chatml(),
+    let chat = match architecture {
+        Some(arch) if OTHER_GEMMA_ARCHITECTURES.contains(&arch) => BuiltinChat::Gemma,
+        Some(arch) => registry::by_arch(arch).map_or(BuiltinChat::ChatMl, |f| f.chat),
+        None => BuiltinChat::ChatMl,
+    };
+    match chat {
+        BuiltinChat::Gemma => ChatTemplate::gemma(),
+        BuiltinChat::ChatMl => ChatTemplate::chatml(),
     }
 }
+
+/// Gemma architectures ferrite does not run (no registry entry), whose
+/// files [`model_template`] may still be asked for a template.
+const OTHER_GEMMA_ARCHITECTURES: [&str; 2] = ["gemma", "gemma3n"];
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -446,6 +455,26 @@ mod tests {
                 .render(&[Message::new("user", "Hi")], true)
                 .unwrap();
             assert!(text.starts_with("<|im_start|>user\nHi"), "{arch:?}: {text}");
+        }
+    }
+
+    /// The built-in template of every architecture name: Gemma's for the
+    /// Gemma families (with or without a registry entry), ChatML else.
+    #[test]
+    fn builtin_template_by_architecture() {
+        let gemma = ["gemma", "gemma2", "gemma3", "gemma3n"];
+        let mut archs: Vec<&str> = registry::architectures();
+        archs.extend(["gemma", "gemma3n", "mistral", "t5", ""]);
+        for arch in archs {
+            let text = builtin_template(Some(arch))
+                .render(&[Message::new("user", "Hi")], true)
+                .unwrap();
+            let want = if gemma.contains(&arch) {
+                "<start_of_turn>user\nHi"
+            } else {
+                "<|im_start|>user\nHi"
+            };
+            assert!(text.starts_with(want), "{arch}: {text}");
         }
     }
 
