@@ -558,4 +558,41 @@ mod tests {
             ]
         );
     }
+
+    /// llama.cpp's `LLM_TYPE_70B` per architecture: the registry's rule for
+    /// the families ferrite runs (Llama: 80 layers with grouped-query
+    /// attention; Qwen2: 80 layers), mix.rs's own for the others.
+    #[test]
+    fn seventy_b_by_architecture() {
+        use crate::formats::gguf::{Metadata, Value};
+        let facts = |arch: &str, layers: u32, heads: u32, kv_heads: u32| {
+            let mut metadata = Metadata::default();
+            metadata.insert("general.architecture".into(), Value::String(arch.into()));
+            metadata.insert(format!("{arch}.block_count"), Value::U32(layers));
+            metadata.insert(format!("{arch}.attention.head_count"), Value::U32(heads));
+            metadata.insert(
+                format!("{arch}.attention.head_count_kv"),
+                Value::U32(kv_heads),
+            );
+            let h = GgufHeader {
+                version: 3,
+                metadata,
+                tensors: Vec::new(),
+                alignment: 32,
+                data_offset: 0,
+            };
+            ModelFacts::new(&h).unwrap().is_70b
+        };
+        assert!(facts("llama", 80, 64, 8));
+        assert!(!facts("llama", 80, 64, 64));
+        assert!(!facts("llama", 40, 64, 8));
+        assert!(facts("qwen2", 80, 64, 64));
+        assert!(!facts("qwen2", 64, 64, 8));
+        assert!(!facts("qwen3", 80, 64, 8));
+        assert!(!facts("olmo2", 80, 64, 8));
+        assert!(facts("olmo", 80, 64, 8));
+        assert!(facts("deci", 80, 64, 8));
+        assert!(facts("jais2", 68, 64, 8));
+        assert!(!facts("jais2", 80, 64, 8));
+    }
 }
