@@ -63,7 +63,12 @@ const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 /// Largest chat template read.
 const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 
-/// How a family of HF checkpoints maps onto a GGUF architecture.
+/// How a family of HF checkpoints maps onto a GGUF architecture: the
+/// mapping of an HF class in a family's registry entry
+/// (`models::registry::DecoderFamily::hf`). The first variants are the
+/// mappings written here (Llama-style configs and tensors, with Mistral's
+/// and Qwen's windows and Qwen's experts; GPT-2), shared by several
+/// families; a new family describes its own as an [`HfFamily`].
 #[derive(Clone, Copy)]
 pub(crate) enum Family {
     Llama,
@@ -81,7 +86,7 @@ pub(crate) enum Family {
 }
 
 /// An HF decoder family whose tensors are renamed one to one (and
-/// possibly permuted or shifted): its file here says how.
+/// possibly permuted or shifted): its file in `models/` says how.
 pub(crate) struct HfFamily {
     /// `general.architecture` of the GGUF file.
     pub arch: &'static str,

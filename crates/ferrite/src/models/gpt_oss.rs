@@ -1,6 +1,6 @@
 //! gpt-oss as llama.cpp's GGUF files lay it out
 //! (`general.architecture = "gpt-oss"`); its HF directories are read into
-//! that layout by `formats/hf_decoder/gpt_oss.rs`.
+//! that layout by this file's `HF` (below, with `formats::hf_decoder`).
 //!
 //! Per layer: RMSNorm -> Q/K/V projections with biases -> RoPE over halves
 //! (ggml "neox") with YaRN scaling -> grouped-query causal attention whose
