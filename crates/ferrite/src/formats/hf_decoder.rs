@@ -66,16 +66,11 @@ const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 /// How a family of HF checkpoints maps onto a GGUF architecture: the
 /// mapping of an HF class in a family's registry entry
 /// (`models::registry::DecoderFamily::hf`). The first variants are the
-/// mappings written here (Llama-style configs and tensors, with Mistral's
-/// and Qwen's windows and Qwen's experts; GPT-2), shared by several
-/// families; a new family describes its own as an [`HfFamily`].
+/// mappings written here (GPT-2; Qwen's mixture-of-experts layers,
+/// `moe.rs`); every other family describes its own as an [`HfFamily`]
+/// in its file.
 #[derive(Clone, Copy)]
 pub(crate) enum Family {
-    Llama,
-    /// Llama with a sliding window on every layer (`sliding_window`).
-    Mistral,
-    Qwen2,
-    Qwen3,
     Gpt2,
     /// Qwen3 / Qwen2 with mixture-of-experts layers (`hf_decoder/moe.rs`).
     Qwen3Moe,
@@ -118,9 +113,6 @@ impl Family {
     /// `general.architecture` of the GGUF file.
     pub(crate) fn gguf_name(self) -> &'static str {
         match self {
-            Family::Llama | Family::Mistral => "llama",
-            Family::Qwen2 => "qwen2",
-            Family::Qwen3 => "qwen3",
             Family::Gpt2 => "gpt2",
             Family::Qwen3Moe => "qwen3moe",
             Family::Qwen2Moe => "qwen2moe",
@@ -134,15 +126,6 @@ impl Family {
         match self {
             Family::Table(t) => t.special,
             _ => None,
-        }
-    }
-
-    /// The dense family whose attention layers this one has.
-    fn dense(self) -> Family {
-        match self {
-            Family::Qwen3Moe => Family::Qwen3,
-            Family::Qwen2Moe => Family::Qwen2,
-            f => f,
         }
     }
 }
@@ -348,12 +331,7 @@ fn quantization(c: &Config, family: Family) -> Result<(), Error> {
 /// checked hyper-parameters.
 fn family_config(c: &Config, family: Family, md: &mut Metadata) -> Result<Hp, Error> {
     match family {
-        Family::Llama
-        | Family::Mistral
-        | Family::Qwen2
-        | Family::Qwen3
-        | Family::Qwen3Moe
-        | Family::Qwen2Moe => llama_config(c, family, md),
+        Family::Qwen3Moe | Family::Qwen2Moe => moe_llama_config(c, family, md),
         Family::Gpt2 => gpt2_config(c, md),
         Family::Table(t) => (t.config)(c, &mut Keys { md, arch: t.arch }),
     }

@@ -13,8 +13,8 @@
 //! (`gelu_new` is the tanh approximation).
 //!
 //! The family's registry entry (`FAMILY`, see `models::registry`) is here
-//! too (its Hugging Face mapping is `formats::hf_decoder`'s built-in
-//! Llama-style or GPT-2 one).
+//! too (its Hugging Face mapping is written in `formats::hf_decoder`, the
+//! `Family::Gpt2` arms: `Conv1D` weights transposed, its own names).
 
 use std::sync::Arc;
 

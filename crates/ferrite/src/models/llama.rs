@@ -12,8 +12,8 @@
 //! Reference: llama.cpp `src/models/llama.cpp`; llama2.c `run.c`.
 //!
 //! The family's registry entry (`FAMILY`, see `models::registry`) is here
-//! too (its Hugging Face mapping is `formats::hf_decoder`'s built-in
-//! Llama-style or GPT-2 one).
+//! too: the Hugging Face classes read as it, with their `config.json` keys
+//! and module names (`HF`, `MISTRAL_HF`), and the converter's keys.
 
 use std::sync::Arc;
 
@@ -27,6 +27,7 @@ use crate::tensor::Loader;
 use crate::Error;
 use crate::formats::hf_decoder::Family as HfMapping;
 use crate::models::registry::DecoderFamily;
+use crate::formats::hf_decoder::{dense_config, window_keys, Config, HfFamily, Keys, LLAMA_LAYER};
 use crate::convert::families::ConvertSpec;
 use crate::convert::keys::{generic_keys, Ctx};
 use crate::formats::gguf::{Metadata, Value};
@@ -127,13 +128,42 @@ pub fn load_family_with(file: Arc<GgufFile>, f: &Family, mlp: MlpOf) -> Result<D
     })
 }
 
+/// `LlamaForCausalLM` directories: Llama's keys, Q/K rows permuted for
+/// adjacent-pair RoPE, no sliding window.
+pub(crate) const HF: HfFamily = HfFamily {
+    arch: "llama",
+    config: |c, k| dense_config(c, k, |_, _, _| Ok(())),
+    // Llama's modules (without Qwen3's Q/K norms).
+    layer: LLAMA_LAYER.split_at(9).0,
+    norm_plus_one: false,
+    permute_qk: true,
+    mxfp4: false,
+    special: None,
+};
+
+/// `MistralForCausalLM` directories: Llama's, with `sliding_window` (null:
+/// none) on every layer.
+pub(crate) const MISTRAL_HF: HfFamily = HfFamily {
+    config: |c, k| dense_config(c, k, mistral_window),
+    ..HF
+};
+
+/// Mistral's window: `sliding_window` on every one of the `n_layers`
+/// layers, when it is set.
+fn mistral_window(c: &Config, n_layers: usize, k: &mut Keys) -> Result<(), Error> {
+    match c.opt_size("sliding_window")? {
+        Some(_) => window_keys(c, k, vec![true; n_layers]),
+        None => Ok(()),
+    }
+}
+
 /// The Llama family: GGUF `llama`, read from `LlamaForCausalLM` and
 /// `MistralForCausalLM` directories (Mistral: a sliding window on every
 /// layer).
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
     hf: &[
-        ("LlamaForCausalLM", HfMapping::Llama),
-        ("MistralForCausalLM", HfMapping::Mistral),
+        ("LlamaForCausalLM", HfMapping::Table(&HF)),
+        ("MistralForCausalLM", HfMapping::Table(&MISTRAL_HF)),
     ],
     // llama.cpp calls an 80-layer grouped-query Llama 70B.
     is_70b: Some(|n_layer, n_head, n_head_kv| n_layer == 80 && n_head != n_head_kv),

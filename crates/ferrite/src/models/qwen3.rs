@@ -8,8 +8,8 @@
 //! Reference: llama.cpp `src/models/qwen3.cpp`; HF `modeling_qwen3.py`.
 //!
 //! The family's registry entry (`FAMILY`, see `models::registry`) is here
-//! too (its Hugging Face mapping is `formats::hf_decoder`'s built-in
-//! Llama-style or GPT-2 one).
+//! too: the Hugging Face class read as it, with its `config.json` keys
+//! and module names (`HF`), and the converter's keys.
 
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ use crate::models::transformer::Decoder;
 use crate::Error;
 use crate::formats::hf_decoder::Family as HfMapping;
 use crate::models::registry::DecoderFamily;
+use crate::formats::hf_decoder::{dense_config, qwen_window, HfFamily, LLAMA_LAYER};
 use crate::convert::families::ConvertSpec;
 use crate::convert::keys::generic_keys;
 
@@ -35,9 +36,20 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     load_family(file, &QWEN3)
 }
 
+/// `Qwen3ForCausalLM` directories: Qwen2's, with the per-head Q/K norms.
+const HF: HfFamily = HfFamily {
+    arch: "qwen3",
+    config: |c, k| dense_config(c, k, qwen_window),
+    layer: &LLAMA_LAYER,
+    norm_plus_one: false,
+    permute_qk: false,
+    mxfp4: false,
+    special: None,
+};
+
 /// The Qwen3 family: GGUF `qwen3`, read from `Qwen3ForCausalLM`.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
-    hf: &[("Qwen3ForCausalLM", HfMapping::Qwen3)],
+    hf: &[("Qwen3ForCausalLM", HfMapping::Table(&HF))],
     convert: Some(ConvertSpec::new(generic_keys)),
     ..DecoderFamily::new("qwen3", load)
 };

@@ -93,12 +93,7 @@ pub(crate) fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<M
         }
     };
     match f {
-        Family::Llama
-        | Family::Mistral
-        | Family::Qwen2
-        | Family::Qwen3
-        | Family::Qwen3Moe
-        | Family::Qwen2Moe => {
+        Family::Qwen3Moe | Family::Qwen2Moe => {
             let fixed = match name {
                 "model.embed_tokens.weight" => Some(names::TOKEN_EMBD),
                 "model.norm.weight" => Some(names::OUTPUT_NORM),
@@ -117,7 +112,7 @@ pub(crate) fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<M
             let (module, bias) = module_of(rest).ok_or_else(unknown)?;
             if module.ends_with("_norm")
                 && module.starts_with("self_attn.")
-                && !matches!(f.dense(), Family::Qwen3)
+                && !matches!(f, Family::Qwen3Moe)
             {
                 return Err(unknown());
             }
@@ -128,16 +123,8 @@ pub(crate) fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<M
                 .iter()
                 .find(|(m, _)| *m == module)
                 .ok_or_else(unknown)?;
-            let reshape = match (f, module) {
-                (Family::Llama | Family::Mistral, "self_attn.q_proj") => {
-                    Reshape::RopePairs(hp.n_heads)
-                }
-                (Family::Llama | Family::Mistral, "self_attn.k_proj") => {
-                    Reshape::RopePairs(hp.n_kv_heads)
-                }
-                _ => Reshape::None,
-            };
-            Ok(Some((weight_or_bias(gguf(l), bias), reshape)))
+            // Qwen's halves: no Q/K permutation.
+            Ok(Some((weight_or_bias(gguf(l), bias), Reshape::None)))
         }
         Family::Table(t) => {
             let plus_one = |gguf: String| {
