@@ -54,7 +54,7 @@ use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
 
 mod moe;
-pub(crate) use moe::expert_of;
+pub(crate) use moe::{expert_of, map_module};
 
 /// Largest size hyper-parameter accepted (as `models::hparams`).
 const MAX_SIZE: u64 = 1 << 24;
@@ -66,15 +66,11 @@ const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 /// How a family of HF checkpoints maps onto a GGUF architecture: the
 /// mapping of an HF class in a family's registry entry
 /// (`models::registry::DecoderFamily::hf`). The first variants are the
-/// mappings written here (GPT-2; Qwen's mixture-of-experts layers,
-/// `moe.rs`); every other family describes its own as an [`HfFamily`]
-/// in its file.
+/// mapping written here (GPT-2); every other family describes its own as
+/// an [`HfFamily`] in its file.
 #[derive(Clone, Copy)]
 pub(crate) enum Family {
     Gpt2,
-    /// Qwen3 / Qwen2 with mixture-of-experts layers (`hf_decoder/moe.rs`).
-    Qwen3Moe,
-    Qwen2Moe,
     /// A family described as data, in its file in `models/`
     /// (`models/gemma2.rs`, `models/phi3.rs`, ...).
     Table(&'static HfFamily),
@@ -98,11 +94,22 @@ pub(crate) struct HfFamily {
     /// `quant_method` `mxfp4`: gpt-oss as OpenAI publishes it); any other
     /// `quantization_config` is refused.
     pub mxfp4: bool,
+    /// Per-layer modules the family maps itself before the [`layer`]
+    /// table (`None`: the table only): the GGUF architecture, the layer,
+    /// the module, whether a bias, the tensor's file and name. Qwen's
+    /// experts: `moe::map_module`.
+    ///
+    /// [`layer`]: HfFamily::layer
+    pub modules: Option<ModuleMap>,
     /// Tensors that are not renamed one to one (split, transposed, or
     /// without a `.weight` suffix), made by the family itself: `None`
     /// leaves a tensor to the table.
     pub special: Option<SpecialTensors>,
 }
+
+/// A family's own mapping of one layer module (see [`HfFamily::modules`]).
+pub(crate) type ModuleMap =
+    fn(&str, usize, &str, bool, &str, &str) -> Result<Option<(String, Reshape)>, Error>;
 
 /// A family's own conversion of one HF tensor into GGUF tensors (`None`:
 /// not one of its special tensors).
@@ -114,8 +121,6 @@ impl Family {
     pub(crate) fn gguf_name(self) -> &'static str {
         match self {
             Family::Gpt2 => "gpt2",
-            Family::Qwen3Moe => "qwen3moe",
-            Family::Qwen2Moe => "qwen2moe",
             Family::Table(t) => t.arch,
         }
     }
@@ -331,7 +336,6 @@ fn quantization(c: &Config, family: Family) -> Result<(), Error> {
 /// checked hyper-parameters.
 fn family_config(c: &Config, family: Family, md: &mut Metadata) -> Result<Hp, Error> {
     match family {
-        Family::Qwen3Moe | Family::Qwen2Moe => moe_llama_config(c, family, md),
         Family::Gpt2 => gpt2_config(c, md),
         Family::Table(t) => (t.config)(c, &mut Keys { md, arch: t.arch }),
     }

@@ -78,6 +78,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     norm_plus_one: true,
     permute_qk: false,
     mxfp4: false,
+    modules: None,
     special: None,
 };
 

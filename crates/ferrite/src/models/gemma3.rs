@@ -324,6 +324,7 @@ const HF: HfFamily = HfFamily {
     norm_plus_one: true,
     permute_qk: false,
     mxfp4: false,
+    modules: None,
     special: None,
 };
 

@@ -192,6 +192,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     norm_plus_one: false,
     permute_qk: false,
     mxfp4: true,
+    modules: None,
     special: Some(hf_tensor),
 };
 

@@ -138,6 +138,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     norm_plus_one: false,
     permute_qk: true,
     mxfp4: false,
+    modules: None,
     special: None,
 };
 

@@ -113,6 +113,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     norm_plus_one: false,
     permute_qk: false,
     mxfp4: false,
+    modules: None,
     special: None,
 };
 

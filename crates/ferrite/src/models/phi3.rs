@@ -168,6 +168,7 @@ pub(crate) const HF: HfFamily = HfFamily {
     norm_plus_one: false,
     permute_qk: false,
     mxfp4: false,
+    modules: None,
     special: None,
 };
 

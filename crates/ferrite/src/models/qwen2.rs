@@ -44,6 +44,7 @@ const HF: HfFamily = HfFamily {
     norm_plus_one: false,
     permute_qk: false,
     mxfp4: false,
+    modules: None,
     special: None,
 };
 

@@ -373,21 +373,6 @@ pub fn layer_types(c: &Config, v: &Json, n: usize) -> Result<Vec<bool>, Error> {
         .collect()
 }
 
-/// A Llama-style config's keys (see [`dense_config`]) with the experts of
-/// Qwen3-MoE / Qwen2-MoE (`moe.rs`) into `md`.
-pub(super) fn moe_llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
-    let mut k = Keys {
-        md,
-        arch: f.gguf_name(),
-    };
-    let n_layers = layers(c, "num_hidden_layers")?;
-    qwen_window(c, n_layers, &mut k)?;
-    moe::moe_config(c, f, n_layers, &mut k)?;
-    let mut hp = llama_keys(c, &mut k, "hidden_act", &["silu"])?;
-    hp.tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
-    Ok(hp)
-}
-
 /// A sliding-window rule of a Llama-style family: the layer count, the
 /// keys being written.
 pub(crate) type Window = fn(&Config, usize, &mut Keys) -> Result<(), Error>;
@@ -396,8 +381,22 @@ pub(crate) type Window = fn(&Config, usize, &mut Keys) -> Result<(), Error>;
 /// sliding-window keys by `window` (checked first), then [`llama_keys`]
 /// with a SiLU MLP, untied unless `tie_word_embeddings`.
 pub(crate) fn dense_config(c: &Config, k: &mut Keys, window: Window) -> Result<Hp, Error> {
+    llama_style_config(c, k, window, false)
+}
+
+/// [`dense_config`] with Qwen's mixture-of-experts keys (`moe.rs`) after
+/// the window: Qwen3-MoE, Qwen2-MoE.
+pub(crate) fn qwen_moe_config(c: &Config, k: &mut Keys) -> Result<Hp, Error> {
+    llama_style_config(c, k, qwen_window, true)
+}
+
+/// See [`dense_config`] and [`qwen_moe_config`].
+fn llama_style_config(c: &Config, k: &mut Keys, window: Window, moe: bool) -> Result<Hp, Error> {
     let n_layers = layers(c, "num_hidden_layers")?;
     window(c, n_layers, k)?;
+    if moe {
+        moe::moe_config(c, n_layers, k)?;
+    }
     let mut hp = llama_keys(c, k, "hidden_act", &["silu"])?;
     hp.tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
     Ok(hp)
