@@ -1,6 +1,7 @@
 //! Chat prompts: a model's `tokenizer.chat_template` (Jinja, as Hugging Face
 //! writes them) rendered with `minijinja` in a sandbox, or, for models that
-//! have none, a built-in template chosen by architecture ([`builtin_template`]:
+//! have none, a built-in template chosen by architecture ([`builtin_template`],
+//! the family's `models::registry` entry:
 //! Gemma's turn format for Gemma models, ChatML otherwise).
 //!
 //! Templates come from model files and are untrusted: rendering runs in a
@@ -21,6 +22,7 @@ use serde::Serialize;
 use serde_json::Value as Json;
 
 use crate::formats::gguf::GgufFile;
+use crate::models::registry::{self, BuiltinChat};
 use crate::tokenize::Tokenizer;
 
 mod fit;
@@ -55,18 +57,25 @@ pub const GEMMA_TEMPLATE: &str = "{%- set ns = namespace(system='') -%}\
 {%- endfor -%}\
 {%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
 
-/// Architectures (`general.architecture`) that use [`GEMMA_TEMPLATE`].
-const GEMMA_ARCHITECTURES: [&str; 4] = ["gemma", "gemma2", "gemma3", "gemma3n"];
-
 /// The template for a model file that carries none, by its
-/// `general.architecture`: Gemma's turn format for Gemma models, ChatML
+/// `general.architecture`: the family's own (`models::registry`,
+/// `DecoderFamily::chat`: Gemma's turn format for Gemma models), ChatML
 /// for everything else.
 pub fn builtin_template(architecture: Option<&str>) -> ChatTemplate {
-    match architecture {
-        Some(arch) if GEMMA_ARCHITECTURES.contains(&arch) => ChatTemplate::gemma(),
-        _ => ChatTemplate::chatml(),
+    let chat = match architecture {
+        Some(arch) if OTHER_GEMMA_ARCHITECTURES.contains(&arch) => BuiltinChat::Gemma,
+        Some(arch) => registry::by_arch(arch).map_or(BuiltinChat::ChatMl, |f| f.chat),
+        None => BuiltinChat::ChatMl,
+    };
+    match chat {
+        BuiltinChat::Gemma => ChatTemplate::gemma(),
+        BuiltinChat::ChatMl => ChatTemplate::chatml(),
     }
 }
+
+/// Gemma architectures ferrite does not run (no registry entry), whose
+/// files [`model_template`] may still be asked for a template.
+const OTHER_GEMMA_ARCHITECTURES: [&str; 2] = ["gemma", "gemma3n"];
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -446,6 +455,26 @@ mod tests {
                 .render(&[Message::new("user", "Hi")], true)
                 .unwrap();
             assert!(text.starts_with("<|im_start|>user\nHi"), "{arch:?}: {text}");
+        }
+    }
+
+    /// The built-in template of every architecture name: Gemma's for the
+    /// Gemma families (with or without a registry entry), ChatML else.
+    #[test]
+    fn builtin_template_by_architecture() {
+        let gemma = ["gemma", "gemma2", "gemma3", "gemma3n"];
+        let mut archs: Vec<&str> = registry::architectures();
+        archs.extend(["gemma", "gemma3n", "mistral", "t5", ""]);
+        for arch in archs {
+            let text = builtin_template(Some(arch))
+                .render(&[Message::new("user", "Hi")], true)
+                .unwrap();
+            let want = if gemma.contains(&arch) {
+                "<start_of_turn>user\nHi"
+            } else {
+                "<|im_start|>user\nHi"
+            };
+            assert!(text.starts_with(want), "{arch}: {text}");
         }
     }
 
