@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod quantize;
 pub mod run;
 pub mod serve;
+pub mod speculate;
 pub mod tokenize;
 pub mod translate;
 
