@@ -375,7 +375,7 @@ fn sliding_window_rollback_gemma3() {
         .unwrap();
     // A prompt past the window (512) and a context past a local layer's
     // ring (767 slots), so that the rings wrap while drafting.
-    let long = REPEATING.repeat(30);
+    let long = REPEATING.repeat(5);
     let n = g.tokenizer().encode(&long, true, true).len();
     assert!(n > 800, "{n} tokens");
     let mk = |sampling, max_rewind| Case {
