@@ -443,3 +443,49 @@ fn lookup_without_a_match_drafts_nothing() {
     l.propose(&[1, 2, 3, 4], 8, &mut out).unwrap();
     assert!(out.is_empty());
 }
+
+/// The facade's `GenerateOptions::speculate` (what Python's `lookup=True`
+/// and `draft=` set) gives the text of plain decoding; a draft model with
+/// another vocabulary is an error, not a panic.
+#[test]
+fn facade_speculate_option_changes_no_text() {
+    let g = fixture("tiny-llama3.q8_0.gguf");
+    let draft = Arc::new(fixture("tiny-llama3.f32.gguf"));
+    let complete = |speculate: Option<ferrite::Speculate>, sampling: &SamplerOptions| {
+        let opts = GenerateOptions {
+            max_tokens: Some(40),
+            stop: vec!["\n\n".into()],
+            speculate,
+            ..GenerateOptions::default()
+        };
+        let mut text = String::new();
+        let stop = g.complete_in(
+            SHORT_REPEATING,
+            sampling,
+            &opts,
+            Threads::new(2),
+            Some(128),
+            |p| {
+                text.push_str(p);
+                true
+            },
+        );
+        stop.map(|s| (text, s))
+    };
+    for sampling in [SamplerOptions::greedy(), seeded()] {
+        let plain = complete(None, &sampling).unwrap();
+        let lookup = complete(Some(ferrite::Speculate::Lookup { max: 8 }), &sampling).unwrap();
+        assert_eq!(lookup, plain);
+        let with_draft = ferrite::Speculate::Draft {
+            model: draft.clone(),
+            max: 4,
+        };
+        assert_eq!(complete(Some(with_draft), &sampling).unwrap(), plain);
+    }
+    let other = ferrite::Speculate::Draft {
+        model: Arc::new(fixture("tiny-qwen3.q8_0.gguf")),
+        max: 4,
+    };
+    let err = complete(Some(other), &SamplerOptions::greedy()).unwrap_err();
+    assert!(err.to_string().contains("same tokenizer"), "{err}");
+}

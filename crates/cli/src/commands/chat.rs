@@ -124,6 +124,7 @@ pub fn run(args: Args) -> CliResult {
     let mut sampler = Sampler::new(sampler_opts);
     let opts = GenerateOptions {
         json: None,
+        speculate: None,
         max_tokens: max_reply,
         stop: Vec::new(),
         end_tokens: turn_end_tokens(loaded.tokenizer(), &template),

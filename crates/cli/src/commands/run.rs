@@ -141,6 +141,7 @@ pub fn run(args: Args) -> CliResult {
         stop: args.stop,
         end_tokens: Vec::new(),
         json,
+        speculate: None,
     };
     let mut sampler = Sampler::new(sampler_opts);
     generate_to_stdout(&mut session, &mut sampler, &opts, show_stats(args.verbose))?;

@@ -9,7 +9,7 @@ use crate::dump::TensorDump;
 use crate::generate::continuation::{Continuation, Pick};
 use crate::generate::json::Grammar;
 use crate::generate::sampler::Sampler;
-use crate::generate::speculative::Speculation;
+use crate::generate::speculative::{Speculate, Speculation};
 use crate::models::decoder::{DecoderState, Logits};
 use crate::models::CausalLm;
 use crate::parallel::Threads;
@@ -30,6 +30,10 @@ pub struct GenerateOptions {
     /// Constrain the text to one JSON value of this grammar (the
     /// `response_format` / `--json-schema` constraint).
     pub json: Option<Arc<Grammar>>,
+    /// Speculative decoding for this call (`None`: plain decoding, unless
+    /// the session has its own, [`Session::set_speculation`]). Changes no
+    /// output.
+    pub speculate: Option<Speculate>,
 }
 
 /// Why generation ended.
@@ -255,6 +259,11 @@ impl<'a> Session<'a> {
             let result = self.generate_speculative(&mut spec, sampler, opts, on_text);
             self.spec = Some(spec);
             return result;
+        }
+        if let Some(s) = &opts.speculate {
+            let threads = self.state.threads.clone();
+            let mut spec = s.build(self.tokenizer, self.n_ctx(), threads)?;
+            return self.generate_speculative(&mut spec, sampler, opts, on_text);
         }
         let mut cont = Continuation::new(
             self.tokenizer,

@@ -25,6 +25,11 @@ mod verify;
 pub use draft_model::{check_same_vocab, DraftModel};
 pub use lookup::PromptLookup;
 
+use std::sync::Arc;
+
+use crate::open::Generator;
+use crate::parallel::Threads;
+use crate::tokenize::Tokenizer;
 use crate::Error;
 
 /// Proposes tokens likely to follow a sequence. A wrong proposal costs
@@ -117,6 +122,60 @@ impl<'a> Speculation<'a> {
             drafter,
             length: DraftLength::new(max),
         }
+    }
+}
+
+/// Speculative decoding asked for in a call's options
+/// ([`GenerateOptions::speculate`](crate::GenerateOptions::speculate)):
+/// the output is the same as without, only the number of forward passes
+/// changes.
+#[derive(Clone)]
+pub enum Speculate {
+    /// Prompt lookup ([`PromptLookup`]), at most `max` tokens per draft.
+    Lookup {
+        /// Most tokens per draft (8 is a good start).
+        max: usize,
+    },
+    /// A draft model with the same tokenizer ([`DraftModel`]; refused
+    /// with an error otherwise), at most `max` tokens per draft.
+    Draft {
+        /// The draft model.
+        model: Arc<Generator>,
+        /// Most tokens per draft (4 is a good start).
+        max: usize,
+    },
+}
+
+impl std::fmt::Debug for Speculate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Speculate::Lookup { max } => write!(f, "Lookup {{ max: {max} }}"),
+            Speculate::Draft { model, max } => {
+                write!(f, "Draft {{ model: {:?}, max: {max} }}", model.path())
+            }
+        }
+    }
+}
+
+impl Speculate {
+    /// The speculation for a sequence of `n_ctx` positions of a model with
+    /// the tokenizer `target`.
+    pub(crate) fn build(
+        &self,
+        target: &Tokenizer,
+        n_ctx: usize,
+        threads: Threads,
+    ) -> Result<Speculation<'_>, Error> {
+        Ok(match self {
+            Speculate::Lookup { max } => {
+                Speculation::new(Box::new(PromptLookup::default()), *max)
+            }
+            Speculate::Draft { model, max } => {
+                check_same_vocab(target, model.tokenizer())?;
+                let drafter = DraftModel::new(model.model(), n_ctx, threads)?;
+                Speculation::new(Box::new(drafter), *max)
+            }
+        })
     }
 }
 

@@ -17,7 +17,7 @@ impl<'a> Session<'a> {
     /// reason as without, and the same cache at the end.
     pub(crate) fn generate_speculative(
         &mut self,
-        spec: &mut Speculation<'a>,
+        spec: &mut Speculation<'_>,
         sampler: &mut Sampler,
         opts: &GenerateOptions,
         mut on_text: impl FnMut(&str) -> bool,
@@ -107,7 +107,7 @@ impl<'a> Session<'a> {
     /// left in `drafted`. On an error the session is as before.
     fn verify_round<S: std::borrow::BorrowMut<Sampler>>(
         &mut self,
-        spec: &mut Speculation<'a>,
+        spec: &mut Speculation<'_>,
         token: u32,
         cont: &Continuation<'_, S>,
         opts: &GenerateOptions,
