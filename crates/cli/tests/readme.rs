@@ -290,6 +290,16 @@ const CASES: &[Case] = &[
         subs: &[],
         check: |out| assert!(out.contains("sentences/s"), "{out}"),
     },
+    Case {
+        line: "ferrite bench smollm2 --lookup --prompt-file prompt.txt -n 64 -r 2",
+        subs: &["prompt.txt"],
+        check: |out| {
+            assert!(
+                out.contains("tg64 lookup") && out.contains("accepted"),
+                "{out}"
+            )
+        },
+    },
 ];
 
 /// The repository's root (the README's paths are relative to it).
