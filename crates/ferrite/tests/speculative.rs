@@ -303,6 +303,14 @@ fn counts(totals: &[(&str, Counts)], name: &str) -> Counts {
 /// The always-right drafter has every draft accepted, the always-wrong
 /// none, and lookup some: the paths under test did run.
 fn check_counts(totals: &[(&str, Counts)]) {
+    check_right_and_wrong(totals);
+    let lookup = counts(totals, "lookup");
+    assert!(lookup.accepted > 0, "{lookup:?}");
+}
+
+/// As [`check_counts`], for the always-right and always-wrong drafters
+/// only.
+fn check_right_and_wrong(totals: &[(&str, Counts)]) {
     let right = counts(totals, "always right");
     assert!(
         right.drafted > 0 && right.accepted == right.drafted,
@@ -310,8 +318,6 @@ fn check_counts(totals: &[(&str, Counts)]) {
     );
     let wrong = counts(totals, "always wrong");
     assert!(wrong.drafted > 0 && wrong.accepted == 0, "{wrong:?}");
-    let lookup = counts(totals, "lookup");
-    assert!(lookup.accepted > 0, "{lookup:?}");
 }
 
 fn fixture(name: &str) -> Generator {
@@ -488,4 +494,33 @@ fn facade_speculate_option_changes_no_text() {
     };
     let err = complete(Some(other), &SamplerOptions::greedy()).unwrap_err();
     assert!(err.to_string().contains("same tokenizer"), "{err}");
+}
+
+/// Generation that runs into the end of the context stops where plain
+/// decoding stops (drafts are cut to the room left).
+#[test]
+fn context_full_is_plain_decoding() {
+    let g = fixture("tiny-llama3.q8_0.gguf");
+    let cases: Vec<Case> = [SHORT_REPEATING, OPEN]
+        .iter()
+        .flat_map(|p| {
+            [SamplerOptions::greedy(), seeded()].map(|sampling| Case {
+                prompt: p.to_string(),
+                sampling,
+                opts: GenerateOptions::default(),
+                n_ctx: 48,
+                ring_keep: usize::MAX,
+                max_rewind: None,
+            })
+        })
+        .collect();
+    let full = cases
+        .iter()
+        .filter(|c| run(&g, c, 1, None).unwrap().0.stop == StopReason::ContextFull)
+        .count();
+    assert!(full > 0, "no case filled the context");
+    let totals = check_all_drafters(&g, Some(&fixture("tiny-llama3.f32.gguf")), &cases, &[1]);
+    check_right_and_wrong(&totals);
+    let dm = counts(&totals, "draft model");
+    assert!(dm.accepted > 0, "{dm:?}");
 }

@@ -16,9 +16,10 @@ pub struct PromptLookup {
 }
 
 impl Default for PromptLookup {
-    /// Matches of 3, then 2, then 1 tokens.
+    /// Matches of 3, then 2 tokens (a single token matches too often to
+    /// guess well).
     fn default() -> Self {
-        PromptLookup::new(1, 3)
+        PromptLookup::new(2, 3)
     }
 }
 

@@ -42,14 +42,14 @@ pub trait Drafter {
 }
 
 /// How many tokens to draft next: grows while whole drafts are accepted,
-/// shrinks after a rejection, and pauses drafting for a while after
-/// repeated misses of single-token drafts (when drafting costs more than
-/// it saves).
+/// shrinks after a rejection, and pauses drafting after a draft of which
+/// nothing was accepted, for 2, 4, ... up to 32 tokens while such misses
+/// follow each other (drafting then costs more than it saves).
 #[derive(Clone, Debug)]
 pub struct DraftLength {
     current: usize,
     max: usize,
-    /// Single-token drafts rejected in a row.
+    /// Drafts of which nothing was accepted, in a row.
     misses: u32,
     /// Rounds left without drafting.
     pause: usize,
@@ -97,7 +97,7 @@ impl DraftLength {
             }
         } else {
             self.current = (accepted + 1).min(self.max);
-            if accepted == 0 && drafted == 1 {
+            if accepted == 0 {
                 self.misses += 1;
                 self.pause = (1usize << self.misses.min(5)).min(MAX_PAUSE);
             } else if accepted > 0 {
@@ -194,10 +194,13 @@ mod tests {
         l.record(8, 2);
         assert_eq!(l.next_len(), 3, "shrinks to what was accepted + 1");
         l.record(3, 0);
-        assert_eq!(l.next_len(), 1);
-        l.record(1, 0);
-        assert_eq!(l.next_len(), 0, "paused after a missed single-token draft");
+        assert_eq!(l.next_len(), 0, "paused after a draft with nothing accepted");
         assert_eq!(l.next_len(), 0);
+        assert_eq!(l.next_len(), 1, "then one token");
+        l.record(1, 1);
+        assert_eq!(l.next_len(), 2, "a hit ends the misses");
+        l.record(2, 0);
+        assert_eq!((0..2).map(|_| l.next_len()).collect::<Vec<_>>(), [0, 0]);
         assert_eq!(l.next_len(), 1, "drafts again after the pause");
         l.record(1, 0);
         assert_eq!((0..4).map(|_| l.next_len()).collect::<Vec<_>>(), [0, 0, 0, 0]);
