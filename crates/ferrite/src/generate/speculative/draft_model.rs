@@ -59,11 +59,6 @@ impl<'m> DraftModel<'m> {
         })
     }
 
-    /// The tokens the draft model's cache holds (for tests).
-    pub fn fed(&self) -> &[u32] {
-        &self.fed
-    }
-
     /// Makes the cache hold `context`, keeping the common prefix and
     /// recomputing the rest (at least the last token, for its logits).
     fn catch_up(&mut self, context: &[u32]) -> Result<(), Error> {
