@@ -55,6 +55,10 @@ fn placeholder(name: &str, scratch: &std::path::Path) -> String {
             "The cat sits on the mat.\nA dog runs in the park.\nRoPE rotates query and key vectors.\n",
         ),
         "sentences.txt" => file("sentences.txt", "Hello.\nHow are you?\n"),
+        // A model and its draft model with the same tokenizer: the tiny
+        // Llama 3 fixture's two files.
+        "model.Q8_0.gguf" => td("hf-decoders/tiny-llama3.q8_0.gguf"),
+        "model.Q2_K.gguf" => td("hf-decoders/tiny-llama3.f32.gguf"),
         "prompt.txt" => file("prompt.txt", "Once upon a time, there was a\n"),
         "system.txt" => file("system.txt", "You are a helpful assistant.\n"),
         "out.npy" => scratch.join("out.npy").to_str().unwrap().to_string(),
@@ -203,6 +207,16 @@ const CASES: &[Case] = &[
         check: nonempty,
     },
     Case {
+        line: "ferrite run smollm2 -f prompt.txt --lookup -v",
+        subs: &["prompt.txt"],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite run model.Q8_0.gguf -f prompt.txt --draft model.Q2_K.gguf -v",
+        subs: &["model.Q8_0.gguf", "prompt.txt", "model.Q2_K.gguf"],
+        check: nonempty,
+    },
+    Case {
         line: "ferrite chat smollm2 -f system.txt",
         subs: &["system.txt"],
         check: nonempty,
@@ -296,6 +310,16 @@ const CASES: &[Case] = &[
         line: "ferrite bench minilm --texts testdata/embed/bench-sentences.txt -t 1",
         subs: &[],
         check: |out| assert!(out.contains("sentences/s"), "{out}"),
+    },
+    Case {
+        line: "ferrite bench smollm2 --lookup --prompt-file prompt.txt -n 64 -r 2",
+        subs: &["prompt.txt"],
+        check: |out| {
+            assert!(
+                out.contains("tg64 lookup") && out.contains("accepted"),
+                "{out}"
+            )
+        },
     },
 ];
 

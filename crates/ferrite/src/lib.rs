@@ -94,6 +94,7 @@ pub use generate::chat::Message;
 pub use generate::json::Grammar;
 pub use generate::sampler::{random_seed, SamplerOptions};
 pub use generate::session::{GenerateOptions, StopReason};
+pub use generate::speculative::Speculate;
 pub use open::{open, open_with, Generator, Model, ModelKind, OpenOptions, WeightFormat};
 pub use parallel::{available_cores, Threads};
 pub use quantize::FileType;

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 pub mod bench;
 pub mod bench_embed;
+pub mod bench_spec;
 pub mod chat;
 pub mod common;
 pub mod convert;
@@ -11,6 +12,7 @@ pub mod perplexity;
 pub mod quantize;
 pub mod run;
 pub mod serve;
+pub mod speculate;
 pub mod tokenize;
 pub mod translate;
 
