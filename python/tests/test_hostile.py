@@ -88,3 +88,12 @@ def test_a_template_over_its_budget_is_a_model_error(tmp_path, template):
     with pytest.raises(ferrite.ModelError, match="budget"):
         gen.chat([{"role": "user", "content": "Hi"}], max_tokens=4)
     _works(gen)
+
+
+def test_an_overlapping_one_of_is_refused(tiny):
+    schema = {"type": "object", "properties": {"n": {"oneOf": [{"type": "number"},
+                                                               {"type": "integer"}]}}}
+    with pytest.raises(ferrite.InputError, match="'oneOf' branches 0 and 1") as e:
+        tiny.complete("x", max_tokens=4, json_schema=schema)
+    assert "#/properties/n" in str(e.value), str(e.value)
+    _works(tiny)
