@@ -25,10 +25,11 @@ use crate::formats::gguf::GgufFile;
 use crate::models::registry::{self, BuiltinChat};
 use crate::tokenize::Tokenizer;
 
+mod bounded;
 mod fit;
 pub mod sandbox;
 pub use fit::{fit_prompt, FittedPrompt, PromptBudget, PromptError};
-use sandbox::{LimitedWriter, MAX_OUTPUT};
+use sandbox::MAX_OUTPUT;
 
 /// The metadata key holding a GGUF file's chat template.
 pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
@@ -192,11 +193,62 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         fuel: u64,
     ) -> Result<String, TemplateError> {
-        // Fuel is an environment setting; a clone shares the compiled
-        // template and costs a few reference counts.
+        // Fuel is an environment setting; a clone shares the functions and
+        // filters and costs a few reference counts.
         let mut env = self.env.clone();
         env.set_fuel(Some(fuel));
-        let template = env
+        // The template is compiled again for each render (a fraction of a
+        // millisecond): the rewritten instructions borrow the source.
+        let compiled = bounded::compile(&env, "chat", &self.source)
+            .map_err(|e| TemplateError(e.to_string()))?;
+        let ctx = minijinja::context! {
+            messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+            tools => tools.map(|t| minijinja::Value::from(minijinja::value::Serde(t))),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        let mut text = String::new();
+        let rendered = minijinja::machinery::eval(
+            &env,
+            &compiled.instructions,
+            ctx,
+            &compiled.blocks,
+            &mut minijinja::machinery::make_string_output(&mut text),
+            compiled.initial_auto_escape.clone(),
+        );
+        match rendered {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
+                return Err(TemplateError(sandbox::budget_message(fuel)))
+            }
+            Err(e) => return Err(TemplateError(e.to_string())),
+        }
+        // Every write was paid for with fuel, so the text is within the
+        // budget's bytes; the prompt's own limit is checked on the result.
+        if text.len() > MAX_OUTPUT {
+            return Err(TemplateError(format!(
+                "the rendered prompt is longer than {MAX_OUTPUT} bytes"
+            )));
+        }
+        Ok(text)
+    }
+}
+
+impl ChatTemplate {
+    /// The render minijinja's own instructions give (no bounded operators,
+    /// no fuel, everything else as [`ChatTemplate::render_json`]). Only
+    /// for tests that check the bounded render gives the same text on real
+    /// templates; never for untrusted templates.
+    #[doc(hidden)]
+    pub fn reference_render_json(
+        &self,
+        messages: &[Json],
+        tools: Option<&Json>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let template = self
+            .env
             .get_template("chat")
             .map_err(|e| TemplateError(e.to_string()))?;
         let ctx = minijinja::context! {
@@ -206,21 +258,7 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        let mut out = LimitedWriter::new(MAX_OUTPUT);
-        let rendered = template.render_captured_to(ctx, &mut out);
-        if out.exceeded {
-            return Err(TemplateError(format!(
-                "the rendered prompt is longer than {MAX_OUTPUT} bytes"
-            )));
-        }
-        match rendered {
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
-                return Err(TemplateError(sandbox::budget_message(fuel)))
-            }
-            Err(e) => return Err(TemplateError(e.to_string())),
-        }
-        String::from_utf8(out.buf).map_err(|_| TemplateError("rendered text is not UTF-8".into()))
+        template.render(ctx).map_err(|e| TemplateError(e.to_string()))
     }
 }
 
