@@ -9,9 +9,15 @@ Q4_K_M):
     llama-perplexity -m MODEL -f text.txt -c 512 --chunks 4 -t 2 -b 512
 
 and records the running perplexity after each chunk and the final
-estimate with its uncertainty.
+estimate with its uncertainty, twice: as llama.cpp runs by default
+("default": f16 KV cache, flash attention as it decides), and with an f32
+KV cache and flash attention off ("f32_attention": `-ctk f32 -ctv f32 -fa
+off`). ggml multiplies an f16 cache by the queries (and the attention
+weights by the values) after rounding those to f16 too; ferrite keeps its
+cache in f16 but queries and weights in f32, so its figures are compared
+with the second run, whose attention rounds less (see the Rust test).
 
-KL divergence: SmolLM2's Q4_1 file is the base (`--kl-divergence-base`
+KL divergence (f32 attention): SmolLM2's Q4_1 file is the base (`--kl-divergence-base`
 saved from it), compared with the same file requantized to Q4_0 by
 `llama-quantize --allow-requantize` (the Rust test makes the same file with
 `ferrite quantize`, which writes the same bytes as llama-quantize, and
@@ -59,13 +65,16 @@ def run(args):
     return r.stdout + r.stderr
 
 
+CONFIGS = {"default": [], "f32_attention": ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]}
+
+
 def ppl_args(model, *extra):
     return [str(common.LLAMA_BIN / "llama-perplexity"), "-m", str(model), "-c", str(N_CTX),
             "--chunks", str(CHUNKS), "-t", "2", "-b", str(N_CTX), *extra]
 
 
-def perplexity(model):
-    out = run(ppl_args(model, "-f", str(TEXT)))
+def perplexity(model, config):
+    out = run(ppl_args(model, "-f", str(TEXT), *CONFIGS[config]))
     chunks = [float(v) for v in re.findall(r"\[\d+\]([0-9.]+),", out)]
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", out)
     return {"chunks": chunks, "ppl": float(m.group(1)), "uncertainty": float(m.group(2))}
@@ -78,7 +87,7 @@ def kld_stats(out):
         m = re.match(r"^(Mean PPL\(Q\)|Mean PPL\(base\)|Mean    KLD|Maximum KLD|Median  KLD|"
                      r"99\.0%   KLD|RMS Δp|Same top p)\s*:\s*(-?[0-9.]+)", line)
         if m:
-            stats[m.group(1).replace("  ", " ").strip()] = float(m.group(2))
+            stats[re.sub(r"\s+", " ", m.group(1)).strip()] = float(m.group(2))
     return stats
 
 
@@ -87,15 +96,16 @@ def main():
     goldens = {"n_ctx": N_CTX, "chunks": CHUNKS, "text_sha256": hashlib.sha256(TEXT.read_bytes()).hexdigest(),
                "perplexity": {}}
     for name, file in MODELS.items():
-        goldens["perplexity"][name] = perplexity(md / file)
+        goldens["perplexity"][name] = {c: perplexity(md / file, c) for c in CONFIGS}
         print(name, goldens["perplexity"][name])
     with tempfile.TemporaryDirectory() as tmp:
         base = md / MODELS["smollm2"]
         q40 = Path(tmp) / "q4_0.gguf"
         run([str(common.LLAMA_BIN / "llama-quantize"), "--allow-requantize", str(base), str(q40), "Q4_0", "2"])
         logits = Path(tmp) / "base.kld"
-        run(ppl_args(base, "-f", str(TEXT), "--kl-divergence-base", str(logits)))
-        out = run(ppl_args(q40, "--kl-divergence-base", str(logits), "--kl-divergence"))
+        f32 = CONFIGS["f32_attention"]
+        run(ppl_args(base, "-f", str(TEXT), "--kl-divergence-base", str(logits), *f32))
+        out = run(ppl_args(q40, "--kl-divergence-base", str(logits), "--kl-divergence", *f32))
         goldens["kld"] = {
             "base": "smollm2",
             "quantized": "Q4_0",
@@ -103,7 +113,7 @@ def main():
             "stats": kld_stats(out),
         }
         print(goldens["kld"])
-    OUT.write_text(json.dumps(goldens, indent=1) + "\n")
+    OUT.write_text(json.dumps(goldens, indent=1, ensure_ascii=False) + "\n")
     print("wrote", OUT)
 
 
