@@ -178,7 +178,7 @@ impl<R: Read> BaseReader<R> {
         })
     }
 
-    /// The next chunk's rows, `chunks.scored()` of [`row_len`] values.
+    /// The next chunk's rows, `chunks.scored()` of `row_len` values.
     pub fn chunk_rows(&mut self) -> Result<Vec<u16>, Error> {
         let n = self.chunks.scored() * row_len(self.n_vocab);
         let mut raw = vec![0u8; 2 * n];
