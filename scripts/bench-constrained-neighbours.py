@@ -144,6 +144,8 @@ def main():
         print(f"  {args.neighbours} plain neighbours                      {med(plain):.3f} s")
         print(f"  {args.neighbours} neighbours with a {args.members}-member anyOf  {med(constrained):.3f} s")
         print(f"  constrained / plain neighbours: {med(constrained) / med(plain):.2f}x")
+        fmt = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+        print(f"  rounds: alone [{fmt(alone)}] plain [{fmt(plain)}] constrained [{fmt(constrained)}]")
         print(f"  constrained neighbours / alone: {med(constrained) / med(alone):.2f}x")
     finally:
         proc.terminate()
