@@ -24,6 +24,13 @@ saved from it), compared with the same file requantized to Q4_0 by
 checks its sha256, recorded here). Recorded: every figure of
 llama-perplexity's KL-divergence statistics.
 
+IQ4 (the i-quant weights): llama-quantize writes its IQ4_XS mix of the
+random-weight fixture testdata/hf-decoders/tiny-llama3.f32.gguf to
+testdata/perplexity/tiny-llama3.iq4_nl.gguf (committed, 84 KB; every
+matrix falls back to IQ4_NL, its rows being 64 or 128 values), and
+llama-perplexity scores it with -c 64 --chunks 8 in both configurations
+("iq4" in the goldens). `--only iq4` redoes just that part.
+
 Written to testdata/perplexity/goldens.json. How to run (from the
 repository root; needs a llama.cpp build, scripts/build-llamacpp.sh, and
 the models, scripts/fetch-models.sh):
@@ -91,7 +98,31 @@ def kld_stats(out):
     return stats
 
 
+IQ4_FIXTURE = ROOT / "testdata/perplexity/tiny-llama3.iq4_nl.gguf"
+
+
+def iq4_goldens():
+    src = ROOT / "testdata/hf-decoders/tiny-llama3.f32.gguf"
+    run([str(common.LLAMA_BIN / "llama-quantize"), str(src), str(IQ4_FIXTURE), "IQ4_XS", "2"])
+    out = {"file": IQ4_FIXTURE.name, "n_ctx": 64, "chunks": 8}
+    for config, extra in CONFIGS.items():
+        args = [str(common.LLAMA_BIN / "llama-perplexity"), "-m", str(IQ4_FIXTURE), "-c", "64",
+                "--chunks", "8", "-t", "2", "-b", "64", "-f", str(TEXT), *extra]
+        text = run(args)
+        m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
+        out[config] = {"ppl": float(m.group(1)), "uncertainty": float(m.group(2))}
+    return out
+
+
 def main():
+    import sys
+
+    if sys.argv[1:] == ["--only", "iq4"]:
+        goldens = json.loads(OUT.read_text())
+        goldens["iq4"] = iq4_goldens()
+        OUT.write_text(json.dumps(goldens, indent=1, ensure_ascii=False) + "\n")
+        print(goldens["iq4"])
+        return
     md = models_dir()
     goldens = {"n_ctx": N_CTX, "chunks": CHUNKS, "text_sha256": hashlib.sha256(TEXT.read_bytes()).hexdigest(),
                "perplexity": {}}
@@ -113,6 +144,7 @@ def main():
             "stats": kld_stats(out),
         }
         print(goldens["kld"])
+    goldens["iq4"] = iq4_goldens()
     OUT.write_text(json.dumps(goldens, indent=1, ensure_ascii=False) + "\n")
     print("wrote", OUT)
 
