@@ -74,6 +74,11 @@ pub struct Limits {
     /// becomes control tokens, as in the template's own markup. Off: it is
     /// tokenized as text (`ferrite::serving::guarded_prompt_tokens`).
     pub parse_special_in_messages: bool,
+    /// Speculative decoding by prompt lookup (`ferrite serve --lookup`):
+    /// `Some(n)` drafts up to `n` tokens per sequence and step, which
+    /// changes no output, only the number of forward passes. A request
+    /// opts out with `"speculate": false`.
+    pub lookup: Option<usize>,
 }
 
 impl Default for Limits {
@@ -97,6 +102,7 @@ impl Default for Limits {
             max_connections: None,
             max_embed_work: 1 << 16,
             parse_special_in_messages: false,
+            lookup: None,
         }
     }
 }

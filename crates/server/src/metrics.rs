@@ -49,6 +49,9 @@ pub struct Metrics {
     prefix_cache_bytes: Family<ModelLabel, Gauge>,
     prefix_evicted: Family<ModelLabel, Counter>,
     kv_pool_bytes: Family<ModelLabel, Gauge>,
+    drafted_tokens: Family<ModelLabel, Counter>,
+    accepted_tokens: Family<ModelLabel, Counter>,
+    acceptance: Family<ModelLabel, Gauge<f64, AtomicU64>>,
 }
 
 /// One model's metrics, cheap to clone (each handle shares its value).
@@ -78,6 +81,12 @@ pub struct ModelMetrics {
     pub prefix_evicted: Counter,
     /// Bytes of KV blocks alive (running sequences and the prefix cache).
     pub kv_pool_bytes: Gauge,
+    /// Tokens drafted by speculative decoding (`--lookup`).
+    pub drafted_tokens: Counter,
+    /// Drafted tokens that the picks confirmed.
+    pub accepted_tokens: Counter,
+    /// `accepted_tokens / drafted_tokens` since the start.
+    pub acceptance: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -105,6 +114,9 @@ impl Metrics {
             prefix_cache_bytes: Family::default(),
             prefix_evicted: Family::default(),
             kv_pool_bytes: Family::default(),
+            drafted_tokens: Family::default(),
+            accepted_tokens: Family::default(),
+            acceptance: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -173,6 +185,21 @@ impl Metrics {
             "Bytes of KV-cache blocks alive: running sequences' and the prefix cache's, each shared block once",
             m.kv_pool_bytes.clone(),
         );
+        registry.register(
+            "speculative_drafted_tokens",
+            "Tokens drafted by speculative decoding (serve --lookup), fed after each sequence's next token",
+            m.drafted_tokens.clone(),
+        );
+        registry.register(
+            "speculative_accepted_tokens",
+            "Drafted tokens confirmed by the sampler's picks (each saves a forward pass)",
+            m.accepted_tokens.clone(),
+        );
+        registry.register(
+            "speculative_acceptance_ratio",
+            "Accepted over drafted tokens since the server started (0 before any draft)",
+            m.acceptance.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -205,6 +232,9 @@ impl Metrics {
             prefix_cache_bytes: self.prefix_cache_bytes.get_or_create(&l).clone(),
             prefix_evicted: self.prefix_evicted.get_or_create(&l).clone(),
             kv_pool_bytes: self.kv_pool_bytes.get_or_create(&l).clone(),
+            drafted_tokens: self.drafted_tokens.get_or_create(&l).clone(),
+            accepted_tokens: self.accepted_tokens.get_or_create(&l).clone(),
+            acceptance: self.acceptance.get_or_create(&l).clone(),
         }
     }
 

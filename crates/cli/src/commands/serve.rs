@@ -108,6 +108,30 @@ pub struct Args {
     /// TYPE` would; GGUF models are refused with it.
     #[arg(long, env = "FERRITE_WEIGHTS", value_name = "TYPE")]
     weights: Option<String>,
+    /// Speculative decoding by prompt lookup for every generation request
+    /// (a request opts out with `"speculate": false`): each sequence may
+    /// feed a guess of what follows, copied from an earlier occurrence of
+    /// its last tokens, in the same pass. The output is the same as
+    /// without; replies that quote their prompt come faster.
+    #[arg(long, env = "FERRITE_LOOKUP")]
+    lookup: bool,
+    /// Most tokens per draft with --lookup (default 8; the length adapts
+    /// below it).
+    #[arg(long, env = "FERRITE_DRAFT_MAX", value_name = "N")]
+    draft_max: Option<usize>,
+}
+
+/// Most tokens per prompt-lookup draft by default (as `run --lookup`).
+const LOOKUP_MAX: usize = 8;
+
+/// `--lookup` / `--draft-max` as the server takes them.
+fn lookup(on: bool, max: Option<usize>) -> CliResult<Option<usize>> {
+    match (on, max) {
+        (false, Some(_)) => Err(CliError::usage("--draft-max needs --lookup")),
+        (_, Some(0)) => Err(CliError::usage("--draft-max must be at least 1")),
+        (false, None) => Ok(None),
+        (true, max) => Ok(Some(max.unwrap_or(LOOKUP_MAX))),
+    }
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -162,6 +186,7 @@ pub fn run(args: Args) -> CliResult {
             max_connections: args.max_connections,
             parse_special_in_messages: args.parse_special_in_messages,
             max_embed_work: args.max_embed_tokens.max(1),
+            lookup: lookup(args.lookup, args.draft_max)?,
             ..defaults
         },
         grace: Duration::from_secs(args.grace),

@@ -609,6 +609,13 @@ impl KvCache {
         self.max_rewind = n;
     }
 
+    /// How far back [`KvCache::truncate`] may go from the furthest position
+    /// written and keep the positions before (`usize::MAX` when no ring
+    /// layer limits it).
+    pub fn max_rewind(&self) -> usize {
+        self.max_rewind
+    }
+
     /// Forgets positions from `len` on and returns how many it keeps: the
     /// first `len`, or none when a ring layer may have overwritten keys that
     /// the positions after `len` would attend to (then the caller must

@@ -46,6 +46,10 @@ pub struct Common {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub response_format: Option<serde_json::Value>,
+    /// ferrite's own: `false` turns speculative decoding off for this
+    /// request (`ferrite serve --lookup`); the output is the same either
+    /// way.
+    pub speculate: Option<bool>,
 }
 
 /// The grammar `response_format` asks for (`None`: free text).
@@ -260,6 +264,7 @@ impl Common {
             stop,
             n,
             logprobs,
+            speculate: self.speculate.unwrap_or(true),
         })
     }
 }

@@ -30,6 +30,9 @@ pub struct GenParams {
     /// Function calls the reply may open (`<tool_call>`, or `{` first for
     /// Llama 3), whose grammar then governs the rest of it.
     pub tool_calls: Option<(Trigger, Arc<Grammar>)>,
+    /// Whether the request may be decoded speculatively when the server
+    /// does (`ferrite serve --lookup`); the output is the same either way.
+    pub speculate: bool,
 }
 
 /// A request waiting for, or admitted to, the scheduler.

@@ -25,6 +25,12 @@
 //! When the last request ends, freed heap memory is handed back to the
 //! system (`malloc_trim`), so the process's RSS comes back down after a
 //! burst.
+//!
+//! With `ferrite serve --lookup`, a decoding choice may feed a draft of
+//! the tokens likely to follow its next one (prompt lookup, see
+//! `choice.rs`); the drafted rows join the same pass and take their room
+//! from the pass's token budget before prompt rows do. What a choice
+//! emits is the same as without.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -101,8 +107,9 @@ impl Active<'_> {
 enum Owner {
     /// `k` prompt tokens of request `a`.
     Prefill { a: usize, k: usize },
-    /// The next token of choice `c` of request `a`.
-    Decode { a: usize, c: usize },
+    /// The next token (and draft) of choice `c` of request `a`: `rows`
+    /// rows of logits.
+    Decode { a: usize, c: usize, rows: usize },
 }
 
 struct Scheduler<'t> {
@@ -298,19 +305,28 @@ impl<'t> Scheduler<'t> {
             })
             .sum();
         let mut room = self.limits.batch_tokens.saturating_sub(decode_rows);
+        for a in &mut self.active {
+            if let Stage::Decode(choices) = &mut a.stage {
+                for c in choices {
+                    let fed = c.prepare_feed(room, &a.req.params);
+                    room -= fed.saturating_sub(1);
+                }
+            }
+        }
         let mut items = Vec::new();
         let mut owners = Vec::new();
         for (ai, a) in self.active.iter_mut().enumerate() {
             match &mut a.stage {
                 Stage::Decode(choices) => {
                     for (ci, c) in choices.iter_mut().enumerate() {
-                        if let (Some(tok), Some(cache)) = (&c.next, &mut c.cache) {
+                        if let (false, Some(cache)) = (c.feed.is_empty(), &mut c.cache) {
+                            let rows = c.feed.len();
                             items.push(BatchItem {
-                                tokens: std::slice::from_ref(tok),
+                                tokens: &c.feed,
                                 cache,
-                                logits: Logits::Last,
+                                logits: if rows > 1 { Logits::All } else { Logits::Last },
                             });
-                            owners.push(Owner::Decode { a: ai, c: ci });
+                            owners.push(Owner::Decode { a: ai, c: ci, rows });
                         }
                     }
                 }
@@ -341,11 +357,17 @@ impl<'t> Scheduler<'t> {
         }
         let logits = std::mem::take(&mut self.logits);
         let nv = self.m.lm.n_vocab();
-        for (i, owner) in owners.into_iter().enumerate() {
-            let row = &logits[i * nv..(i + 1) * nv];
+        let mut at = 0;
+        for owner in owners {
             match owner {
-                Owner::Prefill { a, k } => self.prefilled(a, k, row),
-                Owner::Decode { a, c } => self.advance(a, c, row),
+                Owner::Prefill { a, k } => {
+                    self.prefilled(a, k, &logits[at..at + nv]);
+                    at += nv;
+                }
+                Owner::Decode { a, c, rows } => {
+                    self.advance(a, c, &logits[at..at + rows * nv]);
+                    at += rows * nv;
+                }
             }
         }
         self.logits = logits;
@@ -373,31 +395,32 @@ impl<'t> Scheduler<'t> {
             return;
         };
         self.prefix.insert(&act.req.prompt, &cache, act.held.take());
-        let mut choices = Vec::with_capacity(n);
-        for i in 0..n - 1 {
-            choices.push(Choice::new(
+        let lookup = self.limits.lookup.filter(|_| act.req.params.speculate);
+        let new_choice = |i, cache| {
+            Choice::new(
                 i,
-                cache.fork(),
+                cache,
                 &act.req.params,
                 &self.m.tokenizer,
                 &self.m.end_tokens,
-            ));
+                &act.req.prompt,
+                lookup,
+            )
+        };
+        let mut choices = Vec::with_capacity(n);
+        for i in 0..n - 1 {
+            choices.push(new_choice(i, cache.fork()));
         }
-        choices.push(Choice::new(
-            n - 1,
-            cache,
-            &act.req.params,
-            &self.m.tokenizer,
-            &self.m.end_tokens,
-        ));
+        choices.push(new_choice(n - 1, cache));
         act.stage = Stage::Decode(choices);
         for c in 0..n {
             self.advance(a, c, logits);
         }
     }
 
-    /// Choice `c` of request `a` picks its next token from `logits`.
-    fn advance(&mut self, a: usize, c: usize, logits: &[f32]) {
+    /// Choice `c` of request `a` picks its next tokens from `rows` (one
+    /// row of logits per token it fed; one after its prompt).
+    fn advance(&mut self, a: usize, c: usize, rows: &[f32]) {
         let m = self.m;
         let act = &mut self.active[a];
         let Stage::Decode(choices) = &mut act.stage else {
@@ -411,14 +434,22 @@ impl<'t> Scheduler<'t> {
         };
         let before = choice.generated();
         let events = &act.req.events;
-        let finished = choice.advance(logits, &ends, &mut |ev| {
+        let (finished, spec) = choice.advance_rows(rows, m.lm.n_vocab(), &ends, &mut |ev| {
             // A closed receiver is noticed at the next step.
             let _ = events.send(ev);
         });
-        if choice.generated() > before {
+        if spec.drafted > 0 {
+            let mm = &m.metrics;
+            mm.drafted_tokens.inc_by(spec.drafted as u64);
+            mm.accepted_tokens.inc_by(spec.accepted as u64);
+            mm.acceptance
+                .set(mm.accepted_tokens.get() as f64 / mm.drafted_tokens.get() as f64);
+        }
+        let new = choice.generated() - before;
+        if new > 0 {
             let now = Instant::now();
-            act.completion_tokens += 1;
-            m.metrics.generated_tokens.inc();
+            act.completion_tokens += new;
+            m.metrics.generated_tokens.inc_by(new as u64);
             if !act.first_token_seen {
                 act.first_token_seen = true;
                 m.metrics
@@ -427,6 +458,10 @@ impl<'t> Scheduler<'t> {
             }
             if let Some(t) = choice.last_token_at {
                 m.metrics.itl.observe(now.duration_since(t).as_secs_f64());
+            }
+            // Confirmed drafted tokens arrive with the first, no time apart.
+            for _ in 1..new {
+                m.metrics.itl.observe(0.0);
             }
             choice.last_token_at = Some(now);
         }
