@@ -357,6 +357,17 @@ fn smollm2_output_is_plain_decoding() {
     check_all_drafters(&g, None, &some, &[1]);
 }
 
+#[test]
+fn qwen2_5_output_is_plain_decoding() {
+    let g = ferrite::open(common::real_model("qwen2.5-0.5b").to_str().unwrap())
+        .unwrap()
+        .into_generator()
+        .unwrap();
+    let totals = check_all_drafters(&g, Some(&g), &cases(REPEATING, 24, 512), &[2]);
+    check_counts(&totals);
+    eprintln!("{totals:?}");
+}
+
 /// Gemma 3's local layers keep a ring of slots: drafts past the window
 /// wrap it, and a rollback that goes further back than the ring allows
 /// is recomputed from the start; the output stays plain decoding's.
