@@ -55,8 +55,8 @@ OUT = ROOT / "testdata/quantize"
 MODELS = Path(os.environ.get("FERRITE_MODELS", ROOT / "models"))
 
 MIXES = ["Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q2_K",
-         "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16", "F32"]
-PURE = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q4_K", "Q5_K", "Q3_K", "Q2_K"]
+         "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS", "F16", "BF16", "F32"]
+PURE = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q4_K", "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"]
 
 M64 = (1 << 64) - 1
 GAMMA = np.uint64(0x9E3779B97F4A7C15)

@@ -434,7 +434,7 @@ fn gpt_oss_pure_mxfp4() {
 }
 
 /// The file types checked on SmolLM2 (the fixtures check every one).
-const SMOLLM2_KEYS: &[&str] = &["Q4_K_M", "Q8_0", "Q6_K", "Q3_K_M", "pure-Q4_K"];
+const SMOLLM2_KEYS: &[&str] = &["Q4_K_M", "Q8_0", "Q6_K", "Q3_K_M", "pure-Q4_K", "IQ4_XS"];
 
 /// Files in `dir` (to check that nothing is left behind).
 fn listing(dir: &Path) -> Vec<String> {

@@ -20,7 +20,7 @@ pub struct Args {
     output: PathBuf,
     /// The file type, as llama-quantize names it: Q4_K_M, Q4_K_S, Q5_K_M,
     /// Q5_K_S, Q6_K, Q3_K_S, Q3_K_M, Q3_K_L, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1,
-    /// Q8_0, MXFP4_MOE, F16, BF16, F32 (Q3_K, Q4_K, Q5_K: the _M mixes;
+    /// Q8_0, IQ4_NL, IQ4_XS, MXFP4_MOE, F16, BF16, F32 (Q3_K, Q4_K, Q5_K: the _M mixes;
     /// pure MXFP4: MXFP4_MOE --pure).
     #[arg(value_name = "TYPE")]
     ftype: String,

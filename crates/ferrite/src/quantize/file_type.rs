@@ -41,6 +41,8 @@ ftypes! {
     F_Q5_K_M = "Q5_K_M", 17, Q5K;
     F_Q6_K = "Q6_K", 18, Q6K;
     F_Q8_0 = "Q8_0", 7, Q8_0;
+    F_IQ4_NL = "IQ4_NL", 25, Iq4Nl;
+    F_IQ4_XS = "IQ4_XS", 30, Iq4Xs;
     F_MXFP4_MOE = "MXFP4_MOE", 38, Mxfp4;
     F_F16 = "F16", 1, F16;
     F_BF16 = "BF16", 32, Bf16;
@@ -77,5 +79,6 @@ mod tests {
         assert_eq!(FileType::from_name("bf16").unwrap().id, 32);
         assert!(FileType::from_name("Q4_K_X").is_none());
         assert!(FileType::from_name("IQ2_XXS").is_none());
+        assert_eq!(FileType::from_name("iq4_xs").unwrap().id, 30);
     }
 }

@@ -295,6 +295,7 @@ fn fallback(t: &TensorInfo, ty: GgmlType) -> Result<GgmlType, MixError> {
         return Ok(ty);
     }
     let to = match ty {
+        Iq4Xs => Iq4Nl,
         Q2K | Q3K => Q4_0,
         Q4K => Q5_0,
         Q5K => Q5_1,
@@ -369,7 +370,9 @@ fn mix_type(
             ty = if m.n_gqa >= 4 { Q4K } else { Q3K };
         } else if ftype == F_Q3_K_M {
             ty = if c.i_attention_wv < 2 { Q5K } else { Q4K };
-        } else if ftype == F_Q3_K_L {
+        } else if ftype == F_Q3_K_L
+            || ((ftype == F_IQ4_NL || ftype == F_IQ4_XS) && m.n_gqa >= 4)
+        {
             ty = Q5K;
         } else if (ftype == F_Q4_K_M || ftype == F_Q5_K_M)
             && use_more_bits(c.i_attention_wv, c.n_attention_wv)
@@ -415,6 +418,10 @@ fn mix_type(
             } else if use_more_bits(i, n) {
                 ty = Q6K;
             }
+        } else if i < n / 8 && (ftype == F_IQ4_NL || ftype == F_IQ4_XS) {
+            // (llama.cpp: only without an importance matrix, which ferrite
+            // does not take yet.)
+            ty = Q5K;
         } else if ftype == F_Q5_K_M && use_more_bits(i, n) {
             ty = Q6K;
         } else if ftype == F_Q4_K_S && !m.falcon && i < n / 8 {
@@ -424,7 +431,10 @@ fn mix_type(
     } else if cat == Category::AttnOutput {
         if !m.falcon {
             if m.n_expert == 8 {
-                if [F_Q2_K, F_Q3_K_S, F_Q3_K_M, F_Q4_K_S, F_Q4_K_M].contains(&ftype) {
+                let five = [
+                    F_Q2_K, F_Q3_K_S, F_Q3_K_M, F_IQ4_NL, F_Q4_K_S, F_Q4_K_M, F_IQ4_XS,
+                ];
+                if five.contains(&ftype) {
                     ty = Q5K;
                 }
             } else if ftype == F_Q2_K {

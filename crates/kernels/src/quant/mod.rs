@@ -178,9 +178,9 @@ impl GgmlType {
     }
 
     /// Whether [`quantize`] supports this type: the same types as
-    /// [`dequantize`] except the i-quants, which are only read.
+    /// [`dequantize`].
     pub fn can_quantize(self) -> bool {
-        self.can_dequantize() && !matches!(self, GgmlType::Iq4Nl | GgmlType::Iq4Xs)
+        self.can_dequantize()
     }
 
     /// (name, values per block, bytes per block), from ggml's type traits.
@@ -444,6 +444,8 @@ pub(crate) fn quantize_row_inline(t: GgmlType, src: &[f32], dst: &mut [u8]) {
         Q6K => blocks_from_f32(src, dst, BlockQ6K::from_f32),
         Q8K => blocks_from_f32(src, dst, BlockQ8K::from_f32),
         Mxfp4 => blocks_from_f32(src, dst, BlockMxfp4::from_f32),
+        Iq4Nl => blocks_from_f32(src, dst, iq4::BlockIq4Nl::from_f32),
+        Iq4Xs => blocks_from_f32(src, dst, iq4::BlockIq4Xs::from_f32),
         // `quantize` refused the others.
         _ => {}
     }
