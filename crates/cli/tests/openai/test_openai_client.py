@@ -35,10 +35,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_server(binary):
+def start_server(binary, models=("smollm2", "minilm", "nomic-embed-v1.5", "qwen2.5-0.5b")):
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "serve", "smollm2", "minilm", "nomic-embed-v1.5", "qwen2.5-0.5b", "--port", str(port),
+        [binary, "serve", *models, "--port", str(port),
          "--threads", "2",
          "--api-key", KEY],
         env={**os.environ, "FERRITE_LOG": "error"},

@@ -8,6 +8,7 @@ pub mod embeddings;
 pub mod extract;
 pub mod generation;
 pub mod misc;
+pub mod ollama;
 pub mod params;
 pub mod render;
 pub mod tools;
@@ -57,7 +58,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(misc::get_model))
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
-        .route("/metrics", get(misc::metrics));
+        .route("/metrics", get(misc::metrics))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/embed", post(ollama::embed))
+        .route("/api/embeddings", post(ollama::embeddings_legacy))
+        .route("/api/show", post(ollama::show))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/version", get(ollama::version));
     let routes = Router::new()
         .route("/health", get(misc::health))
         .route("/ready", get(misc::ready))
@@ -68,7 +77,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// The routes `/metrics` counts responses of (any other path counts as
 /// `other`, so clients cannot grow the label set).
-const ROUTES: [&str; 12] = [
+const ROUTES: [&str; 20] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
@@ -80,6 +89,14 @@ const ROUTES: [&str; 12] = [
     "/health",
     "/ready",
     "/v1/models/{id}",
+    "/api/chat",
+    "/api/generate",
+    "/api/embed",
+    "/api/embeddings",
+    "/api/show",
+    "/api/tags",
+    "/api/ps",
+    "/api/version",
     "other",
 ];
 

@@ -35,10 +35,7 @@ pub(super) const MAX_VALUE_DEPTH: usize = 128;
 pub const MAX_CHAIN: usize = 64;
 
 /// Keywords that would constrain values beyond what is enforced.
-pub(super) const REFUSED: [&str; 22] = [
-    "format",
-    "minLength",
-    "maxLength",
+pub(super) const REFUSED: [&str; 19] = [
     "multipleOf",
     "allOf",
     "not",
@@ -66,7 +63,7 @@ pub(super) const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", 
 /// Keywords that constrain a value (beyond [`REFUSED`]): `$ref`, `enum`,
 /// `const`, `anyOf` and `oneOf` take no others beside them (only `type`
 /// beside `enum` / `const`), since the compiler follows one of them alone.
-pub(super) const CONSTRAINING: [&str; 17] = [
+pub(super) const CONSTRAINING: [&str; 20] = [
     "$ref",
     "enum",
     "const",
@@ -80,6 +77,9 @@ pub(super) const CONSTRAINING: [&str; 17] = [
     "minItems",
     "maxItems",
     "pattern",
+    "minLength",
+    "maxLength",
+    "format",
     "minimum",
     "maximum",
     "exclusiveMinimum",

@@ -25,6 +25,9 @@ pub enum Node {
         max: usize,
     },
     String,
+    /// A string of `min..=max` Unicode characters (`minLength`,
+    /// `maxLength`; still within [`Grammar::max_string`] bytes).
+    Sized { min: u32, max: u32 },
     Number,
     Integer,
     /// A number within bounds: `ranges[i]`.
@@ -228,7 +231,7 @@ impl Grammar {
             Node::Any => b"{[\"-0123456789tfn".contains(&c),
             Node::Object(_) | Node::AnyObject => c == b'{',
             Node::Array { .. } => c == b'[',
-            Node::String => c == b'"',
+            Node::String | Node::Sized { .. } => c == b'"',
             Node::Number | Node::Integer => c == b'-' || c.is_ascii_digit(),
             Node::Range(r) => {
                 let r = &self.ranges[*r];

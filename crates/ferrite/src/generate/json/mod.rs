@@ -14,6 +14,7 @@ mod one_of;
 pub mod regex;
 pub mod schema;
 mod string;
+mod string_schema;
 pub mod trie;
 pub mod vocab;
 
@@ -27,6 +28,8 @@ mod hostile_tests;
 mod random_schemas;
 #[cfg(test)]
 mod random_tests;
+#[cfg(test)]
+mod string_tests;
 pub use grammar::{CallSyntax, Grammar};
 
 use crate::tokenize::Tokenizer;
@@ -358,8 +361,8 @@ mod tests {
                 "'pattern' ('(x)\\1') is not supported: backreferences",
             ),
             (
-                json!({"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}),
-                "'format'",
+                json!({"type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}),
+                "'hostname' is not supported",
             ),
             (
                 json!({"type": "object", "minProperties": 1}),

@@ -9,7 +9,9 @@
 //! ones, never one of theirs); without `properties`, any object, or with
 //! `additionalProperties` a schema, a map of such values), array
 //! (`items`, `minItems`, `maxItems`), string (with `pattern`: a simple
-//! regular expression, see [`super::regex`]), number and integer (with
+//! regular expression, see [`super::regex`]; `format` `date`, `time`,
+//! `date-time`, `uuid`, `email`; or `minLength` / `maxLength` in Unicode
+//! characters: see [`super::string_schema`]), number and integer (with
 //! `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum`, see
 //! [`super::number`]), boolean, null, a list of types, `anyOf` / `oneOf`
 //! (the first member that may start with the reply's next character is
@@ -19,7 +21,7 @@
 //! schema itself (`#/$defs/...`, `#/definitions/...`, `#`; recursion
 //! through nesting is bounded at run time, left recursion and cycles with
 //! no way out are refused, see [`super::check`]). Keywords that constrain
-//! further (`format`, `minLength`, `multipleOf`, ...), or that would be
+//! further (other `format`s, `multipleOf`, `allOf`, ...), or that would be
 //! ignored beside `$ref` / `anyOf` / `oneOf` / `enum` / `const`, are
 //! refused with an error naming the keyword and its place (`at
 //! #/properties/a`) rather than ignored, so an accepted schema is always
@@ -41,6 +43,7 @@ use super::check::{self, BOUNDS, CONSTRAINING, REFUSED};
 use super::number::NumRange;
 use super::one_of;
 use super::regex::Dfa;
+use super::string_schema::{string_kind, StringKind};
 use super::trie::Trie;
 use crate::Error;
 
@@ -366,8 +369,10 @@ impl<'s> Compiler<'s> {
                 )));
             }
         }
-        if obj.contains_key("pattern") && !obj.contains_key("type") {
-            return Err(self.bad("the schema keyword 'pattern' needs type string"));
+        for k in ["pattern", "minLength", "maxLength", "format"] {
+            if obj.contains_key(k) && !obj.contains_key("type") {
+                return Err(self.bad(format!("the schema keyword '{k}' needs type string")));
+            }
         }
         if let Some(r) = obj.get("$ref") {
             let r = r.as_str().ok_or_else(|| self.bad("$ref must be a string"))?;
@@ -536,12 +541,10 @@ impl<'s> Compiler<'s> {
             )));
         }
         let node = match t {
-            "string" => match obj.get("pattern") {
-                None => Node::String,
-                Some(p) => {
-                    let p = p
-                        .as_str()
-                        .ok_or_else(|| self.bad("the schema keyword 'pattern' must be a string"))?;
+            "string" => match string_kind(obj, MAX_STRING).map_err(|e| self.bad(e))? {
+                StringKind::Sized { min: 0, max: u32::MAX } => Node::String,
+                StringKind::Sized { min, max } => Node::Sized { min, max },
+                StringKind::Pattern(p) => {
                     let mut budget = self.pattern_budget;
                     let dfa = Dfa::compile(p, &mut budget).map_err(|e| {
                         let shown = if p.len() > 80 {

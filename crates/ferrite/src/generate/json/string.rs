@@ -1,5 +1,7 @@
-//! Strings without a pattern, byte by byte: escapes, well-formed UTF-8 and
-//! the grammar's length cap.
+//! Strings without a pattern, byte by byte: escapes, well-formed UTF-8,
+//! the grammar's length cap and a schema's `minLength` / `maxLength`
+//! (counted in Unicode characters: an escape is one, a surrogate pair's
+//! two escapes are one).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 enum Escape {
@@ -35,11 +37,24 @@ fn utf8_lead(c: u8) -> Option<(u8, u8, u8)> {
 }
 
 /// A string read so far, after its opening quote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct FreeStr {
     /// Bytes so far (an escape counts its backslash only).
     len: usize,
     escape: Escape,
+    /// Characters so far.
+    chars: u32,
+    /// Fewest characters before the closing quote (`minLength`).
+    min: u32,
+    /// Most characters (`maxLength`).
+    max_chars: u32,
+}
+
+impl Default for FreeStr {
+    /// Any length (up to the grammar's cap in bytes).
+    fn default() -> FreeStr {
+        FreeStr::sized(0, u32::MAX)
+    }
 }
 
 /// What a byte does to a [`FreeStr`].
@@ -53,10 +68,36 @@ pub(super) enum StrStep {
 }
 
 impl FreeStr {
-    /// Not after a backslash: how many more bytes the string may take
-    /// when at most `max` in all.
+    /// A string of `min..=max_chars` characters.
+    pub(super) fn sized(min: u32, max_chars: u32) -> FreeStr {
+        FreeStr {
+            len: 0,
+            escape: Escape::None,
+            chars: 0,
+            min,
+            max_chars,
+        }
+    }
+
+    /// Not after a backslash, and past `minLength`: how many more bytes
+    /// the string may take when at most `max` in all. Any plain text
+    /// (whole characters, none of them a quote, backslash or control
+    /// character) of at most that many bytes may come next. Below
+    /// `minLength`, `None`: whether text fits then depends on its
+    /// characters, not only on its bytes (each byte must be fed).
     pub(super) fn room(&self, max: usize) -> Option<usize> {
-        (self.escape == Escape::None).then(|| max.saturating_sub(self.len))
+        (self.escape == Escape::None && self.chars >= self.min).then(|| {
+            let chars = (self.max_chars - self.chars) as usize;
+            max.saturating_sub(self.len).min(chars)
+        })
+    }
+
+    /// Whether a character that adds `cost` to the length may start
+    /// here: under `maxLength`, and leaving room (in the cap of `max`
+    /// bytes) for the characters `minLength` still needs, as ASCII.
+    fn may_start(&self, cost: usize, max: usize) -> bool {
+        let needed = self.min.saturating_sub(self.chars + 1) as usize;
+        self.chars < self.max_chars && self.len + cost + needed <= max
     }
 
     /// Feeds byte `c` to a string of at most `max` bytes.
@@ -133,27 +174,35 @@ impl FreeStr {
                 };
                 true
             }
-            Escape::None => match c {
-                b'"' => return StrStep::Closed,
-                _ if *len >= max || c < 0x20 => false,
-                0x80.. => match utf8_lead(c) {
-                    Some((left, lo, hi)) if *len + 1 + usize::from(left) <= max => {
-                        *len += 1;
-                        *escape = Escape::Utf8 { left, lo, hi };
-                        true
-                    }
-                    _ => false,
-                },
-                b'\\' => {
-                    *escape = Escape::Start;
-                    *len += 1;
-                    true
+            Escape::None => {
+                if c == b'"' {
+                    return if self.chars >= self.min {
+                        StrStep::Closed
+                    } else {
+                        StrStep::Refused
+                    };
                 }
-                _ => {
-                    *len += 1;
-                    true
+                let lead = match c {
+                    ..0x20 => return StrStep::Refused,
+                    0x80.. => match utf8_lead(c) {
+                        Some(lead) => Some(lead),
+                        None => return StrStep::Refused,
+                    },
+                    _ => None,
+                };
+                let cost = 1 + lead.map_or(0, |(left, _, _)| usize::from(left));
+                if !self.may_start(cost, max) {
+                    return StrStep::Refused;
                 }
-            },
+                self.len += 1;
+                self.chars += 1;
+                if let Some((left, lo, hi)) = lead {
+                    self.escape = Escape::Utf8 { left, lo, hi };
+                } else if c == b'\\' {
+                    self.escape = Escape::Start;
+                }
+                true
+            }
         };
         if took {
             StrStep::Took

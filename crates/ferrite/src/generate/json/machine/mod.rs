@@ -463,6 +463,7 @@ impl JsonState {
                 depth,
             },
             Node::String => Frame::Str(FreeStr::default()),
+            Node::Sized { min, max } => Frame::Str(FreeStr::sized(*min, *max)),
             Node::Number | Node::Integer => {
                 self.stack
                     .push(Frame::Num(FreeNum::new(*kind == Node::Integer)));
