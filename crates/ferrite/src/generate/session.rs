@@ -243,6 +243,27 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// The generation loop's picker for `opts` after the current sequence
+    /// (which it has seen, for the penalties): what both the plain loop
+    /// and the speculative one (`speculative/verify.rs`) pick with.
+    pub(crate) fn continuation<'s>(
+        &self,
+        sampler: &'s mut Sampler,
+        opts: &GenerateOptions,
+    ) -> Continuation<'a, &'s mut Sampler> {
+        let mut cont = Continuation::new(
+            self.tokenizer,
+            sampler,
+            &opts.end_tokens,
+            &opts.stop,
+            opts.json.clone(),
+        );
+        for &t in &self.tokens {
+            cont.accept_prompt_token(t);
+        }
+        cont
+    }
+
     /// Generates after the current prompt, calling `on_text` with each piece
     /// of text as soon as it is complete UTF-8 and cannot be the start of a
     /// stop string. `on_text` returns false to stop.
@@ -265,16 +286,7 @@ impl<'a> Session<'a> {
             let mut spec = s.build(self.tokenizer, self.n_ctx(), threads)?;
             return self.generate_speculative(&mut spec, sampler, opts, on_text);
         }
-        let mut cont = Continuation::new(
-            self.tokenizer,
-            &mut *sampler,
-            &opts.end_tokens,
-            &opts.stop,
-            opts.json.clone(),
-        );
-        for &t in &self.tokens {
-            cont.accept_prompt_token(t);
-        }
+        let mut cont = self.continuation(sampler, opts);
         let start = Instant::now();
         let reason = loop {
             if opts.max_tokens.is_some_and(|m| cont.generated >= m) {

@@ -22,16 +22,7 @@ impl<'a> Session<'a> {
         opts: &GenerateOptions,
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Result<StopReason, Error> {
-        let mut cont = Continuation::new(
-            self.tokenizer,
-            &mut *sampler,
-            &opts.end_tokens,
-            &opts.stop,
-            opts.json.clone(),
-        );
-        for &t in &self.tokens {
-            cont.accept_prompt_token(t);
-        }
+        let mut cont = self.continuation(sampler, opts);
         let n_vocab = self.model.n_vocab();
         let start = Instant::now();
         // The rows of the last forward pass; row `row` holds the logits
