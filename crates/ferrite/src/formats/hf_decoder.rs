@@ -107,6 +107,29 @@ pub(crate) struct HfFamily {
     pub special: Option<SpecialTensors>,
 }
 
+impl HfFamily {
+    /// A family read from `config.json` by `config`, its layer modules
+    /// renamed by `layer`, and nothing else (no `1 + w` norms, no Q/K
+    /// permutation, no MXFP4, no modules or tensors of its own): set the
+    /// rest with `..HfFamily::new(...)`.
+    pub const fn new(
+        arch: &'static str,
+        config: fn(&Config, &mut Keys) -> Result<Hp, Error>,
+        layer: &'static [(&'static str, LayerName)],
+    ) -> HfFamily {
+        HfFamily {
+            arch,
+            config,
+            layer,
+            norm_plus_one: false,
+            permute_qk: false,
+            mxfp4: false,
+            modules: None,
+            special: None,
+        }
+    }
+}
+
 /// A family's own mapping of one layer module (see [`HfFamily::modules`]).
 pub(crate) type ModuleMap =
     fn(&str, usize, &str, bool, &str, &str) -> Result<Option<(String, Reshape)>, Error>;

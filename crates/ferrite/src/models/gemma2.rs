@@ -72,14 +72,8 @@ pub(crate) const HF_LAYER: [(&str, LayerName); 13] = [
 
 /// `Gemma2ForCausalLM` directories.
 pub(crate) const HF: HfFamily = HfFamily {
-    arch: "gemma2",
-    config: |c, k| gemma_config(c, k, &GEMMA2),
-    layer: &HF_LAYER,
     norm_plus_one: true,
-    permute_qk: false,
-    mxfp4: false,
-    modules: None,
-    special: None,
+    ..HfFamily::new("gemma2", |c, k| gemma_config(c, k, &GEMMA2), &HF_LAYER)
 };
 
 

@@ -318,14 +318,12 @@ pub fn load_variant(file: Arc<GgufFile>, v: &Variant) -> Result<Decoder, Error> 
 
 /// `Gemma3ForCausalLM` directories (the text model).
 const HF: HfFamily = HfFamily {
-    arch: "gemma3",
-    config: |c, k| gemma2::gemma_config(c, k, &GEMMA3),
-    layer: &gemma2::HF_LAYER,
     norm_plus_one: true,
-    permute_qk: false,
-    mxfp4: false,
-    modules: None,
-    special: None,
+    ..HfFamily::new(
+        "gemma3",
+        |c, k| gemma2::gemma_config(c, k, &GEMMA3),
+        &gemma2::HF_LAYER,
+    )
 };
 
 /// The Gemma 3 family: GGUF `gemma3`, read from `Gemma3ForCausalLM` (the

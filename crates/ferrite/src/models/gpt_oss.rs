@@ -186,14 +186,9 @@ fn router_name(l: usize) -> String {
 
 /// `GptOssForCausalLM` directories.
 pub(crate) const HF: HfFamily = HfFamily {
-    arch: ARCH,
-    config: hf_config,
-    layer: &HF_LAYER,
-    norm_plus_one: false,
-    permute_qk: false,
     mxfp4: true,
-    modules: None,
     special: Some(hf_tensor),
+    ..HfFamily::new(ARCH, hf_config, &HF_LAYER)
 };
 
 /// A positive finite number of `config.json`, if present.

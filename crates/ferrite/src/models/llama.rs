@@ -131,15 +131,13 @@ pub fn load_family_with(file: Arc<GgufFile>, f: &Family, mlp: MlpOf) -> Result<D
 /// `LlamaForCausalLM` directories: Llama's keys, Q/K rows permuted for
 /// adjacent-pair RoPE, no sliding window.
 pub(crate) const HF: HfFamily = HfFamily {
-    arch: "llama",
-    config: |c, k| dense_config(c, k, |_, _, _| Ok(())),
-    // Llama's modules (without Qwen3's Q/K norms).
-    layer: LLAMA_LAYER.split_at(9).0,
-    norm_plus_one: false,
     permute_qk: true,
-    mxfp4: false,
-    modules: None,
-    special: None,
+    // Llama's modules (without Qwen3's Q/K norms).
+    ..HfFamily::new(
+        "llama",
+        |c, k| dense_config(c, k, |_, _, _| Ok(())),
+        LLAMA_LAYER.split_at(9).0,
+    )
 };
 
 /// `MistralForCausalLM` directories: Llama's, with `sliding_window` (null:

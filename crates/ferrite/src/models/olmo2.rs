@@ -106,16 +106,7 @@ const HF_LAYER: [(&str, LayerName); 11] = [
 ];
 
 /// `Olmo2ForCausalLM` directories.
-pub(crate) const HF: HfFamily = HfFamily {
-    arch: "olmo2",
-    config: hf_config,
-    layer: &HF_LAYER,
-    norm_plus_one: false,
-    permute_qk: false,
-    mxfp4: false,
-    modules: None,
-    special: None,
-};
+pub(crate) const HF: HfFamily = HfFamily::new("olmo2", hf_config, &HF_LAYER);
 
 /// OLMo 2's `config.json`: Llama's keys (untied unless it says so).
 fn hf_config(c: &Config, k: &mut Keys) -> Result<Hp, Error> {

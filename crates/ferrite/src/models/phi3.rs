@@ -161,16 +161,7 @@ const HF_LAYER: [(&str, LayerName); 6] = [
 ];
 
 /// `Phi3ForCausalLM` directories.
-pub(crate) const HF: HfFamily = HfFamily {
-    arch: "phi3",
-    config: hf_config,
-    layer: &HF_LAYER,
-    norm_plus_one: false,
-    permute_qk: false,
-    mxfp4: false,
-    modules: None,
-    special: None,
-};
+pub(crate) const HF: HfFamily = HfFamily::new("phi3", hf_config, &HF_LAYER);
 
 /// A number of the RoPE parameters (`rope_parameters`, else
 /// `rope_scaling`, else the config's top level).

@@ -37,16 +37,11 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 
 /// `Qwen2ForCausalLM` directories: Llama's keys and modules (halves: no
 /// Q/K permutation), Qwen's optional sliding window.
-const HF: HfFamily = HfFamily {
-    arch: "qwen2",
-    config: |c, k| dense_config(c, k, qwen_window),
-    layer: LLAMA_LAYER.split_at(9).0,
-    norm_plus_one: false,
-    permute_qk: false,
-    mxfp4: false,
-    modules: None,
-    special: None,
-};
+const HF: HfFamily = HfFamily::new(
+    "qwen2",
+    |c, k| dense_config(c, k, qwen_window),
+    LLAMA_LAYER.split_at(9).0,
+);
 
 /// The Qwen2 family: GGUF `qwen2`, read from `Qwen2ForCausalLM`.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {

@@ -37,16 +37,11 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 }
 
 /// `Qwen3ForCausalLM` directories: Qwen2's, with the per-head Q/K norms.
-const HF: HfFamily = HfFamily {
-    arch: "qwen3",
-    config: |c, k| dense_config(c, k, qwen_window),
-    layer: &LLAMA_LAYER,
-    norm_plus_one: false,
-    permute_qk: false,
-    mxfp4: false,
-    modules: None,
-    special: None,
-};
+const HF: HfFamily = HfFamily::new(
+    "qwen3",
+    |c, k| dense_config(c, k, qwen_window),
+    &LLAMA_LAYER,
+);
 
 /// The Qwen3 family: GGUF `qwen3`, read from `Qwen3ForCausalLM`.
 pub(crate) const FAMILY: DecoderFamily = DecoderFamily {

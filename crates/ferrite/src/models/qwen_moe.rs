@@ -194,14 +194,8 @@ pub fn widen_ffn(d: &mut Decoder) {
 /// per-head Q/K norms), Qwen's window, and the experts (`map_module`
 /// stacks `mlp.experts.E.*` into `ffn_*_exps`).
 const QWEN3MOE_HF: HfFamily = HfFamily {
-    arch: "qwen3moe",
-    config: qwen_moe_config,
-    layer: &LLAMA_LAYER,
-    norm_plus_one: false,
-    permute_qk: false,
-    mxfp4: false,
     modules: Some(map_module),
-    special: None,
+    ..HfFamily::new("qwen3moe", qwen_moe_config, &LLAMA_LAYER)
 };
 
 /// `Qwen2MoeForCausalLM` directories: Qwen2's keys and modules, the

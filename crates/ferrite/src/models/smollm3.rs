@@ -55,15 +55,9 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
 
 /// `SmolLM3ForCausalLM` directories.
 pub(crate) const HF: HfFamily = HfFamily {
-    arch: "smollm3",
-    config: hf_config,
-    // Llama's modules (without Qwen3's Q/K norms).
-    layer: LLAMA_LAYER.split_at(9).0,
-    norm_plus_one: false,
     permute_qk: true,
-    mxfp4: false,
-    modules: None,
-    special: None,
+    // Llama's modules (without Qwen3's Q/K norms).
+    ..HfFamily::new("smollm3", hf_config, LLAMA_LAYER.split_at(9).0)
 };
 
 /// SmolLM3's `config.json`: Llama's keys, tied by default, and the layers
