@@ -27,6 +27,8 @@ cargo test --workspace
 # one live server; #[ignore]d in the suite so it runs once, here.
 cargo test --workspace --test serve_soak -- --ignored
 scripts/test-serve-openai.sh
+# The container's run steps (Dockerfile) without a container tool.
+scripts/test-container-steps.sh
 # The Python package (python/): built with maturin into its own venv,
 # pytest against the CLI, the two-node Ray test once.
 scripts/test-python.sh
