@@ -62,7 +62,7 @@ def ferrite(binary, model, workload, n, threads, spec):
 def llama_lookup(model, workload, n, threads, n_max):
     cmd = [str(LLAMA_BIN / "llama-lookup"), "-m", str(model), "-f", str(workload),
            "-n", str(n), "-t", str(threads), "--temp", "0", "-c", "8192",
-           "--spec-draft-n-max", str(n_max), "--no-warmup"]
+           "--spec-draft-n-max", str(n_max)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     text = out.stdout + out.stderr
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", text)
