@@ -212,6 +212,25 @@ impl Reranker {
         })
     }
 
+    /// Whether `path` is a directory whose `config.json` names a
+    /// sequence-classification architecture (`BertForSequenceClassification`,
+    /// ...): what a server loads as a reranker rather than an embedder.
+    pub fn is_cross_encoder(path: &Path) -> bool {
+        let config = path.join("config.json");
+        if !path.is_dir() || !config.is_file() {
+            return false;
+        }
+        read_json(&config).is_ok_and(|c| {
+            c.get("architectures")
+                .and_then(|a| a.as_array())
+                .is_some_and(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str())
+                        .any(|x| x.ends_with("ForSequenceClassification"))
+                })
+        })
+    }
+
     /// Where the model was loaded from.
     pub fn source(&self) -> &Path {
         &self.source
