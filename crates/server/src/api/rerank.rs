@@ -12,8 +12,8 @@
 //! shape) keeps the first N. `raw_scores` (either shape) gives the logits
 //! without the model's activation. A pair longer than the model is cut,
 //! the longer text first (TEI truncates by default too); an empty query
-//! is a 400, more documents than `--max-embed-inputs` or more tokens than
-//! `--max-embed-tokens` a 413.
+//! is a 400, more documents than an embeddings request's inputs (2,048)
+//! or more tokens than `--max-embed-tokens` a 413.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -101,8 +101,7 @@ pub async fn handle(
         return Err(ApiError {
             param: Some(param),
             ..ApiError::too_much_work(format!(
-                "{} documents; the limit per request is {max_inputs} (--max-embed-inputs): \
-                 split it into smaller requests",
+                "{} documents; the limit per request is {max_inputs}: split it into smaller requests",
                 docs.len()
             ))
         });
