@@ -265,3 +265,73 @@ fn hostile_requests_are_refused_clearly() {
     let ok = s.post("/v1/rerank", &json!({"query": "q", "documents": ["a"]}));
     assert_eq!(ok.status, 200);
 }
+
+/// Sends a request on a raw connection without reading the answer.
+fn send(s: &Server, path: &str, body: &str) -> std::net::TcpStream {
+    let mut c = s.connect().unwrap();
+    std::io::Write::write_all(
+        &mut c,
+        &serve_common::request_bytes(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            body.as_bytes(),
+        ),
+    )
+    .unwrap();
+    c
+}
+
+#[test]
+fn a_large_request_shares_the_worker_and_stops_when_its_client_leaves() {
+    let ce = fixture();
+    let s = Server::start(&[&ce, "--embed-batch-tokens", "2048"]);
+    // 40 pairs of 512 tokens (documents cut): 10 batches of 4.
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(60);
+    let docs: Vec<String> = (0..40).map(|i| format!("{i} {long}")).collect();
+    let big = json!({"query": "q", "documents": docs}).to_string();
+    let requests = s.metric("ferrite_requests_total");
+    let tokens = s.metric("ferrite_prompt_tokens_total");
+    let a = send(&s, "/v1/rerank", &big);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // A small request is answered between the large one's batches.
+    let small = s.post("/v1/rerank", &json!({"query": "q", "documents": ["hello"]}));
+    assert_eq!(small.status, 200, "{}", small.text());
+    let small_tokens = 5.0; // [CLS] q [SEP] hello [SEP]
+    assert_eq!(small.json()["usage"]["total_tokens"], 5);
+    assert_eq!(
+        s.metric("ferrite_requests_total"),
+        requests + 1.0,
+        "the large one still runs"
+    );
+    // Its client leaves: it stops at its next batch, counted as finished,
+    // its tokens never counted.
+    drop(a);
+    assert!(s.wait_metric(
+        "ferrite_requests_total",
+        requests + 2.0,
+        std::time::Duration::from_secs(120)
+    ));
+    assert_eq!(
+        s.metric("ferrite_prompt_tokens_total"),
+        tokens + small_tokens
+    );
+}
+
+#[test]
+fn a_worker_panic_fails_its_request_and_the_worker_goes_on() {
+    let ce = fixture();
+    let mut s = Server::spawn(
+        &[&ce],
+        &[("FERRITE_TEST_PANIC", "rerank")],
+        std::process::Stdio::inherit(),
+    );
+    s.wait_ready();
+    let body = json!({"query": "q", "documents": ["a", "b"]});
+    let first = s.post("/v1/rerank", &body);
+    assert_eq!(first.status, 500, "{}", first.text());
+    assert!(first.error_message().contains("panicked"));
+    for _ in 0..2 {
+        assert_eq!(s.post("/v1/rerank", &body).status, 200);
+    }
+}
