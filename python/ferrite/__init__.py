@@ -29,6 +29,7 @@ from ._errors import CancelledError, Error, InputError, ModelError, ModelNotFoun
 
 __all__ = [
     "Embedder",
+    "Reranker",
     "Generator",
     "Translator",
     "TextStream",
@@ -115,6 +116,95 @@ class Embedder:
             texts, batch_size, normalize, dim, task, max_tokens, truncate, pooling
         )
         return (array, cut) if return_truncated else array
+
+
+class Reranker:
+    """A cross-encoder reranker (``BertForSequenceClassification`` directories
+    such as cross-encoder/ms-marco-MiniLM-L-6-v2), with sentence-transformers'
+    ``CrossEncoder`` names and return shapes: ``predict`` scores pairs,
+    ``rank`` sorts documents against a query. The scores are
+    ``CrossEncoder.predict``'s (within 1e-5) and the bits of ``ferrite
+    rerank``. A pair longer than the model (``max_length`` tokens) is cut,
+    the longer text first, as ``CrossEncoder`` cuts it.
+
+    ``threads``: threads the model computes on (1 to 512; None: one per
+    core). A model without a classification head (an embedding model such
+    as all-MiniLM-L6-v2) raises ModelError.
+    """
+
+    def __init__(self, model, threads=None):
+        self._native = _native.Reranker(_path(model), threads)
+        self.model = _path(model)
+
+    @property
+    def num_labels(self):
+        """Scores per pair (the model's ``num_labels``)."""
+        return self._native.num_labels
+
+    @property
+    def max_length(self):
+        """Longest pair in tokens, special tokens included."""
+        return self._native.max_length
+
+    @property
+    def threads(self):
+        return self._native.threads
+
+    def predict(self, sentences, batch_size=32, *, raw_scores=False, apply_softmax=False):
+        """Scores ``sentences``: a list of ``(query, document)`` pairs, or one
+        pair. Returns float32 numpy values as ``CrossEncoder.predict``: shape
+        ``(n,)`` for a model with one label, ``(n, num_labels)`` otherwise;
+        for one pair, a scalar (one label) or ``(num_labels,)``.
+
+        The model's activation is applied (sigmoid for one label unless its
+        config says otherwise; identity for several) unless ``raw_scores``
+        (``CrossEncoder``'s ``activation_fn=torch.nn.Identity()``).
+        ``apply_softmax``: a softmax over the labels (several labels only).
+        ``batch_size``: pairs per encoder call (the scores do not depend on
+        it). Bytes are taken as UTF-8 text.
+        """
+        import numpy as np
+
+        single = (
+            isinstance(sentences, (list, tuple))
+            and len(sentences) == 2
+            and all(isinstance(x, (str, bytes)) for x in sentences)
+        )
+        pairs = [sentences] if single else sentences
+        scores = self._native.predict(pairs, batch_size, raw_scores)
+        if apply_softmax and scores.shape[1] > 1:
+            e = np.exp(scores - scores.max(axis=1, keepdims=True))
+            scores = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+        if scores.shape[1] == 1:
+            scores = scores[:, 0]
+        return scores[0] if single else scores
+
+    def rank(self, query, documents, top_k=None, return_documents=False, batch_size=32, *,
+             raw_scores=False):
+        """The documents ranked by their score against ``query``, best first
+        (ties in input order), as ``CrossEncoder.rank``: a list of dicts
+        ``{"corpus_id": i, "score": s}``, with ``"text"`` if
+        ``return_documents``; the first ``top_k`` if given. The model must
+        have one label.
+        """
+        if self.num_labels != 1:
+            raise InputError(
+                f"rank needs a model with one score per pair; this one has "
+                f"{self.num_labels} labels (use predict)"
+            )
+        documents = list(documents)
+        scores = self.predict([(query, d) for d in documents], batch_size,
+                              raw_scores=raw_scores) if documents else []
+        order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
+        if top_k is not None:
+            order = order[:top_k]
+        out = []
+        for i in order:
+            r = {"corpus_id": i, "score": scores[i]}
+            if return_documents:
+                r["text"] = documents[i]
+            out.append(r)
+        return out
 
 
 class Generator:

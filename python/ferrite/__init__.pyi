@@ -60,6 +60,24 @@ class Embedder:
         return_truncated: Literal[True],
     ) -> Tuple[npt.NDArray[np.float32], List[int]]: ...
 
+class Reranker:
+    model: str
+    def __init__(self, model: ModelName, threads: Optional[int] = None) -> None: ...
+    @property
+    def num_labels(self) -> int: ...
+    @property
+    def max_length(self) -> int: ...
+    @property
+    def threads(self) -> int: ...
+    def predict(
+        self, sentences: Union[Tuple[Text, Text], Sequence[Tuple[Text, Text]], Sequence[Sequence[Text]]],
+        batch_size: int = 32, *, raw_scores: bool = False, apply_softmax: bool = False,
+    ) -> Any: ...
+    def rank(
+        self, query: Text, documents: Sequence[Text], top_k: Optional[int] = None,
+        return_documents: bool = False, batch_size: int = 32, *, raw_scores: bool = False,
+    ) -> List[dict]: ...
+
 class Generator:
     model: str
     def __init__(self, model: ModelName, threads: Optional[int] = None,

@@ -20,6 +20,13 @@ class Embedder:
                max_tokens: Optional[int] = None, truncate: bool = True,
                pooling: Optional[str] = None) -> Tuple[Any, List[int]]: ...
 
+class Reranker:
+    def __init__(self, model: str, threads: Optional[int] = None) -> None: ...
+    num_labels: int
+    max_length: int
+    threads: int
+    def predict(self, pairs: Any, batch_size: int = 32, raw: bool = False) -> Any: ...
+
 class Generator:
     def __init__(self, model: str, threads: Optional[int] = None, ctx: Optional[int] = None) -> None: ...
     ctx: int

@@ -1,5 +1,6 @@
 //! `ferrite._native`: the ferrite library for Python. The public classes
-//! (`ferrite.Embedder`, `ferrite.Generator`, `ferrite.Translator`) are thin
+//! (`ferrite.Embedder`, `ferrite.Reranker`, `ferrite.Generator`,
+//! `ferrite.Translator`) are thin
 //! Python wrappers in `python/ferrite/__init__.py` that give these their
 //! documented signatures; everything here checks its own arguments too.
 //!
@@ -683,9 +684,116 @@ impl Translator {
     }
 }
 
+/// A loaded cross-encoder reranker.
+#[pyclass(frozen, module = "ferrite._native")]
+struct Reranker {
+    inner: Arc<ferrite::Reranker>,
+    threads: Threads,
+}
+
+#[pymethods]
+impl Reranker {
+    #[new]
+    #[pyo3(signature = (model, threads=None))]
+    fn new(py: Python<'_>, model: &str, threads: Option<i64>) -> PyResult<Self> {
+        let threads = self::threads(threads)?;
+        let model = model.to_string();
+        let reranker = py
+            .detach(|| ferrite::Reranker::open(&ferrite::tools::resolve(&model)?))
+            .map_err(lib_err)?;
+        Ok(Reranker {
+            inner: Arc::new(reranker),
+            threads,
+        })
+    }
+
+    /// Scores per pair (the model's `num_labels`).
+    #[getter]
+    fn num_labels(&self) -> usize {
+        self.inner.n_labels()
+    }
+
+    /// Longest pair in tokens; longer pairs are cut, the longer text first.
+    #[getter]
+    fn max_length(&self) -> usize {
+        self.inner.max_tokens()
+    }
+
+    /// Threads the model computes on.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.threads.count()
+    }
+
+    /// Scores `pairs` (a list of (query, document) pairs): a float32 numpy
+    /// array `(n, num_labels)`, the activation applied unless `raw`.
+    #[pyo3(signature = (pairs, batch_size=32, raw=false))]
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        pairs: &Bound<'py, PyAny>,
+        batch_size: i64,
+        raw: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let iter = pairs.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "pairs is {}, expected a list of (query, document) pairs",
+                type_name(pairs)
+            ))
+        })?;
+        let mut texts = Vec::new();
+        for (i, item) in iter.enumerate() {
+            let item = item?;
+            let parts: Vec<Bound<'py, PyAny>> = match item.try_iter() {
+                Ok(it) if !item.is_instance_of::<PyString>() => it.collect::<PyResult<_>>()?,
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "pairs[{i}] is {}, expected a (query, document) pair",
+                        type_name(&item)
+                    )))
+                }
+            };
+            if parts.len() != 2 {
+                return Err(bad_input(format!(
+                    "pairs[{i}] has {} items, expected 2 (query, document)",
+                    parts.len()
+                )));
+            }
+            texts.push((
+                text_of(&parts[0], &format!("pairs[{i}][0]"))?,
+                text_of(&parts[1], &format!("pairs[{i}][1]"))?,
+            ));
+        }
+        let opts = ferrite::RerankOptions {
+            raw_scores: raw,
+            batch_size: count("batch_size", batch_size, 1)?,
+        };
+        let refs: Vec<(&str, &str)> = texts
+            .iter()
+            .map(|(q, d)| (q.as_str(), d.as_str()))
+            .collect();
+        let (inner, threads) = (&self.inner, &self.threads);
+        let out = py
+            .detach(|| inner.predict(&refs, &opts, threads))
+            .map_err(lib_err)?;
+        let width = self.inner.n_labels();
+        let bytes = PyByteArray::new_with(py, out.len() * width * 4, |buf| {
+            for (v, b) in out.iter().flatten().zip(buf.chunks_exact_mut(4)) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+            Ok(())
+        })?;
+        let array = py
+            .import("numpy")?
+            .call_method1("frombuffer", (bytes, "<f4"))?;
+        array.call_method1("reshape", ((out.len(), width),))
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Embedder>()?;
+    m.add_class::<Reranker>()?;
     m.add_class::<Generator>()?;
     m.add_class::<TextStream>()?;
     m.add_class::<Translator>()?;

@@ -32,6 +32,9 @@ enum Command {
     /// Embed texts (one per line) with a sentence-embedding model; one JSON
     /// array per line out, same order.
     Embed(commands::embed::Args),
+    /// Rank documents (one per line) against a query with a cross-encoder
+    /// reranker; best first, as text or JSON.
+    Rerank(commands::rerank::Args),
     /// Translate sentences (one per line) with an encoder-decoder model
     /// (Marian / opus-mt, T5 / flan-t5); one translation per line out, same order.
     Translate(commands::translate::Args),
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Chat(args) => commands::chat::run(args),
         Command::Embed(args) => commands::embed::run(args),
+        Command::Rerank(args) => commands::rerank::run(args),
         Command::Translate(args) => commands::translate::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Serve(args) => commands::serve::run(args),

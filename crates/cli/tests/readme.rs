@@ -54,6 +54,12 @@ fn placeholder(name: &str, scratch: &std::path::Path) -> String {
             "texts.txt",
             "The cat sits on the mat.\nA dog runs in the park.\nRoPE rotates query and key vectors.\n",
         ),
+        // A cross-encoder: the random-weight one-label fixture.
+        "path/to/ms-marco-MiniLM-L-6-v2" => td("rerank/bert-ce-1"),
+        "docs.txt" => file(
+            "docs.txt",
+            "Berlin has 3.5 million inhabitants.\nParis is the capital of France.\nA dog runs.\n",
+        ),
         "sentences.txt" => file("sentences.txt", "Hello.\nHow are you?\n"),
         // A model and its draft model with the same tokenizer: the tiny
         // Llama 3 fixture's two files.
@@ -265,6 +271,19 @@ const CASES: &[Case] = &[
         line: r#"echo "search_query: what is RoPE?" | ferrite embed path/to/nomic-embed-text-v1.5 - --dim 256"#,
         subs: &["path/to/nomic-embed-text-v1.5"],
         check: |out| vectors(out, 256, 1),
+    },
+    Case {
+        line: r#"ferrite rerank path/to/ms-marco-MiniLM-L-6-v2 -q "how many people live in berlin?" docs.txt"#,
+        subs: &["path/to/ms-marco-MiniLM-L-6-v2", "docs.txt"],
+        check: |out| assert_eq!(out.lines().count(), 3, "{out}"),
+    },
+    Case {
+        line: r#"ferrite rerank path/to/ms-marco-MiniLM-L-6-v2 -q "capital of france" docs.txt --top-n 2 --format json"#,
+        subs: &["path/to/ms-marco-MiniLM-L-6-v2", "docs.txt"],
+        check: |out| {
+            let v: Value = serde_json::from_str(out.trim()).expect("one JSON object");
+            assert_eq!(v["results"].as_array().unwrap().len(), 2, "{out}");
+        },
     },
     Case {
         line: "ferrite embed minilm texts.txt --format npy -o out.npy",

@@ -81,7 +81,7 @@ macro_rules! internal_modules {
 
 internal_modules!(
     convert, embed, evaluate, formats, generate, inspect, kv_cache, layers, model_path, models,
-    open, parallel, quantize, tokenize, translate,
+    open, parallel, quantize, rerank, tokenize, translate,
 );
 
 pub mod serving;
@@ -98,6 +98,7 @@ pub use generate::speculative::Speculate;
 pub use open::{open, open_with, Generator, Model, ModelKind, OpenOptions, WeightFormat};
 pub use parallel::{available_cores, Threads};
 pub use quantize::FileType;
+pub use rerank::{rank_scores, PairTokens, Ranked, RerankOptions, Reranker, ScoreActivation};
 pub use translate::{TranslateOptions, Translator, MAX_BEAMS};
 
 /// The README's Rust examples, compiled as doctests.

@@ -20,6 +20,7 @@ pub mod generate;
 pub mod metrics;
 pub mod queue;
 pub mod registry;
+pub mod rerank;
 pub mod state;
 pub mod test_hook;
 pub mod translate;
@@ -211,6 +212,7 @@ async fn drain(state: &AppState, grace: std::time::Duration) -> bool {
                 Kind::Generate(g) => g.queue.close(),
                 Kind::Embed(e) => e.queue.close(),
                 Kind::Translate(t) => t.queue.close(),
+                Kind::Rerank(r) => r.queue.close(),
             }
         }
     }

@@ -1,6 +1,8 @@
 //! The models a server serves, each under its API name, and the one place
 //! a model's kind is decided: a decoder serves chat and completions, an
-//! encoder serves embeddings. A new kind (translation, say) is one more
+//! encoder serves embeddings, a cross-encoder (a directory whose
+//! `config.json` names a `...ForSequenceClassification` architecture)
+//! serves reranking. A new kind (translation, say) is one more
 //! [`Kind`] variant, one more arm in [`detect`] and its own endpoint.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +19,7 @@ use crate::embed::{self, EmbedModel};
 use crate::error::{ApiError, ServeError};
 use crate::generate::{scheduler, GenModel};
 use crate::metrics::Metrics;
+use crate::rerank::{self, RerankModel};
 use crate::translate::TranslateModel;
 
 /// A served model of some kind.
@@ -28,6 +31,8 @@ pub enum Kind {
     Embed(Arc<EmbedModel>),
     /// An encoder-decoder translation model: `/v1/translations`.
     Translate(Arc<TranslateModel>),
+    /// A cross-encoder: `/v1/rerank`, `/rerank`.
+    Rerank(Arc<RerankModel>),
 }
 
 impl Kind {
@@ -37,6 +42,7 @@ impl Kind {
             Kind::Generate(_) => "a text-generation model",
             Kind::Embed(_) => "an embedding model",
             Kind::Translate(_) => "a translation model",
+            Kind::Rerank(_) => "a reranker",
         }
     }
 }
@@ -114,6 +120,12 @@ impl Registry {
                         .map_err(|e| ServeError::io("starting the scheduler", e))?;
                     Kind::Generate(m)
                 }
+                Found::Embedder if ferrite::Reranker::is_cross_encoder(&path) => {
+                    let m = Arc::new(RerankModel::load(&name, &path, limits, mm)?);
+                    rerank::spawn(m.clone(), threads.clone())
+                        .map_err(|e| ServeError::io("starting the rerank worker", e))?;
+                    Kind::Rerank(m)
+                }
                 Found::Embedder => {
                     let m = Arc::new(EmbedModel::load(&name, &path, limits, mm)?);
                     embed::spawn(m.clone(), threads.clone())
@@ -187,6 +199,14 @@ impl Registry {
     pub fn translator(&self, name: Option<&str>) -> Result<Arc<TranslateModel>, ApiError> {
         self.find(name, "/v1/translations", |k| match k {
             Kind::Translate(m) => Some(m.clone()),
+            _ => None,
+        })
+    }
+
+    /// A reranker by name.
+    pub fn reranker(&self, name: Option<&str>) -> Result<Arc<RerankModel>, ApiError> {
+        self.find(name, "/v1/rerank", |k| match k {
+            Kind::Rerank(m) => Some(m.clone()),
             _ => None,
         })
     }

@@ -10,6 +10,7 @@ pub mod input;
 pub mod inspect;
 pub mod perplexity;
 pub mod quantize;
+pub mod rerank;
 pub mod run;
 pub mod serve;
 pub mod speculate;

@@ -21,6 +21,7 @@ fn model_json(m: &Served, created: u64) -> Value {
         Kind::Generate(_) => "generation",
         Kind::Embed(_) => "embedding",
         Kind::Translate(_) => "translation",
+        Kind::Rerank(_) => "rerank",
     };
     json!({"id": m.name, "object": "model", "created": created, "owned_by": "ferrite", "kind": kind})
 }

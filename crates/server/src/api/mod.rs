@@ -11,6 +11,7 @@ pub mod misc;
 pub mod ollama;
 pub mod params;
 pub mod render;
+pub mod rerank;
 pub mod tools;
 pub mod translations;
 
@@ -54,6 +55,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::handle))
         .route("/v1/translations", post(translations::handle))
+        .route("/v1/rerank", post(rerank::handle))
+        .route("/rerank", post(rerank::handle))
         .route("/v1/models", get(misc::list_models))
         .route("/v1/models/{id}", get(misc::get_model))
         .route("/tokenize", post(misc::tokenize))
@@ -77,11 +80,13 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// The routes `/metrics` counts responses of (any other path counts as
 /// `other`, so clients cannot grow the label set).
-const ROUTES: [&str; 20] = [
+const ROUTES: [&str; 22] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
     "/v1/translations",
+    "/v1/rerank",
+    "/rerank",
     "/v1/models",
     "/tokenize",
     "/detokenize",

@@ -200,7 +200,7 @@ pub(crate) fn load(
     Ok(Encoder {
         config,
         token_embd: tables.token_embd,
-        token_type0: tables.type0,
+        token_types: tables.types,
         positions: Positions::Learned {
             table,
             first: g.first_position,

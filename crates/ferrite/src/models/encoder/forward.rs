@@ -69,14 +69,29 @@ impl Encoder {
         threads: &Threads,
         ws: &'w mut Workspace,
     ) -> Result<&'w [f32], Error> {
-        self.forward_recording(seqs, threads, ws, None)
+        self.forward_recording(seqs, None, threads, ws, None)
     }
 
-    /// [`Encoder::forward`], also recording the products' input ranges
-    /// layer by layer if asked.
+    /// As [`Encoder::forward`], with each token's type (`types[s][t]` for
+    /// token `t` of sequence `s`; a cross-encoder's pair is types 0 then
+    /// 1). A type outside the model's table is an error. With every type 0
+    /// the result is [`Encoder::forward`]'s, bit for bit.
+    pub fn forward_typed<'w>(
+        &self,
+        seqs: &[&[u32]],
+        types: &[&[u32]],
+        threads: &Threads,
+        ws: &'w mut Workspace,
+    ) -> Result<&'w [f32], Error> {
+        self.forward_recording(seqs, Some(types), threads, ws, None)
+    }
+
+    /// [`Encoder::forward`] (with token types if given), also recording
+    /// the products' input ranges layer by layer if asked.
     pub(super) fn forward_recording<'w>(
         &self,
         seqs: &[&[u32]],
+        types: Option<&[&[u32]]>,
         threads: &Threads,
         ws: &'w mut Workspace,
         mut ranges: Option<&mut [InputRanges]>,
@@ -102,7 +117,7 @@ impl Encoder {
         }
 
         resize(&mut ws.x, total * dim);
-        self.embed_tokens(seqs, &starts, &mut ws.x, threads)?;
+        self.embed_tokens(seqs, types, &starts, &mut ws.x, threads)?;
         // The tensor dump, if any (names as llama.cpp's BERT graph).
         let dump = ws.dump.clone();
         let dump = dump.as_deref();
@@ -123,6 +138,7 @@ impl Encoder {
     fn embed_tokens(
         &self,
         seqs: &[&[u32]],
+        types: Option<&[&[u32]]>,
         starts: &[usize],
         x: &mut [f32],
         threads: &Threads,
@@ -137,6 +153,20 @@ impl Encoder {
                 "token id {tok} is outside the vocabulary of {n_vocab}"
             )));
         }
+        if let Some(types) = types {
+            let n_types = self.token_types.as_ref().map_or(1, |t| t.len() / dim);
+            if types.len() != seqs.len() || types.iter().zip(seqs).any(|(t, s)| t.len() != s.len())
+            {
+                return Err(Error::Input(
+                    "token types do not match the sequences' lengths".into(),
+                ));
+            }
+            if let Some(&t) = types.iter().flat_map(|t| t.iter()).find(|&&t| t as usize >= n_types) {
+                return Err(Error::Input(format!(
+                    "token type {t} is outside the model's {n_types} types"
+                )));
+            }
+        }
         let target = DisjointSlice::new(x);
         threads.split(seqs.len(), |range| {
             for s in range {
@@ -146,7 +176,9 @@ impl Encoder {
                 for (pos, (row, &tok)) in rows.chunks_exact_mut(dim).zip(seqs[s]).enumerate() {
                     let t = tok as usize;
                     row.copy_from_slice(&self.token_embd[t * dim..(t + 1) * dim]);
-                    if let Some(tt) = &self.token_type0 {
+                    if let Some(table) = &self.token_types {
+                        let ty = types.map_or(0, |t| t[s][pos] as usize);
+                        let tt = &table[ty * dim..(ty + 1) * dim];
                         row.iter_mut().zip(tt).for_each(|(v, &e)| *v += e);
                     }
                     if let Positions::Learned { table, first, .. } = &self.positions {

@@ -115,8 +115,10 @@ pub struct Encoder {
     pub config: EncoderConfig,
     /// `(n_vocab, dim)`.
     pub token_embd: Vec<f32>,
-    /// Token type 0's vector, `(dim,)`, if the model has token types.
-    pub token_type0: Option<Vec<f32>>,
+    /// The token type vectors, `(n_types, dim)`, if the model has token
+    /// types: every input is type 0 but a cross-encoder's second text
+    /// ([`Encoder::forward_typed`]).
+    pub token_types: Option<Vec<f32>>,
     pub positions: Positions,
     /// Added to every layer's attention scores (MPNet).
     pub relative_bias: Option<RelativeBias>,
@@ -214,7 +216,7 @@ impl Encoder {
         let mut ranges =
             vec![InputRanges::new(self.config.dim, self.config.ffn); self.layers.len()];
         let mut ws = Workspace::default();
-        self.forward_recording(seqs, threads, &mut ws, Some(&mut ranges))?;
+        self.forward_recording(seqs, None, threads, &mut ws, Some(&mut ranges))?;
         Ok(ranges)
     }
 

@@ -258,7 +258,7 @@ fn load(src: &WeightSource, s: &Sizes, rope: &Rope, layout: &Layout) -> Result<E
     Ok(Encoder {
         config,
         token_embd: tables.token_embd,
-        token_type0: tables.type0,
+        token_types: tables.types,
         positions: Positions::Rotary {
             base: rope.base,
             ntk: rope.ntk,

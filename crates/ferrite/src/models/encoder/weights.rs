@@ -139,9 +139,9 @@ pub struct TokenTables {
     pub n_vocab: usize,
     /// `(n_vocab, dim)`.
     pub token_embd: Vec<f32>,
-    /// Row 0 of the token type table, if the model has one (every input
-    /// is token type 0).
-    pub type0: Option<Vec<f32>>,
+    /// The token type table, `(n_types, dim)`, if the model has one
+    /// (inputs are type 0 but for a cross-encoder's second text).
+    pub types: Option<Vec<f32>>,
 }
 
 /// The token embedding table stored as `token` and the token type table
@@ -161,10 +161,8 @@ pub fn token_tables(
             ))
         }
     };
-    let type0 = match src.shape(token_type).as_deref() {
-        Some([n, d]) if *d == dim && *n > 0 => {
-            Some(src.matrix(token_type, *n, dim)?[..dim].to_vec())
-        }
+    let types = match src.shape(token_type).as_deref() {
+        Some([n, d]) if *d == dim && *n > 0 => Some(src.matrix(token_type, *n, dim)?),
         None => None,
         other => {
             return Err(Error::model(
@@ -176,7 +174,7 @@ pub fn token_tables(
     Ok(TokenTables {
         n_vocab,
         token_embd: src.matrix(token, n_vocab, dim)?,
-        type0,
+        types,
     })
 }
 
