@@ -234,7 +234,7 @@ fn attention_sinks_match_transformers() {
                 sinks: with_sinks.then_some(&sinks[..]),
             };
             let pool = Threads::new(threads);
-            let mut scratch = vec![0f32; threads * attention_scratch_len(n, n_heads / n_kv)];
+            let mut scratch = vec![0f32; threads * attention_scratch_len(hd, n_heads / n_kv)];
             let mut out = vec![0f32; n * n_heads * hd];
             let at = Positions { start: 0, n };
             attention(&q, &cache, at, &shape, &mut scratch, &mut out, &pool);

@@ -35,6 +35,11 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         f: weighted_sum_f16,
         by,
     };
+    t.scores_tile = Entry { f: scores_tile, by };
+    t.accumulate_tile = Entry {
+        f: accumulate_tile,
+        by,
+    };
     t.activate = Entry { f: activate, by };
     t.silu_mul = Entry { f: silu_mul, by };
     t.layer_norm = Entry { f: layer_norm, by };
@@ -183,6 +188,16 @@ fn silu_mul(gate: &[f32], up: &mut [f32]) {
 fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     // SAFETY: see above.
     unsafe { super::math::layer_norm(x, w, b, eps) }
+}
+
+fn scores_tile(q: &[f32], head_dim: usize, kt: &[f32], scale: f32, out: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::math::scores_tile(q, head_dim, kt, scale, out) }
+}
+
+fn accumulate_tile(p: &[f32], spans: &[(u32, u32)], alpha: &[f32], v: &[f32], acc: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::math::accumulate_tile(p, spans, alpha, v, acc) }
 }
 
 fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {

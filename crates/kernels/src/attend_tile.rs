@@ -1,0 +1,261 @@
+//! The two inner loops of tiled (flash-style) attention: many query rows
+//! against one block of [`KEY_BLOCK`] keys already converted to f32, and
+//! the probability-weighted values of one block added into running
+//! accumulators.
+//!
+//! Each output value has one fixed chain of operations, written here once
+//! as scalar code over independent lanes (no sum ever crosses lanes):
+//!
+//! - a score is `s = 0; s = fma(q[d], k[d], s)` for `d` in order, then
+//!   `s * scale` (one rounding per step: the fused multiply-add);
+//! - an accumulator is first `acc[d] * alpha` (the online softmax's
+//!   rescaling), then `acc[d] = fma(p_j, v_j[d], acc[d])` for the block's
+//!   rows `j` in order.
+//!
+//! So the compiler's vectorized builds for the AVX2 and AVX-512 sets (the
+//! same source with those features on: `mul_add` becomes the FMA
+//! instruction) give the scalar build's bits, whichever lane a value sits
+//! in and however many rows a call holds.
+
+/// Keys per block: tiled attention cuts positions at multiples of this.
+pub const KEY_BLOCK: usize = 64;
+
+/// The bodies, compiled once per kernel set.
+macro_rules! tile_fns {
+    () => {
+        use $crate::attend_tile::KEY_BLOCK;
+
+        /// Scores of `R` rows against `W` key lanes starting at `j0`.
+        #[inline(always)]
+        fn score_rows<const R: usize, const W: usize>(
+            q: &[f32],
+            head_dim: usize,
+            kt: &[f32],
+            j0: usize,
+            scale: f32,
+            out: &mut [f32],
+        ) {
+            let mut acc = [[0f32; W]; R];
+            for d in 0..head_dim {
+                let k: &[f32; W] = kt[d * KEY_BLOCK + j0..d * KEY_BLOCK + j0 + W]
+                    .try_into()
+                    .unwrap();
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let x = q[r * head_dim + d];
+                    for (a, &k) in a.iter_mut().zip(k) {
+                        *a = x.mul_add(k, *a);
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                let o = &mut out[r * KEY_BLOCK + j0..r * KEY_BLOCK + j0 + W];
+                for (o, &a) in o.iter_mut().zip(a) {
+                    *o = a * scale;
+                }
+            }
+        }
+
+        /// See `crate::attend_tile::scores_tile`; `R` rows at a time,
+        /// `W` lanes at a time (register blocking only: no bits depend on
+        /// them).
+        #[inline(always)]
+        pub fn scores_tile<const R: usize, const W: usize>(
+            q: &[f32],
+            head_dim: usize,
+            kt: &[f32],
+            scale: f32,
+            out: &mut [f32],
+        ) {
+            let rows = out.len() / KEY_BLOCK;
+            let mut r = 0;
+            while r < rows {
+                let (qr, or) = (&q[r * head_dim..], &mut out[r * KEY_BLOCK..]);
+                let mut j0 = 0;
+                while j0 < KEY_BLOCK {
+                    if r + R <= rows {
+                        score_rows::<R, W>(qr, head_dim, kt, j0, scale, or);
+                    } else {
+                        score_rows::<1, W>(qr, head_dim, kt, j0, scale, or);
+                    }
+                    j0 += W;
+                }
+                r += if r + R <= rows { R } else { 1 };
+            }
+        }
+
+        /// One row's accumulator of `HD` values (a constant, so that it
+        /// stays in registers), or of `acc.len()` values if `HD` is 0.
+        #[inline(always)]
+        fn accumulate_row<const HD: usize>(p: &[f32], alpha: f32, v: &[f32], acc: &mut [f32]) {
+            let hd = acc.len();
+            if HD == 0 {
+                acc.iter_mut().for_each(|a| *a *= alpha);
+                for (j, &pj) in p.iter().enumerate() {
+                    let v = &v[j * hd..(j + 1) * hd];
+                    for (a, &x) in acc.iter_mut().zip(v) {
+                        *a = pj.mul_add(x, *a);
+                    }
+                }
+                return;
+            }
+            let mut a = [0f32; HD];
+            for (a, &x) in a.iter_mut().zip(acc.iter()) {
+                *a = x * alpha;
+            }
+            for (j, &pj) in p.iter().enumerate() {
+                let v: &[f32; HD] = v[j * HD..(j + 1) * HD].try_into().unwrap();
+                for (a, &x) in a.iter_mut().zip(v) {
+                    *a = pj.mul_add(x, *a);
+                }
+            }
+            acc.copy_from_slice(&a);
+        }
+
+        /// See `crate::attend_tile::accumulate_tile`.
+        #[inline(always)]
+        pub fn accumulate_tile(
+            p: &[f32],
+            spans: &[(u32, u32)],
+            alpha: &[f32],
+            v: &[f32],
+            acc: &mut [f32],
+        ) {
+            let rows = spans.len();
+            if rows == 0 {
+                return;
+            }
+            let hd = acc.len() / rows;
+            for (r, (&(lo, hi), &alpha)) in spans.iter().zip(alpha).enumerate() {
+                let (lo, hi) = (lo as usize, hi as usize);
+                if lo >= hi {
+                    continue;
+                }
+                let p = &p[r * KEY_BLOCK + lo..r * KEY_BLOCK + hi];
+                let v = &v[lo * hd..];
+                let acc = &mut acc[r * hd..(r + 1) * hd];
+                match hd {
+                    64 => accumulate_row::<64>(p, alpha, v, acc),
+                    128 => accumulate_row::<128>(p, alpha, v, acc),
+                    256 => accumulate_row::<256>(p, alpha, v, acc),
+                    _ => accumulate_row::<0>(p, alpha, v, acc),
+                }
+            }
+        }
+    };
+}
+pub(crate) use tile_fns;
+
+mod portable {
+    crate::attend_tile::tile_fns!();
+}
+
+/// `out[r * KEY_BLOCK + j] = (sum_d q_r[d] * k_j[d]) * scale` for each row
+/// `r` of the tile (`out.len() / KEY_BLOCK` rows; `q` holds them one after
+/// the other, `head_dim` values each) and each of the block's [`KEY_BLOCK`]
+/// keys `j`, given transposed: `kt[d * KEY_BLOCK + j] = k_j[d]`. The sum is
+/// the module's chain of fused multiply-adds from 0, `d` in order.
+pub fn scores_tile(q: &[f32], head_dim: usize, kt: &[f32], scale: f32, out: &mut [f32]) {
+    let rows = out.len() / KEY_BLOCK;
+    assert!(q.len() >= rows * head_dim && kt.len() >= head_dim * KEY_BLOCK);
+    (crate::table::active().scores_tile.f)(q, head_dim, kt, scale, &mut out[..rows * KEY_BLOCK])
+}
+
+/// For each row `r` (`spans.len()` rows, `head_dim = acc.len() / rows`):
+/// `acc_r[d] *= alpha[r]`, then `acc_r[d] = fma(p[r * KEY_BLOCK + j],
+/// v_j[d], acc_r[d])` for the block's rows `j` in `spans[r].0..spans[r].1`
+/// in order (`v` holds the block's value rows, `head_dim` values each).
+/// A row with an empty span is left alone.
+pub fn accumulate_tile(p: &[f32], spans: &[(u32, u32)], alpha: &[f32], v: &[f32], acc: &mut [f32]) {
+    let rows = spans.len();
+    assert!(alpha.len() >= rows && p.len() >= rows * KEY_BLOCK);
+    if rows == 0 {
+        return;
+    }
+    let hd = acc.len() / rows;
+    assert!(spans
+        .iter()
+        .all(|&(lo, hi)| lo >= hi || (hi as usize <= KEY_BLOCK && v.len() >= hi as usize * hd)));
+    (crate::table::active().accumulate_tile.f)(p, spans, alpha, v, &mut acc[..rows * hd])
+}
+
+/// The portable builds (the scalar set's entries, and the reference for
+/// tests).
+pub mod reference {
+    /// As [`super::scores_tile`], one row and all lanes at a time.
+    pub fn scores_tile(q: &[f32], head_dim: usize, kt: &[f32], scale: f32, out: &mut [f32]) {
+        super::portable::scores_tile::<1, { super::KEY_BLOCK }>(q, head_dim, kt, scale, out)
+    }
+
+    /// As [`super::accumulate_tile`].
+    pub fn accumulate_tile(
+        p: &[f32],
+        spans: &[(u32, u32)],
+        alpha: &[f32],
+        v: &[f32],
+        acc: &mut [f32],
+    ) {
+        super::portable::accumulate_tile(p, spans, alpha, v, acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::KernelSet;
+
+    /// Every set's loops give the portable build's bits, for head sizes
+    /// with and without a constant accumulator, odd row counts and spans.
+    #[test]
+    fn every_set_matches_the_reference_bit_for_bit() {
+        let mut rng = crate::xorshift(0x5eed_1234_abcd_0042);
+        let mut next = move || ((rng() >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0;
+        for head_dim in [1usize, 7, 32, 64, 80, 128, 256] {
+            for rows in [1usize, 2, 3, 5, 9] {
+                let q: Vec<f32> = (0..rows * head_dim).map(|_| next()).collect();
+                let kt: Vec<f32> = (0..head_dim * KEY_BLOCK).map(|_| next()).collect();
+                let v: Vec<f32> = (0..KEY_BLOCK * head_dim).map(|_| next()).collect();
+                let p: Vec<f32> = (0..rows * KEY_BLOCK).map(|_| next().abs()).collect();
+                let spans: Vec<(u32, u32)> = (0..rows)
+                    .map(|r| ((r * 5 % 17) as u32, (KEY_BLOCK - r * 3 % 11) as u32))
+                    .chain(std::iter::once((9, 9)))
+                    .take(rows)
+                    .collect();
+                let alpha: Vec<f32> = (0..rows).map(|r| 1.0 / (r as f32 + 1.5)).collect();
+                let acc0: Vec<f32> = (0..rows * head_dim).map(|_| next()).collect();
+                let mut s_ref = vec![0f32; rows * KEY_BLOCK];
+                reference::scores_tile(&q, head_dim, &kt, 0.125, &mut s_ref);
+                let mut a_ref = acc0.clone();
+                reference::accumulate_tile(&p, &spans, &alpha, &v, &mut a_ref);
+                // The chain itself, written out for one value.
+                let (r, j) = (rows - 1, KEY_BLOCK - 1);
+                let mut s = 0f32;
+                for d in 0..head_dim {
+                    s = q[r * head_dim + d].mul_add(kt[d * KEY_BLOCK + j], s);
+                }
+                assert_eq!(s_ref[r * KEY_BLOCK + j].to_bits(), (s * 0.125).to_bits());
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                for set in KernelSet::ALL {
+                    let Some(t) = set.table() else {
+                        eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                        continue;
+                    };
+                    let mut s = vec![0f32; rows * KEY_BLOCK];
+                    (t.scores_tile.f)(&q, head_dim, &kt, 0.125, &mut s);
+                    let mut a = acc0.clone();
+                    (t.accumulate_tile.f)(&p, &spans, &alpha, &v, &mut a);
+                    let name = set.name();
+                    assert_eq!(
+                        bits(&s),
+                        bits(&s_ref),
+                        "{name} scores hd={head_dim} rows={rows}"
+                    );
+                    assert_eq!(
+                        bits(&a),
+                        bits(&a_ref),
+                        "{name} acc hd={head_dim} rows={rows}"
+                    );
+                }
+            }
+        }
+    }
+}
