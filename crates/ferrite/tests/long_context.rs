@@ -55,7 +55,7 @@ fn last_logits(fixture: &str, chunk: usize, threads: usize, tail: usize) -> Vec<
     logits
 }
 
-/// As [`last_logits`] with chunks of 256 on two threads, each pass shared
+/// As [`last_logits`] with chunks of 200 on two threads, each pass shared
 /// with another sequence (a short prompt, then decoding).
 fn batched_last_logits(fixture: &str) -> Vec<f32> {
     let (_file, lm) = open_causal_lm(&common::testdata().join(fixture)).unwrap();
@@ -67,7 +67,7 @@ fn batched_last_logits(fixture: &str) -> Vec<f32> {
     let mut other = vec![5u32, 6, 7];
     let mut logits = Vec::new();
     let mut last = Vec::new();
-    for piece in tokens.chunks(256) {
+    for piece in tokens.chunks(200) {
         let items = &mut [
             BatchItem {
                 tokens: &other,
