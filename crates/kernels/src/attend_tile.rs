@@ -6,8 +6,10 @@
 //! Each output value has one fixed chain of operations, written here once
 //! as scalar code over independent lanes (no sum ever crosses lanes):
 //!
-//! - a score is `s = 0; s = fma(q[d], k[d], s)` for `d` in order, then
-//!   `s * scale` (one rounding per step: the fused multiply-add);
+//! - a score is cut into segments of [`SEGMENT`] values of `d`; each
+//!   segment's sum is `s = 0; s = fma(q[d], k[d], s)` for its `d` in
+//!   order; the segments' sums are added pairwise in a fixed tree (see
+//!   `score_rows`: for 64 values `(s0 + s1) + (s2 + s3)`); then `* scale`;
 //! - an accumulator is first `acc[d] * alpha` (the online softmax's
 //!   rescaling), then `acc[d] = fma(p_j, v_j[d], acc[d])` for the block's
 //!   rows `j` in order.
@@ -20,12 +22,20 @@
 /// Keys per block: tiled attention cuts positions at multiples of this.
 pub const KEY_BLOCK: usize = 64;
 
+/// Values of `d` per chain of fused multiply-adds in a score (the chains'
+/// sums are then added pairwise: shorter chains, smaller rounding error).
+pub const SEGMENT: usize = 16;
+
 /// The bodies, compiled once per kernel set.
 macro_rules! tile_fns {
     () => {
         use $crate::attend_tile::KEY_BLOCK;
 
-        /// Scores of `R` rows against `W` key lanes starting at `j0`.
+        /// Scores of `R` rows against `W` key lanes starting at `j0`: each
+        /// segment of [`SEGMENT`] values of `d` a chain of fused
+        /// multiply-adds from 0, the segments' sums added pairwise (a
+        /// binary counter: two sums of as many segments each become one),
+        /// the rest from the last one back.
         #[inline(always)]
         fn score_rows<const R: usize, const W: usize>(
             q: &[f32],
@@ -35,15 +45,51 @@ macro_rules! tile_fns {
             scale: f32,
             out: &mut [f32],
         ) {
+            use $crate::attend_tile::SEGMENT;
+            const DEPTH: usize = 12;
+            let mut stack = [[[0f32; W]; R]; DEPTH];
+            let mut sizes = [0usize; DEPTH];
+            let mut depth = 0;
+            let mut d0 = 0;
+            while d0 < head_dim {
+                let d1 = (d0 + SEGMENT).min(head_dim);
+                let mut acc = [[0f32; W]; R];
+                for d in d0..d1 {
+                    let k: &[f32; W] = kt[d * KEY_BLOCK + j0..d * KEY_BLOCK + j0 + W]
+                        .try_into()
+                        .unwrap();
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let x = q[r * head_dim + d];
+                        for (a, &k) in a.iter_mut().zip(k) {
+                            *a = x.mul_add(k, *a);
+                        }
+                    }
+                }
+                let mut size = 1;
+                while depth > 0 && sizes[depth - 1] == size {
+                    depth -= 1;
+                    for (a, b) in acc.iter_mut().zip(&stack[depth]) {
+                        for (a, &b) in a.iter_mut().zip(b) {
+                            *a = b + *a;
+                        }
+                    }
+                    size *= 2;
+                }
+                stack[depth] = acc;
+                sizes[depth] = size;
+                depth += 1;
+                d0 = d1;
+            }
             let mut acc = [[0f32; W]; R];
-            for d in 0..head_dim {
-                let k: &[f32; W] = kt[d * KEY_BLOCK + j0..d * KEY_BLOCK + j0 + W]
-                    .try_into()
-                    .unwrap();
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let x = q[r * head_dim + d];
-                    for (a, &k) in a.iter_mut().zip(k) {
-                        *a = x.mul_add(k, *a);
+            if depth > 0 {
+                depth -= 1;
+                acc = stack[depth];
+                while depth > 0 {
+                    depth -= 1;
+                    for (a, b) in acc.iter_mut().zip(&stack[depth]) {
+                        for (a, &b) in a.iter_mut().zip(b) {
+                            *a = b + *a;
+                        }
                     }
                 }
             }
@@ -153,7 +199,8 @@ mod portable {
 /// `r` of the tile (`out.len() / KEY_BLOCK` rows; `q` holds them one after
 /// the other, `head_dim` values each) and each of the block's [`KEY_BLOCK`]
 /// keys `j`, given transposed: `kt[d * KEY_BLOCK + j] = k_j[d]`. The sum is
-/// the module's chain of fused multiply-adds from 0, `d` in order.
+/// the module's: chains of fused multiply-adds over segments of `d`,
+/// added pairwise.
 pub fn scores_tile(q: &[f32], head_dim: usize, kt: &[f32], scale: f32, out: &mut [f32]) {
     let rows = out.len() / KEY_BLOCK;
     assert!(q.len() >= rows * head_dim && kt.len() >= head_dim * KEY_BLOCK);
@@ -226,13 +273,30 @@ mod tests {
                 reference::scores_tile(&q, head_dim, &kt, 0.125, &mut s_ref);
                 let mut a_ref = acc0.clone();
                 reference::accumulate_tile(&p, &spans, &alpha, &v, &mut a_ref);
-                // The chain itself, written out for one value.
+                // The order itself, written out for one value: segment
+                // chains, then a pairwise tree (for up to four segments:
+                // ((s0 + s1) + (s2 + s3)), or (s0 + s1) + s2, ...).
                 let (r, j) = (rows - 1, KEY_BLOCK - 1);
-                let mut s = 0f32;
-                for d in 0..head_dim {
-                    s = q[r * head_dim + d].mul_add(kt[d * KEY_BLOCK + j], s);
+                let segs: Vec<f32> = (0..head_dim)
+                    .step_by(SEGMENT)
+                    .map(|d0| {
+                        let mut s = 0f32;
+                        for d in d0..(d0 + SEGMENT).min(head_dim) {
+                            s = q[r * head_dim + d].mul_add(kt[d * KEY_BLOCK + j], s);
+                        }
+                        s
+                    })
+                    .collect();
+                if segs.len() <= 4 {
+                    let s = match segs[..] {
+                        [a] => a,
+                        [a, b] => a + b,
+                        [a, b, c] => (a + b) + c,
+                        [a, b, c, d] => (a + b) + (c + d),
+                        _ => unreachable!(),
+                    };
+                    assert_eq!(s_ref[r * KEY_BLOCK + j].to_bits(), (s * 0.125).to_bits());
                 }
-                assert_eq!(s_ref[r * KEY_BLOCK + j].to_bits(), (s * 0.125).to_bits());
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 for set in KernelSet::ALL {
                     let Some(t) = set.table() else {

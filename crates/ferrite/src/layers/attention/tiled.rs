@@ -17,8 +17,9 @@
 //!    the positions it sees (`first..=pos`: causal, or the last `window`)
 //!    of each block, in order.
 //! 2. Per chunk, a state `(m, l, acc)` starts empty (`-inf, 0, 0`); per
-//!    block: the scores `dot(q, k_j) * scale` (`crate`'s kernels:
-//!    `ferrite_kernels::attend_tile`'s chain of fused multiply-adds), the
+//!    block: the scores `dot(q, k_j) * scale` (the kernels':
+//!    `ferrite_kernels::attend_tile`'s chains of fused multiply-adds over
+//!    segments of 16 values, added pairwise), the
 //!    soft-cap if any, `m' = max(m, max_j s_j)`, `alpha = exp(m - m')`,
 //!    `p_j = exp(s_j - m')`, `l = l * alpha + sum_j p_j` (the kernels'
 //!    `exp_shifted_sum`), `acc = acc * alpha + sum_j p_j v_j` (one fused
