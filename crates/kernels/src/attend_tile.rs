@@ -22,6 +22,9 @@
 /// Keys per block: tiled attention cuts positions at multiples of this.
 pub const KEY_BLOCK: usize = 64;
 
+/// The largest head size [`scores_tile`] takes (63 segments).
+pub const MAX_HEAD_DIM: usize = 63 * SEGMENT;
+
 /// Values of `d` per chain of fused multiply-adds in a score (the chains'
 /// sums are then added pairwise: shorter chains, smaller rounding error).
 pub const SEGMENT: usize = 16;
@@ -46,7 +49,8 @@ macro_rules! tile_fns {
             out: &mut [f32],
         ) {
             use $crate::attend_tile::SEGMENT;
-            const DEPTH: usize = 12;
+            // A binary counter of up to 63 segments (head size 1,008).
+            const DEPTH: usize = 6;
             let mut stack = [[[0f32; W]; R]; DEPTH];
             let mut sizes = [0usize; DEPTH];
             let mut depth = 0;
@@ -70,7 +74,7 @@ macro_rules! tile_fns {
                     depth -= 1;
                     for (a, b) in acc.iter_mut().zip(&stack[depth]) {
                         for (a, &b) in a.iter_mut().zip(b) {
-                            *a = b + *a;
+                            *a += b;
                         }
                     }
                     size *= 2;
@@ -88,7 +92,7 @@ macro_rules! tile_fns {
                     depth -= 1;
                     for (a, b) in acc.iter_mut().zip(&stack[depth]) {
                         for (a, &b) in a.iter_mut().zip(b) {
-                            *a = b + *a;
+                            *a += b;
                         }
                     }
                 }
@@ -204,6 +208,10 @@ mod portable {
 pub fn scores_tile(q: &[f32], head_dim: usize, kt: &[f32], scale: f32, out: &mut [f32]) {
     let rows = out.len() / KEY_BLOCK;
     assert!(q.len() >= rows * head_dim && kt.len() >= head_dim * KEY_BLOCK);
+    assert!(
+        head_dim <= MAX_HEAD_DIM,
+        "head size {head_dim} over {MAX_HEAD_DIM}"
+    );
     (crate::table::active().scores_tile.f)(q, head_dim, kt, scale, &mut out[..rows * KEY_BLOCK])
 }
 

@@ -53,7 +53,7 @@ use crate::parallel::{DisjointSlice, Threads};
 pub const SPLIT_CHUNK: usize = 16 * KEY_BLOCK;
 
 /// Rows (positions times the heads of a group) a tile aims at.
-const TILE_ROWS: usize = 64;
+const TILE_ROWS: usize = 128;
 
 /// Positions per prefill tile for a group of `group` query heads.
 pub fn queries_per_tile(group: usize) -> usize {
