@@ -161,6 +161,34 @@ macro_rules! tile_fns {
             acc.copy_from_slice(&a);
         }
 
+        /// Two rows of the same span at once (each value loaded once for
+        /// both): each row's operations are [`accumulate_row`]'s.
+        #[inline(always)]
+        fn accumulate_pair<const HD: usize>(
+            p: [&[f32]; 2],
+            alpha: [f32; 2],
+            v: &[f32],
+            acc: [&mut [f32]; 2],
+        ) {
+            let mut a = [[0f32; HD]; 2];
+            for ((a, acc), alpha) in a.iter_mut().zip(&acc).zip(alpha) {
+                for (a, &x) in a.iter_mut().zip(acc.iter()) {
+                    *a = x * alpha;
+                }
+            }
+            for (j, (&p0, &p1)) in p[0].iter().zip(p[1]).enumerate() {
+                let v: &[f32; HD] = v[j * HD..(j + 1) * HD].try_into().unwrap();
+                let [a0, a1] = &mut a;
+                for ((a0, a1), &x) in a0.iter_mut().zip(a1.iter_mut()).zip(v) {
+                    *a0 = p0.mul_add(x, *a0);
+                    *a1 = p1.mul_add(x, *a1);
+                }
+            }
+            let [acc0, acc1] = acc;
+            acc0.copy_from_slice(&a[0]);
+            acc1.copy_from_slice(&a[1]);
+        }
+
         /// See `crate::attend_tile::accumulate_tile`.
         #[inline(always)]
         pub fn accumulate_tile(
@@ -175,20 +203,33 @@ macro_rules! tile_fns {
                 return;
             }
             let hd = acc.len() / rows;
-            for (r, (&(lo, hi), &alpha)) in spans.iter().zip(alpha).enumerate() {
-                let (lo, hi) = (lo as usize, hi as usize);
+            let mut r = 0;
+            while r < rows {
+                let (lo, hi) = (spans[r].0 as usize, spans[r].1 as usize);
                 if lo >= hi {
+                    r += 1;
                     continue;
                 }
-                let p = &p[r * KEY_BLOCK + lo..r * KEY_BLOCK + hi];
+                let p_of = |r: usize| &p[r * KEY_BLOCK + lo..r * KEY_BLOCK + hi];
                 let v = &v[lo * hd..];
+                if r + 1 < rows && spans[r + 1] == spans[r] && (hd == 64 || hd == 128) {
+                    let (a0, a1) = acc[r * hd..(r + 2) * hd].split_at_mut(hd);
+                    let (p2, al) = ([p_of(r), p_of(r + 1)], [alpha[r], alpha[r + 1]]);
+                    match hd {
+                        64 => accumulate_pair::<64>(p2, al, v, [a0, a1]),
+                        _ => accumulate_pair::<128>(p2, al, v, [a0, a1]),
+                    }
+                    r += 2;
+                    continue;
+                }
                 let acc = &mut acc[r * hd..(r + 1) * hd];
                 match hd {
-                    64 => accumulate_row::<64>(p, alpha, v, acc),
-                    128 => accumulate_row::<128>(p, alpha, v, acc),
-                    256 => accumulate_row::<256>(p, alpha, v, acc),
-                    _ => accumulate_row::<0>(p, alpha, v, acc),
+                    64 => accumulate_row::<64>(p_of(r), alpha[r], v, acc),
+                    128 => accumulate_row::<128>(p_of(r), alpha[r], v, acc),
+                    256 => accumulate_row::<256>(p_of(r), alpha[r], v, acc),
+                    _ => accumulate_row::<0>(p_of(r), alpha[r], v, acc),
                 }
+                r += 1;
             }
         }
     };
@@ -270,7 +311,9 @@ mod tests {
                 let kt: Vec<f32> = (0..head_dim * KEY_BLOCK).map(|_| next()).collect();
                 let v: Vec<f32> = (0..KEY_BLOCK * head_dim).map(|_| next()).collect();
                 let p: Vec<f32> = (0..rows * KEY_BLOCK).map(|_| next().abs()).collect();
+                // Rows 0 and 1 (and 3, 4) share a span: the paired path.
                 let spans: Vec<(u32, u32)> = (0..rows)
+                    .map(|r| r / 2 + r / 4)
                     .map(|r| ((r * 5 % 17) as u32, (KEY_BLOCK - r * 3 % 11) as u32))
                     .chain(std::iter::once((9, 9)))
                     .take(rows)
@@ -281,6 +324,14 @@ mod tests {
                 reference::scores_tile(&q, head_dim, &kt, 0.125, &mut s_ref);
                 let mut a_ref = acc0.clone();
                 reference::accumulate_tile(&p, &spans, &alpha, &v, &mut a_ref);
+                // Each row alone gives its bits in the tile (paired or not).
+                for r in 0..rows {
+                    let mut a = acc0[r * head_dim..(r + 1) * head_dim].to_vec();
+                    let p_r = &p[r * KEY_BLOCK..(r + 1) * KEY_BLOCK];
+                    reference::accumulate_tile(p_r, &spans[r..r + 1], &alpha[r..], &v, &mut a);
+                    let want = &a_ref[r * head_dim..(r + 1) * head_dim];
+                    assert!(a.iter().zip(want).all(|(x, y)| x.to_bits() == y.to_bits()));
+                }
                 // The order itself, written out for one value: segment
                 // chains, then a pairwise tree (for up to four segments:
                 // ((s0 + s1) + (s2 + s3)), or (s0 + s1) + s2, ...).
