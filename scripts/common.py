@@ -73,3 +73,33 @@ def llama_tool(name):
         sys.exit(f"{path} is missing: build llama.cpp with scripts/build-llamacpp.sh "
                  f"(or set FERRITE_LLAMACPP)")
     return path
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port, path, proc, timeout=180):
+    """Waits until GET `path` on 127.0.0.1:`port` answers 200 (ferrite's
+    /ready, llama-server's /health); raises if `proc` exits first."""
+    import http.client
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", path)
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server not ready")

@@ -13,7 +13,7 @@ What it makes, under testdata/quant/ (every number little-endian):
   quant/<TYPE>.blocks    what the reference quantizer makes of them
 
 for TYPE in F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q2_K Q3_K Q4_K Q5_K
-Q6_K Q8_K MXFP4 (dequant) and F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q8_K MXFP4
+Q6_K Q8_K MXFP4 IQ4_NL IQ4_XS (dequant) and F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q8_K MXFP4
 (quant). MXFP4 (gpt-oss's expert format) comes from a random generator of its
 own, seeded separately, so that adding it left the other files unchanged: its
 dequant blocks are random bytes (every E8M0 exponent, 0, 1 and 255 included:
@@ -287,11 +287,33 @@ def make_mxfp4() -> None:
     write(OUT / "quant/MXFP4.blocks", q.tobytes())
 
 
+def make_iq4() -> None:
+    """IQ4_NL and IQ4_XS (read only: dequantization goldens), from a
+    generator of their own so that the other files stay unchanged: random
+    bytes with the f16 scale `d` set to finite values of many magnitudes
+    (0 and f16 subnormals included), plus, for IQ4_XS, blocks whose 6-bit
+    run scales are all 0 (-32) or all 63 (+31)."""
+    rng = np.random.default_rng(SEED + 48)
+    for name, t, size, n in [("IQ4_NL", T.IQ4_NL, 18, 64), ("IQ4_XS", T.IQ4_XS, 136, 24)]:
+        raw = rng.integers(0, 256, (n, size), dtype=np.uint8)
+        d = scale_values(rng, n, "f16")
+        rng.shuffle(d)
+        raw[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(n, 2)
+        if name == "IQ4_XS":
+            raw[0, 2:8] = 0x00
+            raw[1, 2:8] = 0xFF
+        y = quants.dequantize(raw, t).reshape(-1).astype("<f4")
+        assert y.size == n * (32 if name == "IQ4_NL" else 256)
+        write(OUT / f"dequant/{name}.blocks", raw.tobytes())
+        write(OUT / f"dequant/{name}.f32", y.tobytes())
+
+
 def main() -> None:
     rng = np.random.default_rng(SEED)
     make_dequant(rng)
     make_quant(rng)
     make_mxfp4()
+    make_iq4()
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(f"wrote {OUT} ({total} bytes)")
 

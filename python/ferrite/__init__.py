@@ -132,10 +132,20 @@ class Generator:
     (a dict or JSON text): the text is one JSON value matching the schema,
     by constrained decoding (keywords it cannot enforce, such as
     ``pattern``, raise InputError).
+
+    Speculative decoding (``ferrite run --lookup`` / ``--draft``), which
+    changes no output, only the number of forward passes: ``lookup=True``
+    drafts by prompt lookup; ``draft``: a draft model (path or short name)
+    with the same tokenizer; ``draft_max``: most tokens per draft (default
+    8 with lookup, 4 with a draft model).
     """
 
-    def __init__(self, model, threads=None, ctx=None):
-        self._native = _native.Generator(_path(model), threads, ctx)
+    def __init__(self, model, threads=None, ctx=None, *, draft=None, lookup=False,
+                 draft_max=None):
+        self._native = _native.Generator(
+            _path(model), threads, ctx,
+            None if draft is None else _path(draft), bool(lookup), draft_max,
+        )
         self.model = _path(model)
 
     @property

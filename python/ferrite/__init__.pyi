@@ -63,7 +63,8 @@ class Embedder:
 class Generator:
     model: str
     def __init__(self, model: ModelName, threads: Optional[int] = None,
-                 ctx: Optional[int] = None) -> None: ...
+                 ctx: Optional[int] = None, *, draft: Optional[ModelName] = None,
+                 lookup: bool = False, draft_max: Optional[int] = None) -> None: ...
     @property
     def ctx(self) -> int: ...
     @property

@@ -267,6 +267,8 @@ struct Generator {
     inner: Arc<ferrite::Generator>,
     threads: Threads,
     ctx: Option<usize>,
+    /// Speculative decoding for every call (`draft=` / `lookup=True`).
+    speculate: Option<ferrite::Speculate>,
 }
 
 /// A message's `content`: a `str`, or a list of OpenAI content parts
@@ -334,14 +336,47 @@ fn messages_of(messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
 #[pymethods]
 impl Generator {
     #[new]
-    #[pyo3(signature = (model, threads=None, ctx=None))]
-    fn new(py: Python<'_>, model: &str, threads: Option<i64>, ctx: Option<i64>) -> PyResult<Self> {
+    #[pyo3(signature = (model, threads=None, ctx=None, draft=None, lookup=false, draft_max=None))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        threads: Option<i64>,
+        ctx: Option<i64>,
+        draft: Option<&str>,
+        lookup: bool,
+        draft_max: Option<i64>,
+    ) -> PyResult<Self> {
         let threads = self::threads(threads)?;
         let ctx = ctx.map(|c| count("ctx", c, 1)).transpose()?;
+        let draft_max = draft_max.map(|m| count("draft_max", m, 1)).transpose()?;
+        if draft.is_some() && lookup {
+            return Err(bad_input("give draft= or lookup=True, not both"));
+        }
+        if draft_max.is_some() && draft.is_none() && !lookup {
+            return Err(bad_input("draft_max needs draft= or lookup=True"));
+        }
         let model = model.to_string();
         let generator = py
             .detach(|| ferrite::open(&model)?.into_generator())
             .map_err(lib_err)?;
+        let speculate = match draft {
+            Some(path) => {
+                let path = path.to_string();
+                let d = py
+                    .detach(|| ferrite::open(&path)?.into_generator())
+                    .map_err(lib_err)?;
+                ferrite::serving::check_same_vocab(generator.tokenizer(), d.tokenizer())
+                    .map_err(lib_err)?;
+                Some(ferrite::Speculate::Draft {
+                    model: Arc::new(d),
+                    max: draft_max.unwrap_or(4),
+                })
+            }
+            None if lookup => Some(ferrite::Speculate::Lookup {
+                max: draft_max.unwrap_or(8),
+            }),
+            None => None,
+        };
         let train = generator.model().n_ctx_train();
         if let Some(c) = ctx.filter(|&c| c > train) {
             return Err(bad_input(format!(
@@ -353,6 +388,7 @@ impl Generator {
             inner: Arc::new(generator),
             threads,
             ctx,
+            speculate,
         })
     }
 
@@ -434,6 +470,7 @@ impl Generator {
                 stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
                 end_tokens: Vec::new(),
                 json,
+                speculate: self.speculate.clone(),
             },
         };
         if stream {
@@ -490,6 +527,7 @@ impl Generator {
             inner: self.inner.clone(),
             threads: self.threads.clone(),
             ctx: self.ctx,
+            speculate: self.speculate.clone(),
         };
         std::thread::spawn(move || {
             let result = worker.run(&prompt, &request, |piece| {

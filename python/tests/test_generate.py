@@ -164,3 +164,25 @@ def test_two_threads_share_one_generator(gen):
     for t in threads:
         t.join()
     assert got == [want, want]
+
+
+@pytest.mark.parametrize("kw", [{"lookup": True}, {"lookup": True, "draft_max": 2},
+                                {"draft": MODEL}])
+def test_speculation_changes_no_text(ferrite_bin, gen, kw):
+    """lookup=True / draft= (ferrite run --lookup / --draft): the text of
+    plain decoding, greedy and seeded."""
+    spec = ferrite.Generator(MODEL, **kw)
+    prompt = "a = 1; b = 2; c = 3; a = 1; b = 2; c = 3; a = 1;"
+    want = cli_run(ferrite_bin, "-p", prompt, "-n", "32", "--temp", "0")
+    assert spec.complete(prompt, max_tokens=32, temperature=0) == want
+    assert spec.complete(prompt, max_tokens=32, seed=5) == gen.complete(
+        prompt, max_tokens=32, seed=5)
+
+
+def test_speculation_bad_options():
+    with pytest.raises(ferrite.InputError, match="not both"):
+        ferrite.Generator(MODEL, lookup=True, draft=MODEL)
+    with pytest.raises(ferrite.InputError, match="draft_max needs"):
+        ferrite.Generator(MODEL, draft_max=3)
+    with pytest.raises(ferrite.InputError, match="same tokenizer"):
+        ferrite.Generator(MODEL, draft="gemma3-270m")

@@ -40,6 +40,9 @@ enum Command {
     /// Serve models over an OpenAI-compatible HTTP API (chat, completions,
     /// embeddings) with continuous batching.
     Serve(commands::serve::Args),
+    /// Score a language model on a text: perplexity, or KL divergence
+    /// against a base model's saved logits (as llama-perplexity does).
+    Perplexity(commands::perplexity::Args),
     /// Quantize a GGUF file to another type or llama.cpp mix (Q4_K_M,
     /// Q8_0, ...), byte for byte as llama-quantize does.
     Quantize(commands::quantize::Args),
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         Command::Translate(args) => commands::translate::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Perplexity(args) => commands::perplexity::run(args),
         Command::Quantize(args) => commands::quantize::run(args),
         Command::Convert(args) => commands::convert::run(args),
     };

@@ -91,6 +91,45 @@ fn sampling_is_reproducible_and_thread_count_independent() {
     assert_ne!(a, c, "a different seed should change the text");
 }
 
+/// `--lookup` and `--draft` change no output (the library's
+/// `tests/speculative.rs` proves it in depth); `-v` reports the counts.
+#[test]
+fn speculation_changes_no_output() {
+    let prompt = "a = 1; b = 2; c = 3; a = 1; b = 2; c = 3; a = 1;";
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run", "smollm2", "-p", prompt, "-n", "24", "--temp", "0.8", "--seed", "7", "-v",
+        ];
+        args.extend_from_slice(extra);
+        ok(&ferrite(&args, None))
+    };
+    let (plain, plain_err) = run(&[]);
+    assert!(!plain_err.contains("drafted"), "{plain_err}");
+    for extra in [
+        &["--lookup"][..],
+        &["--lookup", "--draft-max", "2"],
+        &["--draft", "smollm2"],
+    ] {
+        let (out, err) = run(extra);
+        assert_eq!(out, plain, "{extra:?}");
+        assert!(err.contains("| drafted: "), "{extra:?}: {err}");
+    }
+    // Chat keeps one draft model's cache across turns.
+    let chat = |extra: &[&str]| {
+        let mut args = vec!["chat", "smollm2", "-n", "16", "--temp", "0"];
+        args.extend_from_slice(extra);
+        ok(&ferrite(
+            &args,
+            Some("Count from 1 to 5.\nAgain, please.\n"),
+        ))
+        .0
+    };
+    let plain = chat(&[]);
+    assert!(!plain.trim().is_empty());
+    assert_eq!(chat(&["--draft", "smollm2"]), plain);
+    assert_eq!(chat(&["--lookup"]), plain);
+}
+
 #[test]
 fn chat_answers_and_keeps_the_cache_between_turns() {
     // With the template's built-in system prompt ("You are a helpful AI

@@ -55,6 +55,10 @@ fn placeholder(name: &str, scratch: &std::path::Path) -> String {
             "The cat sits on the mat.\nA dog runs in the park.\nRoPE rotates query and key vectors.\n",
         ),
         "sentences.txt" => file("sentences.txt", "Hello.\nHow are you?\n"),
+        // A model and its draft model with the same tokenizer: the tiny
+        // Llama 3 fixture's two files.
+        "model.Q8_0.gguf" => td("hf-decoders/tiny-llama3.q8_0.gguf"),
+        "model.Q2_K.gguf" => td("hf-decoders/tiny-llama3.f32.gguf"),
         "prompt.txt" => file("prompt.txt", "Once upon a time, there was a\n"),
         "system.txt" => file("system.txt", "You are a helpful assistant.\n"),
         "out.npy" => scratch.join("out.npy").to_str().unwrap().to_string(),
@@ -72,6 +76,11 @@ fn placeholder(name: &str, scratch: &std::path::Path) -> String {
         // freshly trained tokenizer needs --pre-tokenizer: see run_case).
         "path/to/Qwen2.5-0.5B-Instruct" => td("hf-decoders/tiny-qwen3"),
         "qwen-q4_k_m.gguf" => scratch.join("qwen-q4_k_m.gguf").to_str().unwrap().to_string(),
+        // `ferrite perplexity`: the committed text; base and compared
+        // model both SmolLM2 (the KL divergence is then ~0).
+        "text.txt" => td("perplexity/text.txt"),
+        "base.kld" => scratch.join("base.kld").to_str().unwrap().to_string(),
+        "model-f16.gguf" | "model-q4_k_m.gguf" => "smollm2".into(),
         other => panic!("no stand-in for placeholder {other}"),
     }
 }
@@ -117,6 +126,22 @@ const CASES: &[Case] = &[
         line: "ferrite chat qwen2.5-0.5b-q4_k_m.gguf",
         subs: &["qwen2.5-0.5b-q4_k_m.gguf"],
         check: nonempty,
+    },
+    Case {
+        line: "ferrite perplexity smollm2 -f text.txt -c 128 --chunks 8",
+        subs: &["text.txt"],
+        check: |out| assert!(out.contains("[8]") && out.contains("Final estimate: PPL = "), "{out}"),
+    },
+    Case {
+        line: "ferrite perplexity model-f16.gguf -f text.txt -c 128 --chunks 8 --kl-divergence-base base.kld",
+        subs: &["model-f16.gguf", "text.txt", "base.kld"],
+        // Writes the base file the next case reads.
+        check: |out| assert!(out.contains("Final estimate"), "{out}"),
+    },
+    Case {
+        line: "ferrite perplexity model-q4_k_m.gguf --kl-divergence-base base.kld --kl-divergence",
+        subs: &["model-q4_k_m.gguf", "base.kld"],
+        check: |out| assert!(out.contains("Mean    KLD:") && out.contains("Same top p:"), "{out}"),
     },
     Case {
         line: "ferrite convert path/to/Qwen2.5-0.5B-Instruct -o qwen-q4_k_m.gguf --outtype Q4_K_M",
@@ -179,6 +204,16 @@ const CASES: &[Case] = &[
     Case {
         line: "ferrite run smollm2 -f prompt.txt -n 64 --verbose",
         subs: &["prompt.txt"],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite run smollm2 -f prompt.txt --lookup -v",
+        subs: &["prompt.txt"],
+        check: nonempty,
+    },
+    Case {
+        line: "ferrite run model.Q8_0.gguf -f prompt.txt --draft model.Q2_K.gguf -v",
+        subs: &["model.Q8_0.gguf", "prompt.txt", "model.Q2_K.gguf"],
         check: nonempty,
     },
     Case {
@@ -285,6 +320,16 @@ const CASES: &[Case] = &[
         line: "ferrite bench minilm --texts testdata/embed/bench-sentences.txt -t 1",
         subs: &[],
         check: |out| assert!(out.contains("sentences/s"), "{out}"),
+    },
+    Case {
+        line: "ferrite bench smollm2 --lookup --prompt-file prompt.txt -n 64 -r 2",
+        subs: &["prompt.txt"],
+        check: |out| {
+            assert!(
+                out.contains("tg64 lookup") && out.contains("accepted"),
+                "{out}"
+            )
+        },
     },
 ];
 

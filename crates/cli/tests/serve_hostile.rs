@@ -1,5 +1,6 @@
 //! `ferrite serve` against clients that try to lock it out (issue 44):
-//! HTTP/2 connections that only answer PINGs, more connections than the
+//! HTTP/2 connections that only answer PINGs or keep a stream's window shut,
+//! half-sent HTTP/2 bodies, more connections than the
 //! process has descriptors for, a half-sent head at SIGTERM, tool-call
 //! injection, and panics in the worker threads. Each case ends by checking
 //! that the server still answers a plain request. Connection cases run on
@@ -14,7 +15,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_common::{h2_get, h2_until_closed, Server, H2_PREFACE};
+use serve_common::{frame, h2_get, h2_until_closed, Server, H2_PREFACE};
 
 fn testdata(p: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -55,6 +56,85 @@ fn idle_h2c_connections_are_closed_after_the_header_timeout() {
     let (took, statuses) = h2_until_closed(&mut used, Duration::from_secs(15));
     assert_eq!(statuses, [0x88], "one response, `:status 200`");
     assert!(took < Duration::from_secs(6), "used h2c open for {took:?}");
+    assert_serves(&s);
+}
+
+/// An HTTP/2 client that shuts its flow-control window
+/// (`SETTINGS_INITIAL_WINDOW_SIZE` 0) and never opens it: its responses'
+/// heads go out (they are not flow-controlled), their bodies cannot. It
+/// answers every PING and its socket reads everything, so neither the idle
+/// close nor the socket's write-stall limit sees it; the connection is
+/// closed after the idle timeout all the same (on main it stayed open for
+/// good, holding its connection slot and its streams), the streamed
+/// completion it asked for stops running, and the server serves.
+#[test]
+fn an_h2_stream_whose_window_stays_shut_is_closed_after_the_idle_timeout() {
+    let s = Server::start(&[
+        &tiny_llama(),
+        "--header-timeout",
+        "1",
+        "--idle-timeout",
+        "2",
+    ]);
+    let mut c = s.connect().unwrap();
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    // SETTINGS: INITIAL_WINDOW_SIZE (0x4) = 0.
+    c.write_all(&frame(4, 0, 0, &[0, 4, 0, 0, 0, 0])).unwrap();
+    c.write_all(&h2_get(1, "/health")).unwrap();
+    // A streamed completion on stream 3: HEADERS (POST, END_HEADERS), then
+    // its body in one DATA frame with END_STREAM.
+    let path = b"/v1/completions";
+    let mut block = vec![0x83, 0x86, 0x04, path.len() as u8];
+    block.extend_from_slice(path);
+    block.extend([0x01, 0x01, b'x']);
+    c.write_all(&frame(1, 0x04, 3, &block)).unwrap();
+    let body = json!({"prompt": "Once upon", "max_tokens": 100, "stream": true,
+                      "temperature": 0})
+    .to_string();
+    c.write_all(&frame(0, 0x01, 3, body.as_bytes())).unwrap();
+    let (took, statuses) = h2_until_closed(&mut c, Duration::from_secs(20));
+    assert_eq!(statuses, [0x88, 0x88], "both heads, `:status 200`");
+    assert!(
+        took < Duration::from_secs(8),
+        "stalled h2c open for {took:?}"
+    );
+    assert!(
+        s.wait_metric("ferrite_running_sequences", 0.0, Duration::from_secs(10)),
+        "the stalled stream's sequence still runs"
+    );
+    assert_serves(&s);
+}
+
+/// An HTTP/2 request whose body stops half way gets 408 after the body
+/// timeout (as HTTP/1.1 does), then the connection, idle again, is closed
+/// after the header timeout.
+#[test]
+fn a_half_sent_h2_body_gets_408_then_the_connection_closes() {
+    let s = Server::start(&[
+        &tiny_llama(),
+        "--header-timeout",
+        "1",
+        "--body-timeout",
+        "1",
+    ]);
+    let mut c = s.connect().unwrap();
+    c.write_all(H2_PREFACE).unwrap();
+    let path = b"/v1/completions";
+    let mut block = vec![0x83, 0x86, 0x04, path.len() as u8];
+    block.extend_from_slice(path);
+    block.extend([0x01, 0x01, b'x']);
+    c.write_all(&frame(1, 0x04, 1, &block)).unwrap();
+    c.write_all(&frame(0, 0, 1, b"{\"prompt\": \"Once"))
+        .unwrap();
+    let (took, statuses) = h2_until_closed(&mut c, Duration::from_secs(20));
+    // 408 is not in HPACK's static table: one response whose `:status`
+    // is a literal, not 200's index.
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_ne!(statuses[0], 0x88, "{statuses:?}");
+    assert!(
+        took < Duration::from_secs(8),
+        "half-sent h2 body open for {took:?}"
+    );
     assert_serves(&s);
 }
 

@@ -80,8 +80,8 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    convert, embed, formats, generate, inspect, kv_cache, layers, model_path, models, open,
-    parallel, quantize, tokenize, translate,
+    convert, embed, evaluate, formats, generate, inspect, kv_cache, layers, model_path, models,
+    open, parallel, quantize, tokenize, translate,
 );
 
 pub mod serving;
@@ -94,6 +94,7 @@ pub use generate::chat::Message;
 pub use generate::json::Grammar;
 pub use generate::sampler::{random_seed, SamplerOptions};
 pub use generate::session::{GenerateOptions, StopReason};
+pub use generate::speculative::Speculate;
 pub use open::{open, open_with, Generator, Model, ModelKind, OpenOptions, WeightFormat};
 pub use parallel::{available_cores, Threads};
 pub use quantize::FileType;

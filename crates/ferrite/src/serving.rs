@@ -18,6 +18,11 @@
 //!   through a [`JsonState`] over a [`Grammar`](crate::Grammar), tool-call [`Trigger`]s,
 //!   stop strings held back with [`held_back`]); a [`Session`] does the
 //!   same for one sequence that owns its model.
+//! - Speculative decoding: [`Session::set_speculation`] with a
+//!   [`Speculation`] (a [`Drafter`]: [`PromptLookup`], or a
+//!   [`DraftModel`] whose vocabulary passes [`check_same_vocab`]; a
+//!   [`DraftLength`]) scores drafted tokens in one forward pass and keeps
+//!   those the sampler picks: the same text and tokens as without.
 //! - Chat: a model's [`ChatTemplate`] ([`model_template`]) renders
 //!   [`Message`](crate::Message)s into prompt tokens; [`fit_prompt`] drops
 //!   old turns to fit a context.
@@ -37,6 +42,9 @@ pub use crate::generate::continuation::{held_back, Continuation, Pick, Trigger};
 pub use crate::generate::json::{CallSyntax, JsonState};
 pub use crate::generate::sampler::Sampler;
 pub use crate::generate::session::Session;
+pub use crate::generate::speculative::{
+    check_same_vocab, DraftLength, DraftModel, Drafter, PromptLookup, Speculation,
+};
 pub use crate::kv_cache::{KvCache, KvPool, KvPrefixBlock, KV_BLOCK};
 pub use crate::models::decoder::{DecoderState, Logits, Workspace, MAX_CHUNK};
 pub use crate::models::transformer::{BatchItem, Decoder};

@@ -9,6 +9,9 @@
 //!   [`open_generator`] loads a decoder.
 //! - [`quantize_file`] writes a GGUF file's weights in another
 //!   [`FileType`](crate::FileType) ([`FILE_TYPES`] lists them by name).
+//! - [`perplexity`] and [`kl_divergence`] score a decoder on a text as
+//!   `llama-perplexity` does ([`PerplexityOptions`]; base logits in its
+//!   file format through [`BaseWriter`] / [`BaseReader`]).
 //! - [`convert_dir`] writes a Hugging Face directory as one GGUF file.
 //! - [`inspect`] / [`inspect_gguf`] report a model file's metadata and
 //!   tensors ([`Report`], a [`TensorRow`] per tensor); [`tensor_values`]
@@ -22,6 +25,11 @@
 pub use crate::convert::{convert_dir, ConvertOptions, Target};
 pub use crate::dump::write_npy;
 pub use crate::embed::tokenizer::EmbedTokenizer;
+pub use crate::evaluate::{
+    kld::{kl_divergence, mean_and_uncertainty, median, percentile},
+    perplexity, text_tokens, BaseReader, BaseWriter, KldReport, KldStats, NllStats,
+    PerplexityOptions,
+};
 pub use crate::formats::gguf::GgufFile;
 pub use crate::formats::FormatError;
 pub use crate::inspect::{inspect, inspect_gguf, tensor_values, value_to_json, Report, TensorRow};

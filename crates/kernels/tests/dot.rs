@@ -23,9 +23,9 @@
 
 use ferrite_kernels::dot::vec_dot_kernel;
 use ferrite_kernels::quant::{
-    as_blocks, dequantize, f16_bits_from_f32, mxfp4::e8m0_half, quantize, BlockMxfp4, BlockQ2K,
-    BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
-    BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
+    as_blocks, dequantize, f16_bits_from_f32, mxfp4::e8m0_half, quantize, BlockIq4Nl, BlockIq4Xs,
+    BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
 };
 use std::mem::offset_of;
 use GgmlType::*;
@@ -38,8 +38,8 @@ const MAX_F32_DOT_ERROR: f64 = 0.0001;
 const GGML_TEST_SIZE: usize = 32 * 128;
 
 /// Every weight type with a kernel.
-const WEIGHT_TYPES: [GgmlType; 14] = [
-    F32, F16, Bf16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Mxfp4,
+const WEIGHT_TYPES: [GgmlType; 16] = [
+    F32, F16, Bf16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Mxfp4, Iq4Nl, Iq4Xs,
 ];
 
 /// A small deterministic generator (xorshift64*), so the test needs no crates.
@@ -111,6 +111,8 @@ fn scale_fields(t: GgmlType) -> (usize, Option<usize>) {
         Q4K => (offset_of!(BlockQ4K, d), Some(offset_of!(BlockQ4K, dmin))),
         Q5K => (offset_of!(BlockQ5K, d), Some(offset_of!(BlockQ5K, dmin))),
         Q6K => (offset_of!(BlockQ6K, d), None),
+        Iq4Nl => (offset_of!(BlockIq4Nl, d), None),
+        Iq4Xs => (offset_of!(BlockIq4Xs, d), None),
         _ => unreachable!("{t} has no f16 scale fields"),
     }
 }
@@ -213,6 +215,8 @@ fn pairs_weight_types_with_ggml_activation_types() {
         (Q4K, Q8K),
         (Q5K, Q8K),
         (Q6K, Q8K),
+        (Iq4Nl, Q8_0),
+        (Iq4Xs, Q8K),
     ];
     for t in ALL_TYPES {
         let got = vec_dot_kernel(t).map(|k| k.act_type);
@@ -522,7 +526,7 @@ fn results_follow_the_documented_order() {
                     let msum = -(kernel.dot)(&w0, &a1);
                     assert!(isum.abs() < 16_777_216.0 && msum.abs() < 16_777_216.0);
                     sum += match t {
-                        Q4_0 | Q5_0 | Q8_0 | Q3K | Q6K | Mxfp4 => (d * d_x) * isum,
+                        Q4_0 | Q5_0 | Q8_0 | Q3K | Q6K | Mxfp4 | Iq4Nl | Iq4Xs => (d * d_x) * isum,
                         Q4_1 | Q5_1 => (d * d_x) * isum + min * s_x,
                         Q2K | Q4K | Q5K => (d_x * d) * isum - (d_x * min) * msum,
                         _ => unreachable!("{t}"),

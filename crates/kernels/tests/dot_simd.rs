@@ -21,8 +21,8 @@ use ferrite_kernels::dispatch::{
 };
 use ferrite_kernels::dot::{interleave, VecDotKernel};
 use ferrite_kernels::quant::{
-    quantize, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
-    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
+    quantize, BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, ALL_TYPES,
 };
 use std::mem::offset_of;
 use GgmlType::*;
@@ -123,6 +123,8 @@ fn f16_fields(t: GgmlType) -> &'static [usize] {
     const Q4K: [usize; 2] = [offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin)];
     const Q5K: [usize; 2] = [offset_of!(BlockQ5K, d), offset_of!(BlockQ5K, dmin)];
     const Q6K: [usize; 1] = [offset_of!(BlockQ6K, d)];
+    const IQ4NL: [usize; 1] = [offset_of!(BlockIq4Nl, d)];
+    const IQ4XS: [usize; 1] = [offset_of!(BlockIq4Xs, d)];
     match t {
         GgmlType::Q4_0 => &Q4_0,
         GgmlType::Q4_1 => &Q4_1,
@@ -135,6 +137,8 @@ fn f16_fields(t: GgmlType) -> &'static [usize] {
         GgmlType::Q4K => &Q4K,
         GgmlType::Q5K => &Q5K,
         GgmlType::Q6K => &Q6K,
+        GgmlType::Iq4Nl => &IQ4NL,
+        GgmlType::Iq4Xs => &IQ4XS,
         _ => &[],
     }
 }

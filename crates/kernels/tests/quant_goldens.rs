@@ -114,6 +114,8 @@ golden_tests! { check_dequant:
     dequant_q6_k => "Q6_K",
     dequant_q8_k => "Q8_K",
     dequant_mxfp4 => "MXFP4",
+    dequant_iq4_nl => "IQ4_NL",
+    dequant_iq4_xs => "IQ4_XS",
 }
 
 golden_tests! { check_quant:

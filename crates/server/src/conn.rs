@@ -2,20 +2,25 @@
 //! stream, with a deadline on request heads), the cap on open connections
 //! (the ones beyond it refused at once), the idle close (a connection of
 //! either protocol with no request open for the header timeout is
-//! closed: HTTP/2 PINGs do not keep it), and the write-stall timeout that
-//! closes a connection whose client stopped reading.
+//! closed: HTTP/2 PINGs do not keep it), and the write-stall timeouts
+//! that close a connection whose client stopped reading: a write blocked
+//! on the socket ([`StallLimit`]), or a response body hyper does not take
+//! the next piece of (an HTTP/2 stream whose flow-control window the
+//! client keeps shut: the socket is free, the stream is not), for the idle
+//! timeout either way.
 //!
 //! Why its own loop rather than `axum::serve`: that one has no way to
 //! bound how long a client may take to send a request head, so a client
 //! that sends half a request holds its connection (and, before, the
 //! shutdown) forever.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -338,17 +343,32 @@ impl Connection {
                     closing = true;
                     conn.as_mut().graceful_shutdown();
                 }
+                () = activity.stalled_for(limits.idle_timeout) => {
+                    // A response the client does not take (an HTTP/2
+                    // window kept shut): nothing graceful can reach it.
+                    tracing::debug!(
+                        limit = ?limits.idle_timeout,
+                        "a response was not read; closing the connection"
+                    );
+                    return;
+                }
             }
         }
     }
 }
 
 /// How many requests of a connection are open (from their head to the
-/// end of their response body), and a wake-up when that changes.
+/// end of their response body), and a wake-up when that changes; and,
+/// for each response body with a piece ready, since when it has waited
+/// for hyper to take it.
 #[derive(Default)]
 struct Activity {
     open: AtomicUsize,
     changed: Notify,
+    /// Response bodies (by id) that handed out a piece, or were just made,
+    /// and have not been polled since: when each started waiting.
+    waiting: Mutex<HashMap<u64, Instant>>,
+    next_body: AtomicU64,
 }
 
 impl Activity {
@@ -356,6 +376,37 @@ impl Activity {
         self.open.fetch_add(1, Ordering::SeqCst);
         self.changed.notify_waiters();
         Open(self.clone())
+    }
+
+    /// A body `id` waits for hyper to take its next piece from now on
+    /// (`Some`), or is being polled or gone (`None`).
+    fn set_waiting(&self, id: u64, since: Option<Instant>) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        match since {
+            Some(t) => waiting.insert(id, t),
+            None => waiting.remove(&id),
+        };
+    }
+
+    /// Completes once some response body has waited `limit` for hyper to
+    /// take its next piece: the client is not reading it (hyper only takes
+    /// a piece when the connection, and for HTTP/2 the stream's window,
+    /// can carry it). A body waiting on the model is being polled, so it
+    /// does not count.
+    async fn stalled_for(&self, limit: Duration) {
+        loop {
+            let oldest = {
+                let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                waiting.values().min().copied()
+            };
+            match oldest {
+                Some(t) if t.elapsed() >= limit => return,
+                Some(t) => tokio::time::sleep_until(t + limit).await,
+                // A body that starts waiting now is seen at most half a
+                // limit late.
+                None => tokio::time::sleep(limit / 2).await,
+            }
+        }
     }
 
     /// Completes once no request has been open for `limit` in a row.
@@ -406,15 +457,22 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
         let answer = self.inner.call(req);
         Box::pin(async move {
             let response = answer.await?;
-            Ok(response.map(|body| Body::new(OpenBody { body, _open: open })))
+            let activity = open.0.clone();
+            let id = activity.next_body.fetch_add(1, Ordering::Relaxed);
+            // Made: unless empty, it waits for hyper's first poll.
+            let empty = hyper::body::Body::is_end_stream(response.body());
+            activity.set_waiting(id, (!empty).then(Instant::now));
+            Ok(response.map(|body| Body::new(OpenBody { body, id, open })))
         })
     }
 }
 
-/// A response body that keeps its request counted open.
+/// A response body that keeps its request counted open, and tells the
+/// connection when it waits for hyper to take a piece.
 struct OpenBody {
     body: Body,
-    _open: Open,
+    id: u64,
+    open: Open,
 }
 
 impl hyper::body::Body for OpenBody {
@@ -425,7 +483,14 @@ impl hyper::body::Body for OpenBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let id = self.id;
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        // A piece handed out: the next one waits for hyper's next poll.
+        // Pending: the body waits on the model, not on the client.
+        let more = matches!(polled, Poll::Ready(Some(Ok(_)))) && !self.body.is_end_stream();
+        let waiting = more.then(Instant::now);
+        self.open.0.set_waiting(id, waiting);
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -434,6 +499,12 @@ impl hyper::body::Body for OpenBody {
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+impl Drop for OpenBody {
+    fn drop(&mut self) {
+        self.open.0.set_waiting(self.id, None);
     }
 }
 

@@ -60,6 +60,13 @@ pub struct Args {
     /// With --texts: int8 products (see `ferrite embed --int8`).
     #[arg(long, requires = "texts")]
     int8: bool,
+    /// With --lookup or --draft: the prompt to generate after (a file;
+    /// `-`: standard input); tg is then measured with and without
+    /// speculative decoding (greedy, -n tokens, the same text required).
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<String>,
+    #[command(flatten)]
+    spec: super::speculate::SpecArgs,
 }
 
 /// Mean and sample standard deviation of the per-repetition rates
@@ -229,6 +236,32 @@ fn peak_rss_bytes() -> Option<u64> {
 pub fn run(args: Args) -> CliResult {
     if args.reps == 0 {
         return Err(CliError::usage("--repetitions must be at least 1"));
+    }
+    if args.spec.enabled() || args.prompt_file.is_some() {
+        let Some(prompt_file) = &args.prompt_file else {
+            return Err(CliError::usage(
+                "--lookup / --draft in bench need --prompt-file FILE (the text to generate after)",
+            ));
+        };
+        if !args.spec.enabled() {
+            return Err(CliError::usage(
+                "--prompt-file needs --lookup or --draft FILE",
+            ));
+        }
+        if args.texts.is_some() {
+            return Err(CliError::usage(
+                "--lookup / --draft do not combine with --texts",
+            ));
+        }
+        return super::bench_spec::run(super::bench_spec::SpecBench {
+            model: args.model.as_deref(),
+            prompt_file,
+            n_gen: args.n_gen,
+            threads: args.threads,
+            reps: args.reps,
+            json: args.json,
+            spec: &args.spec,
+        });
     }
     if let Some(texts) = &args.texts {
         return super::bench_embed::run(super::bench_embed::EmbedBench {

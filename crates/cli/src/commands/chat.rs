@@ -24,6 +24,7 @@ use super::common::{
     DEFAULT_CHAT_MODEL,
 };
 use super::input::{input_name, read_prompt, refuse_text_file, utf8_error};
+use super::speculate::SpecArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -60,6 +61,8 @@ pub struct Args {
     model_args: ModelArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    spec: SpecArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -106,15 +109,22 @@ pub fn run(args: Args) -> CliResult {
         }
         None => model_template(loaded.file(), loaded.tokenizer()).map_err(ferrite::Error::from)?,
     };
+    let draft = args.spec.load_draft(&loaded)?;
+    let threads = args.model_args.threads()?;
     let mut session = Session::new(
         loaded.model(),
         loaded.tokenizer(),
         args.model_args.ctx,
-        args.model_args.threads()?,
+        threads.clone(),
     )?;
+    session.set_speculation(
+        args.spec
+            .speculation(draft.as_ref(), session.n_ctx(), threads)?,
+    );
     let mut sampler = Sampler::new(sampler_opts);
     let opts = GenerateOptions {
         json: None,
+        speculate: None,
         max_tokens: max_reply,
         stop: Vec::new(),
         end_tokens: turn_end_tokens(loaded.tokenizer(), &template),

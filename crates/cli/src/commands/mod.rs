@@ -1,15 +1,18 @@
 //! One module per subcommand.
 pub mod bench;
 pub mod bench_embed;
+pub mod bench_spec;
 pub mod chat;
 pub mod common;
 pub mod convert;
 pub mod embed;
 pub mod input;
 pub mod inspect;
+pub mod perplexity;
 pub mod quantize;
 pub mod run;
 pub mod serve;
+pub mod speculate;
 pub mod tokenize;
 pub mod translate;
 

@@ -13,6 +13,7 @@ use super::common::{
     generate_to_stdout, load_with, max_tokens, show_stats, DumpArgs, ModelArgs, SamplingArgs,
 };
 use super::input::{read_prompt, refuse_text_file};
+use super::speculate::SpecArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -82,6 +83,8 @@ pub struct Args {
     sampling: SamplingArgs,
     #[command(flatten)]
     dump: DumpArgs,
+    #[command(flatten)]
+    spec: SpecArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -92,6 +95,11 @@ pub fn run(args: Args) -> CliResult {
     }
     if args.beams != 1 && args.dump.dump.is_some() {
         return Err(CliError::usage("--dump does not combine with --beams"));
+    }
+    if args.spec.enabled() && (args.beams != 1 || args.dump.dump.is_some()) {
+        return Err(CliError::usage(
+            "--lookup and --draft do not combine with --beams or --dump",
+        ));
     }
     let json = args.json_schema.as_deref().map(json_grammar).transpose()?;
     let max_tokens = max_tokens(args.max_tokens)?;
@@ -112,12 +120,18 @@ pub fn run(args: Args) -> CliResult {
     }
     let sampler_opts = args.sampling.options(args.verbose)?;
     let tokens = loaded.tokenizer().encode(&prompt, true, true);
+    let draft = args.spec.load_draft(&loaded)?;
+    let threads = args.model_args.threads()?;
     let mut session = Session::new(
         loaded.model(),
         loaded.tokenizer(),
         args.model_args.ctx,
-        args.model_args.threads()?,
+        threads.clone(),
     )?;
+    session.set_speculation(
+        args.spec
+            .speculation(draft.as_ref(), session.n_ctx(), threads)?,
+    );
     let dump = args.dump.open()?;
     session.set_dump(dump.clone());
     session.set_prompt(&tokens)?;
@@ -127,6 +141,7 @@ pub fn run(args: Args) -> CliResult {
         stop: args.stop,
         end_tokens: Vec::new(),
         json,
+        speculate: None,
     };
     let mut sampler = Sampler::new(sampler_opts);
     generate_to_stdout(&mut session, &mut sampler, &opts, show_stats(args.verbose))?;

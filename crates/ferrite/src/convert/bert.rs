@@ -1,5 +1,8 @@
-//! BERT encoders (`BertModel` in the converter) and nomic-bert
-//! (`NomicBertModel`): tensor names and the keys beyond the generic ones.
+//! Encoders for the converter (`BertModel`, `NomicBertModel`): which
+//! class is which family (the families' registry entries,
+//! `models::ENCODERS`), their tensor names (each family's
+//! [`TensorLayout`]), and BERT's keys beyond the generic ones (a family's
+//! own are in its file in `models/encoder/`).
 
 use std::path::Path;
 
@@ -7,54 +10,29 @@ use serde_json::Value as Json;
 
 use super::keys::Ctx;
 use crate::formats::gguf::{Metadata, Value};
+use crate::models::{EncoderConvert, ENCODERS};
 use crate::Error;
 
-/// The encoder classes converted (`BertModel` in the converter), and
-/// each's GGUF architecture.
-pub(super) const ENCODERS: [(&str, &str); 4] = [
-    ("BertModel", "bert"),
-    ("BertForMaskedLM", "bert"),
-    ("CamembertModel", "bert"),
-    ("NomicBertModel", "nomic-bert"),
-];
-
-/// BERT tensor names: HF module suffix, GGUF name (`{}`: the layer).
-const BERT_LAYER: [(&str, &str); 10] = [
-    ("attention.self.query", "attn_q"),
-    ("attention.self.key", "attn_k"),
-    ("attention.self.value", "attn_v"),
-    ("attention.output.dense", "attn_output"),
-    ("attention.output.LayerNorm", "attn_output_norm"),
-    ("intermediate.dense", "ffn_up"),
-    ("output.dense", "ffn_down"),
-    ("output.LayerNorm", "layer_output_norm"),
-    // Older checkpoints' LayerNorm parameter names (gamma/beta are renamed
-    // before matching).
-    ("attention.output.layer_norm", "attn_output_norm"),
-    ("output.layer_norm", "layer_output_norm"),
-];
-
-/// nomic-bert tensor names (`{}`: the layer): HF module suffix, GGUF name.
-const NOMIC_LAYER: [(&str, &str); 7] = [
-    ("attn.Wqkv", "attn_qkv"),
-    ("attn.out_proj", "attn_output"),
-    ("mlp.fc11", "ffn_up"),
-    ("mlp.fc12", "ffn_gate"),
-    ("mlp.fc2", "ffn_down"),
-    ("norm1", "attn_output_norm"),
-    ("norm2", "layer_output_norm"),
-];
+/// How an encoder family's HF tensors are named, for the converter
+/// (`EncoderConvert::layout` of its registry entry).
+pub(crate) struct TensorLayout {
+    /// The layers' prefix (`encoder.layer.`, then the layer number).
+    pub(crate) layer_prefix: &'static str,
+    /// The module of the embeddings' norm (`token_embd_norm`).
+    pub(crate) embd_norm: &'static str,
+    /// Per-layer modules: HF module suffix, GGUF name.
+    pub(crate) layer: &'static [(&'static str, &'static str)],
+}
 
 /// An encoder tensor's GGUF name (`None`: left out, as the converter
 /// leaves out the pooler, the masked-LM head and `position_ids`), for the
-/// GGUF architecture `arch` (`bert` or `nomic-bert`).
+/// GGUF architecture `arch`, whose tensors are named as `layout` says.
 pub(super) fn encoder_name(
-    arch: &str,
+    (arch, layout): (&str, &TensorLayout),
     name: &str,
     n_layers: usize,
     source: &str,
 ) -> Result<Option<String>, Error> {
-    let nomic = arch == "nomic-bert";
     let mut n = name.strip_prefix("bert.").unwrap_or(name).to_string();
     if let Some(b) = n.strip_suffix(".gamma") {
         n = format!("{b}.weight");
@@ -83,19 +61,15 @@ pub(super) fn encoder_name(
         "embeddings.word_embeddings" => Some("token_embd"),
         "embeddings.position_embeddings" => Some("position_embd"),
         "embeddings.token_type_embeddings" => Some("token_types"),
-        "embeddings.LayerNorm" if !nomic => Some("token_embd_norm"),
-        "emb_ln" if nomic => Some("token_embd_norm"),
+        m if m == layout.embd_norm => Some("token_embd_norm"),
         _ => None,
     };
     if let Some(f) = fixed {
         return Ok(Some(format!("{f}.{suffix}")));
     }
-    let (prefix, table) = if nomic {
-        ("encoder.layers.", &NOMIC_LAYER[..])
-    } else {
-        ("encoder.layer.", &BERT_LAYER[..])
-    };
-    let rest = module.strip_prefix(prefix).ok_or_else(unknown)?;
+    let rest = module
+        .strip_prefix(layout.layer_prefix)
+        .ok_or_else(unknown)?;
     let (l, m) = rest.split_once('.').ok_or_else(unknown)?;
     let l: usize = l.parse().map_err(|_| unknown())?;
     if l >= n_layers {
@@ -104,7 +78,8 @@ pub(super) fn encoder_name(
             format!("tensor '{name}': layer {l} is not one of the {n_layers} in config.json"),
         ));
     }
-    let (_, g) = table
+    let (_, g) = layout
+        .layer
         .iter()
         .find(|(h, _)| *h == m)
         .ok_or_else(unknown)?;
@@ -113,7 +88,7 @@ pub(super) fn encoder_name(
 
 /// `BertModel.set_gguf_parameters`'s own keys: not causal, the pooling of
 /// the sentence-transformers `modules.json`.
-pub(super) fn bert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+pub(crate) fn bert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
     let dir = x.dir;
     x.put(md, "attention.causal", Value::Bool(false));
     let modules = dir.join("modules.json");
@@ -159,22 +134,32 @@ pub(super) fn bert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
     Ok(())
 }
 
-/// The GGUF architecture of an encoder `config.json` (one of
-/// [`ENCODERS`]), or an error listing what `ferrite convert` knows.
-pub(super) fn encoder_arch(config: &Json, source: &str) -> Result<&'static str, Error> {
+/// The GGUF architecture of an encoder `config.json` (a class of an
+/// encoder family's `EncoderConvert`), with how it is converted, or an
+/// error listing what `ferrite convert` knows.
+pub(super) fn encoder_arch(
+    config: &Json,
+    source: &str,
+) -> Result<(&'static str, &'static EncoderConvert), Error> {
     let archs: Vec<&str> = config
         .get("architectures")
         .and_then(Json::as_array)
         .map(|a| a.iter().filter_map(Json::as_str).collect())
         .unwrap_or_default();
-    if let Some((_, arch)) = archs
+    // Encoders converted: (GGUF architecture, how).
+    let converted = || {
+        ENCODERS
+            .iter()
+            .filter_map(|e| Some((e.gguf?.0, e.convert.as_ref()?)))
+    };
+    if let Some(found) = archs
         .iter()
-        .find_map(|a| ENCODERS.iter().find(|(c, _)| c == a))
+        .find_map(|a| converted().find(|(_, c)| c.classes.contains(a)))
     {
-        return Ok(arch);
+        return Ok(found);
     }
     let mut known = crate::formats::hf_decoder::supported_classes();
-    known.extend(ENCODERS.iter().map(|(c, _)| *c));
+    known.extend(converted().flat_map(|(_, c)| c.classes.iter().copied()));
     let why = if archs.iter().any(|a| a.starts_with("MPNet")) {
         " (llama.cpp's converter has no MPNet architecture, so there is no file to match)"
     } else {
@@ -189,127 +174,3 @@ pub(super) fn encoder_arch(config: &Json, source: &str) -> Result<&'static str, 
     ))
 }
 
-/// `NomicBertModel`: the converter's checks (it converts nomic-embed-text
-/// v1/v1.5's layout only), then `BertModel`'s keys.
-///
-/// The converter reads the hyper-parameters through transformers'
-/// `AutoConfig`, which (transformers 5) is transformers' own
-/// `NomicBertConfig`: `hidden_size`, `num_hidden_layers`,
-/// `num_attention_heads`, `intermediate_size`, `max_position_embeddings`
-/// and a derived `head_dim` (written as the key and value lengths) rather
-/// than the remote code's `n_embd`, `n_layer`, `n_head`, `n_inner`. Those
-/// are taken here from either spelling, transformers' first; the context
-/// length without `max_position_embeddings` is the converter's own rule
-/// (8192 positions trained on 2048: 2048).
-pub(super) fn nomic_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
-    let c = nomic_config(x)?;
-    let y = Ctx {
-        dir: x.dir,
-        c: &c,
-        arch: x.arch,
-        file_type: x.file_type,
-    };
-    super::keys::generic_keys(&y, md)?;
-    bert_keys(&y, md)
-}
-
-/// `config.json` with transformers' names filled in from the remote
-/// code's (see [`nomic_keys`]), after the converter's checks.
-fn nomic_config(x: &Ctx) -> Result<Json, Error> {
-    let c = x.c;
-    let moe = c.get("moe_every_n_layers");
-    if moe.is_some_and(|v| !v.is_null() && v != &Json::from(0) && v != &Json::Bool(false)) {
-        return Err(x.bad(
-            "moe_every_n_layers",
-            "nomic-bert mixture of experts (nomic-embed-text-v2-moe) is not converted",
-        ));
-    }
-    let tok = x.dir.join("tokenizer.json");
-    let shown = tok.display().to_string();
-    let text = std::fs::read_to_string(&tok).map_err(|e| Error::io(&shown, e))?;
-    let j: Json = serde_json::from_str(&text)
-        .map_err(|e| Error::model(&shown, format!("invalid JSON: {e}")))?;
-    match j.pointer("/model/type").and_then(Json::as_str) {
-        Some("WordPiece") => {}
-        Some("Unigram") => {
-            return Err(Error::model(
-                shown,
-                "a nomic-bert Unigram (XLM-RoBERTa) vocabulary is not converted",
-            ))
-        }
-        t => {
-            return Err(Error::model(
-                shown,
-                format!("unknown tokenizer {t:?} (the converter knows WordPiece and Unigram)"),
-            ))
-        }
-    }
-    let is = |k: &str, want: &Json, what: &str| -> Result<(), Error> {
-        match c.get(k) {
-            Some(v) if v == want => Ok(()),
-            Some(_) => Err(x.bad(k, &format!("must be {what} (the converter's nomic-bert)"))),
-            None => Err(x.bad(k, "missing (the converter's nomic-bert needs it)")),
-        }
-    };
-    is("activation_function", &Json::from("swiglu"), "\"swiglu\"")?;
-    for k in [
-        "causal",
-        "qkv_proj_bias",
-        "mlp_fc1_bias",
-        "mlp_fc2_bias",
-        "prenorm",
-        "rotary_emb_interleaved",
-    ] {
-        is(k, &Json::Bool(false), "false")?;
-    }
-    if c.get("rotary_emb_fraction").and_then(Json::as_f64) != Some(1.0) {
-        return Err(x.bad("rotary_emb_fraction", "must be 1.0 (the converter's nomic-bert)"));
-    }
-    is("rotary_emb_scale_base", &Json::Null, "null")?;
-    let positions = c.get("n_positions").and_then(Json::as_u64);
-    let trained = c
-        .get("max_trained_positions")
-        .map_or(Some(2048), Json::as_u64);
-    let ctx = match (positions, trained) {
-        (Some(8192), Some(2048)) => 2048,
-        (Some(2048), Some(2048)) => 512,
-        _ => {
-            return Err(x.bad(
-                "n_positions",
-                &format!(
-                    "{positions:?} with max_trained_positions {trained:?}: not a layout the converter knows (8192/2048 or 2048/2048)"
-                ),
-            ))
-        }
-    };
-    let mut m = c.as_object().cloned().unwrap_or_default();
-    for (ours, theirs) in [
-        ("hidden_size", "n_embd"),
-        ("num_hidden_layers", "n_layer"),
-        ("num_attention_heads", "n_head"),
-        ("intermediate_size", "n_inner"),
-    ] {
-        if m.get(ours).is_none_or(Json::is_null) {
-            let v = m.get(theirs).cloned().unwrap_or(Json::Null);
-            m.insert(ours.into(), v);
-        }
-    }
-    if m.get("max_position_embeddings").is_none_or(Json::is_null) {
-        m.insert("max_position_embeddings".into(), Json::from(ctx));
-    }
-    if m.get("head_dim").is_none_or(Json::is_null) {
-        let size = |k: &str| m.get(k).and_then(Json::as_u64);
-        match (size("hidden_size"), size("num_attention_heads")) {
-            (Some(w), Some(h)) if h > 0 && w % h == 0 => {
-                m.insert("head_dim".into(), Json::from(w / h));
-            }
-            _ => {
-                return Err(x.bad(
-                    "n_head",
-                    "missing, zero or not a divisor of n_embd",
-                ))
-            }
-        }
-    }
-    Ok(Json::Object(m))
-}

@@ -1,7 +1,8 @@
 //! The hyper-parameter keys `ferrite convert` writes, in the converter's
 //! order: what a family's keys are written from ([`Ctx`]) and the generic
 //! ones (`TextModel.set_gguf_parameters`, here [`generic_keys`]); each
-//! family's own and the table of families are in `families.rs`. As
+//! decoder family's own are in its file in `models/` (its registry entry's
+//! `convert`), the encoders' in `families.rs`. As
 //! gguf-py's writer, a key written twice keeps its first place and takes
 //! the last value ([`Metadata::set`]).
 
@@ -13,33 +14,33 @@ use crate::formats::gguf::{Metadata, Value};
 use crate::Error;
 
 /// What a family's keys are written from.
-pub(super) struct Ctx<'a> {
-    pub(super) dir: &'a Path,
+pub(crate) struct Ctx<'a> {
+    pub(crate) dir: &'a Path,
     /// `config.json`.
-    pub(super) c: &'a Json,
-    pub(super) arch: &'static str,
+    pub(crate) c: &'a Json,
+    pub(crate) arch: &'static str,
     /// `general.file_type`.
-    pub(super) file_type: u32,
+    pub(crate) file_type: u32,
 }
 
 impl Ctx<'_> {
-    pub(super) fn bad(&self, key: &str, problem: &str) -> Error {
+    pub(crate) fn bad(&self, key: &str, problem: &str) -> Error {
         Error::model("config.json", format!("'{key}': {problem}"))
     }
 
     /// `{arch}.{k}` set (gguf-py: an existing key keeps its place).
-    pub(super) fn put(&self, md: &mut Metadata, k: &str, v: Value) {
+    pub(crate) fn put(&self, md: &mut Metadata, k: &str, v: Value) {
         md.set(format!("{}.{k}", self.arch), v);
     }
 
     /// The first of `keys` present (gguf-py `find_hparam`; `None` when
     /// absent or null).
-    pub(super) fn find(&self, keys: &[&str]) -> Option<&Json> {
+    pub(crate) fn find(&self, keys: &[&str]) -> Option<&Json> {
         find(self.c, keys)
     }
 
     /// A size (written as UINT32).
-    pub(super) fn uint(&self, v: &Json, key: &str) -> Result<Value, Error> {
+    pub(crate) fn uint(&self, v: &Json, key: &str) -> Result<Value, Error> {
         v.as_u64()
             .and_then(|x| u32::try_from(x).ok())
             .map(Value::U32)
@@ -47,14 +48,14 @@ impl Ctx<'_> {
     }
 
     /// A number (written as FLOAT32).
-    pub(super) fn float(&self, v: &Json, key: &str) -> Result<Value, Error> {
+    pub(crate) fn float(&self, v: &Json, key: &str) -> Result<Value, Error> {
         v.as_f64()
             .map(|x| Value::F32(x as f32))
             .ok_or_else(|| self.bad(key, "not a number"))
     }
 
     /// The size under the first of `keys`, which must be there.
-    pub(super) fn need_uint(&self, keys: &[&str]) -> Result<Value, Error> {
+    pub(crate) fn need_uint(&self, keys: &[&str]) -> Result<Value, Error> {
         let v = self
             .find(keys)
             .ok_or_else(|| self.bad(keys[0], "missing"))?;
@@ -62,14 +63,14 @@ impl Ctx<'_> {
     }
 
     /// The number under the first of `keys`, which must be there.
-    pub(super) fn need_float(&self, keys: &[&str]) -> Result<Value, Error> {
+    pub(crate) fn need_float(&self, keys: &[&str]) -> Result<Value, Error> {
         let v = self
             .find(keys)
             .ok_or_else(|| self.bad(keys[0], "missing"))?;
         self.float(v, keys[0])
     }
 
-    pub(super) fn file_type(&self, md: &mut Metadata) {
+    pub(crate) fn file_type(&self, md: &mut Metadata) {
         md.set("general.file_type".into(), Value::U32(self.file_type));
     }
 }
@@ -98,7 +99,7 @@ const LOCAL_THETA: [&str; 5] = [
 /// The converter's `rope_parameters`: `rope_parameters` (transformers 5)
 /// or `rope_scaling`, with the top-level RoPE keys mirrored in unless it is
 /// per attention type (`full_attention` / `sliding_attention`).
-pub(super) fn rope_parameters(c: &Json) -> Map<String, Json> {
+pub(crate) fn rope_parameters(c: &Json) -> Map<String, Json> {
     let mut rp = c
         .get("rope_parameters")
         .or_else(|| c.get("rope_scaling"))
@@ -141,7 +142,7 @@ pub(super) fn rope_parameters(c: &Json) -> Map<String, Json> {
 }
 
 /// The parameters of the global layers: `full_attention`, else the whole.
-pub(super) fn global_rope(rp: &Map<String, Json>) -> &Map<String, Json> {
+pub(crate) fn global_rope(rp: &Map<String, Json>) -> &Map<String, Json> {
     rp.get("full_attention")
         .and_then(Json::as_object)
         .unwrap_or(rp)
@@ -149,7 +150,7 @@ pub(super) fn global_rope(rp: &Map<String, Json>) -> &Map<String, Json> {
 
 /// `TextModel.set_gguf_parameters`: the generic hyper-parameters, then
 /// `general.file_type`.
-pub(super) fn generic_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+pub(crate) fn generic_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
     let c = x.c;
     let block = x
         .find(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])
@@ -294,6 +295,6 @@ pub(super) fn generic_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
 }
 
 /// An error about key `key` of the file `source`.
-pub(super) fn bad_key(source: &str, key: &str, problem: &str) -> Error {
+pub(crate) fn bad_key(source: &str, key: &str, problem: &str) -> Error {
     Error::model(source, format!("'{key}': {problem}"))
 }

@@ -4,9 +4,10 @@
 //!
 //! - Tensors in the converter's order (shards by name, each shard's
 //!   tensors by name, made-up tensors such as Llama 3's `rope_freqs`
-//!   first), renamed and reshaped by `formats::hf_decoder` (one table of
-//!   HF classes there; the converter's extra keys per GGUF architecture are
-//!   `FAMILIES` here), typed as the converter types them: vectors, norms
+//!   first), renamed and reshaped by `formats::hf_decoder` (the HF classes
+//!   and the converter's keys per GGUF architecture are the family's
+//!   `models::registry` entry, an encoder's its `models::ENCODERS` entry),
+//!   typed as the converter types them: vectors, norms
 //!   and biases F32, the matrices the out type (Q8_0 falling back to F16
 //!   for rows that are not whole blocks); values pass through f32 as in the
 //!   converter (BF16 sources widened first).
@@ -24,14 +25,14 @@
 //! - Other out types (`Q4_K_M`, ...): the f32 conversion into a temporary
 //!   file, then `crate::quantize` as `llama-quantize` would quantize it.
 
-mod bert;
-mod families;
+pub(crate) mod bert;
+pub(crate) mod families;
 mod json;
-mod keys;
+pub(crate) mod keys;
 mod meta;
 mod model_id;
 mod special;
-mod vocab;
+pub(crate) mod vocab;
 mod write;
 
 use std::io::{BufWriter, Write};
@@ -43,13 +44,14 @@ use serde_json::Value as Json;
 use crate::formats::gguf::{Metadata, Value};
 use crate::formats::hf_decoder::{self, Reshape};
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
+use crate::models::{registry, EncoderConvert};
 use crate::quantize::{
     canonical_target, quantize_file, FileType, QuantizeOptions, QUANTIZATION_VERSION,
 };
 use crate::temp_output::TempOutput;
 use crate::Error;
 
-use families::{Spec, FAMILIES};
+use families::ConvertSpec;
 use keys::Ctx;
 use write::{tensor_type, write_tensors, Planned, Source};
 
@@ -258,24 +260,25 @@ fn convert_to<W: Write>(
     let st = SafetensorsDir::open(dir)?;
     let source = config_path.display().to_string();
     let decoder = hf_decoder::decoder_plan(&st.config, &source)?;
-    let arch = match &decoder {
-        Some((_, family, _)) => family.gguf_name(),
-        None => bert::encoder_arch(&st.config, &source)?,
+    let mut encoder = None;
+    let (arch, spec) = match &decoder {
+        Some((_, family, _)) => {
+            let arch = family.gguf_name();
+            (arch, registry::by_arch(arch).and_then(|f| f.convert.as_ref()))
+        }
+        None => {
+            let (arch, how) = bert::encoder_arch(&st.config, &source)?;
+            encoder = Some(how);
+            (arch, Some(&how.spec))
+        }
     };
-    let spec = FAMILIES
-        .iter()
-        .find(|s| s.arch == arch)
-        .ok_or_else(|| Error::Internal(format!("no converter entry for {arch}")))?;
+    let spec = spec.ok_or_else(|| Error::Internal(format!("no converter entry for {arch}")))?;
     if !hf_tokenizer {
-        vocab_supported(dir, spec)?;
+        vocab_supported(dir, arch, spec)?;
     }
-    let planned = plan(dir, &st, &decoder, arch, t, &source)?;
-    if arch == "gpt2" && st.config.get("n_ctx").is_none() {
-        return Err(keys::bad_key(
-            &source,
-            "n_ctx",
-            "missing (convert_hf_to_gguf.py's GPT-2 needs it)",
-        ));
+    let planned = plan(dir, &st, (&decoder, encoder), (arch, spec), t, &source)?;
+    if let Some(check) = spec.check {
+        check(&st.config, &source)?;
     }
     let parameters: u64 = planned.iter().map(|p| p.dims.iter().product::<u64>()).sum();
 
@@ -284,7 +287,7 @@ fn convert_to<W: Write>(
     let x = Ctx {
         dir,
         c: &st.config,
-        arch: spec.arch,
+        arch,
         // The converter's MOSTLY_MXFP4_MOE for an MXFP4 checkpoint written
         // unquantized (its `prepare_metadata`).
         file_type: match t {
@@ -357,8 +360,8 @@ fn expert_count(c: &Json) -> Option<u64> {
 fn plan<'a>(
     dir: &Path,
     st: &'a SafetensorsDir,
-    decoder: &Decoder,
-    arch: &str,
+    (decoder, encoder): (&Decoder, Option<&EncoderConvert>),
+    (arch, spec): (&str, &ConvertSpec),
     t: OutType,
     source: &str,
 ) -> Result<Vec<Planned<'a>>, Error> {
@@ -410,14 +413,17 @@ fn plan<'a>(
         }
         let mapped = match decoder {
             Some((_, family, hp)) => hf_decoder::map_name(*family, hp, &info.name, &src)?,
-            None => bert::encoder_name(arch, &info.name, n_layers, &src)?
-                .map(|n| (n, Reshape::None)),
+            None => {
+                let how = encoder.ok_or_else(|| Error::Internal(format!("no layout for {arch}")))?;
+                bert::encoder_name((arch, how.layout), &info.name, n_layers, &src)?
+                    .map(|n| (n, Reshape::None))
+            }
         };
         let Some((name, reshape)) = mapped else {
             continue;
         };
         // Gemma 2's converter drops lm_head whether tied or not.
-        if arch == "gemma2" && name == crate::formats::names::OUTPUT {
+        if spec.drops_output && name == crate::formats::names::OUTPUT {
             continue;
         }
         if let Some(stacked) = experts.add(&name, info, &src)? {
@@ -436,7 +442,7 @@ fn plan<'a>(
         // Gemma 3's converter keeps the token embedding's rows of real
         // tokens only.
         let mut rows = None;
-        if arch == "gemma3" && name == crate::formats::names::TOKEN_EMBD && dims.len() == 2 {
+        if spec.trims_token_embd && name == crate::formats::names::TOKEN_EMBD && dims.len() == 2 {
             let n = vocab::tokenizer_json_size(dir)?;
             if n < dims[1] {
                 dims[1] = n;
@@ -458,12 +464,12 @@ fn plan<'a>(
 }
 
 /// Refuses the SentencePiece vocabularies the converter would read.
-fn vocab_supported(dir: &Path, spec: &Spec) -> Result<(), Error> {
+fn vocab_supported(dir: &Path, arch: &str, spec: &ConvertSpec) -> Result<(), Error> {
     if !spec.sentencepiece || !dir.join("tokenizer.model").is_file() {
         return Ok(());
     }
     // Phi-3's converter reads tokenizer.json when the class says GPT-2.
-    if spec.arch == "phi3" {
+    if spec.gpt2_class_reads_json {
         let tc = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();
         let class = tc
             .and_then(|t| serde_json::from_str::<Json>(&t).ok())
@@ -479,8 +485,7 @@ fn vocab_supported(dir: &Path, spec: &Spec) -> Result<(), Error> {
     Err(Error::model(
         dir.join("tokenizer.model").display().to_string(),
         format!(
-            "the converter writes {}'s vocabulary from this SentencePiece model, which ferrite convert does not read yet",
-            spec.arch
+            "the converter writes {arch}'s vocabulary from this SentencePiece model, which ferrite convert does not read yet",
         ),
     ))
 }
@@ -489,7 +494,7 @@ fn vocab_supported(dir: &Path, spec: &Spec) -> Result<(), Error> {
 fn write_vocab_keys(
     dir: &Path,
     config: &Json,
-    spec: &Spec,
+    spec: &ConvertSpec,
     opts: &ConvertOptions,
     md: &mut Metadata,
 ) -> Result<(), Error> {

@@ -49,16 +49,12 @@ use crate::formats::names;
 use crate::formats::safetensors::{SafetensorsDir, StTensorInfo};
 use crate::layers::rope::Scaling;
 use crate::models::hparams::MAX_LAYERS;
+use crate::models::registry;
 use crate::tokenize::KEY_HF_JSON;
 use crate::Error;
 
-mod gemma;
-mod gpt_oss;
 mod moe;
-mod olmo2;
-mod phi3;
-mod smollm3;
-pub(crate) use moe::expert_of;
+pub(crate) use moe::{expert_of, map_module};
 
 /// Largest size hyper-parameter accepted (as `models::hparams`).
 const MAX_SIZE: u64 = 1 << 24;
@@ -67,24 +63,21 @@ const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 /// Largest chat template read.
 const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 
-/// How a family of HF checkpoints maps onto a GGUF architecture.
+/// How a family of HF checkpoints maps onto a GGUF architecture: the
+/// mapping of an HF class in a family's registry entry
+/// (`models::registry::DecoderFamily::hf`). The first variants are the
+/// mapping written here (GPT-2); every other family describes its own as
+/// an [`HfFamily`] in its file.
 #[derive(Clone, Copy)]
 pub(crate) enum Family {
-    Llama,
-    /// Llama with a sliding window on every layer (`sliding_window`).
-    Mistral,
-    Qwen2,
-    Qwen3,
     Gpt2,
-    /// Qwen3 / Qwen2 with mixture-of-experts layers (`hf_decoder/moe.rs`).
-    Qwen3Moe,
-    Qwen2Moe,
-    /// A family described as data (`gemma.rs`, `phi3.rs`, ... here).
+    /// A family described as data, in its file in `models/`
+    /// (`models/gemma2.rs`, `models/phi3.rs`, ...).
     Table(&'static HfFamily),
 }
 
 /// An HF decoder family whose tensors are renamed one to one (and
-/// possibly permuted or shifted): its file here says how.
+/// possibly permuted or shifted): its file in `models/` says how.
 pub(crate) struct HfFamily {
     /// `general.architecture` of the GGUF file.
     pub arch: &'static str,
@@ -97,45 +90,37 @@ pub(crate) struct HfFamily {
     pub norm_plus_one: bool,
     /// Q/K rows permuted for adjacent-pair RoPE (Llama-style files).
     pub permute_qk: bool,
+    /// Its experts may be MXFP4 blocks (`quantization_config`
+    /// `quant_method` `mxfp4`: gpt-oss as OpenAI publishes it); any other
+    /// `quantization_config` is refused.
+    pub mxfp4: bool,
+    /// Per-layer modules the family maps itself before the [`layer`]
+    /// table (`None`: the table only): the GGUF architecture, the layer,
+    /// the module, whether a bias, the tensor's file and name. Qwen's
+    /// experts: `moe::map_module`.
+    ///
+    /// [`layer`]: HfFamily::layer
+    pub modules: Option<ModuleMap>,
     /// Tensors that are not renamed one to one (split, transposed, or
     /// without a `.weight` suffix), made by the family itself: `None`
     /// leaves a tensor to the table.
     pub special: Option<SpecialTensors>,
 }
 
+/// A family's own mapping of one layer module (see [`HfFamily::modules`]).
+pub(crate) type ModuleMap =
+    fn(&str, usize, &str, bool, &str, &str) -> Result<Option<(String, Reshape)>, Error>;
+
 /// A family's own conversion of one HF tensor into GGUF tensors (`None`:
 /// not one of its special tensors).
 pub(crate) type SpecialTensors =
     for<'a> fn(&'a SafetensorsDir, &StTensorInfo, &Hp, &str) -> Result<Option<Vec<Out<'a>>>, Error>;
 
-/// The decoder classes read, by their name in `config.json`
-/// `architectures`: the one place they are matched.
-const HF_DECODERS: [(&str, Family); 13] = [
-    ("LlamaForCausalLM", Family::Llama),
-    ("MistralForCausalLM", Family::Mistral),
-    ("Qwen2ForCausalLM", Family::Qwen2),
-    ("Qwen3ForCausalLM", Family::Qwen3),
-    ("GPT2LMHeadModel", Family::Gpt2),
-    ("Qwen3MoeForCausalLM", Family::Qwen3Moe),
-    ("Qwen2MoeForCausalLM", Family::Qwen2Moe),
-    ("Gemma2ForCausalLM", Family::Table(&gemma::HF)),
-    ("Gemma3ForCausalLM", Family::Table(&gemma::HF_GEMMA3)),
-    ("Phi3ForCausalLM", Family::Table(&phi3::HF)),
-    ("Olmo2ForCausalLM", Family::Table(&olmo2::HF)),
-    ("SmolLM3ForCausalLM", Family::Table(&smollm3::HF)),
-    ("GptOssForCausalLM", Family::Table(&gpt_oss::HF)),
-];
-
 impl Family {
     /// `general.architecture` of the GGUF file.
     pub(crate) fn gguf_name(self) -> &'static str {
         match self {
-            Family::Llama | Family::Mistral => "llama",
-            Family::Qwen2 => "qwen2",
-            Family::Qwen3 => "qwen3",
             Family::Gpt2 => "gpt2",
-            Family::Qwen3Moe => "qwen3moe",
-            Family::Qwen2Moe => "qwen2moe",
             Family::Table(t) => t.arch,
         }
     }
@@ -148,20 +133,20 @@ impl Family {
             _ => None,
         }
     }
-
-    /// The dense family whose attention layers this one has.
-    fn dense(self) -> Family {
-        match self {
-            Family::Qwen3Moe => Family::Qwen3,
-            Family::Qwen2Moe => Family::Qwen2,
-            f => f,
-        }
-    }
 }
 
 /// Names of the HF decoder classes [`open`] reads.
 pub fn supported_classes() -> Vec<&'static str> {
-    HF_DECODERS.iter().map(|(name, _)| *name).collect()
+    registry::hf_classes()
+}
+
+/// The first of `config.json`'s `architectures` ferrite reads: its class
+/// name and how it maps onto its GGUF architecture.
+fn hf_class(archs: &[&str]) -> Option<(&'static str, Family)> {
+    archs
+        .iter()
+        .find_map(|a| registry::by_hf_class(a))
+        .map(|(class, _, mapping)| (class, mapping))
 }
 
 fn architectures(config: &Json) -> Vec<&str> {
@@ -314,11 +299,7 @@ pub(crate) fn decoder_plan(
         source: source.to_string(),
     };
     let archs = architectures(config);
-    let Some((class, family)) = archs
-        .iter()
-        .find_map(|a| HF_DECODERS.iter().find(|(name, _)| name == a))
-        .copied()
-    else {
+    let Some((class, family)) = hf_class(&archs) else {
         return Ok(None);
     };
     quantization(&c, family)?;
@@ -327,23 +308,23 @@ pub(crate) fn decoder_plan(
 }
 
 /// Refuses a `quantization_config` ferrite does not read: the one read is
-/// gpt-oss's `mxfp4` (its experts as MXFP4 blocks, see `gpt_oss`).
+/// `mxfp4`, for a family that says so (`HfFamily::mxfp4`: gpt-oss).
 fn quantization(c: &Config, family: Family) -> Result<(), Error> {
     let Some(q) = c.get("quantization_config") else {
         return Ok(());
     };
     let key = "quantization_config.quant_method";
-    let gpt_oss = family.gguf_name() == gpt_oss::HF.arch;
+    let mxfp4 = matches!(family, Family::Table(t) if t.mxfp4);
     match q.get("quant_method").and_then(Json::as_str) {
-        Some("mxfp4") if gpt_oss => Ok(()),
+        Some("mxfp4") if mxfp4 => Ok(()),
         Some(m) => Err(c.bad(
             key,
             format!(
                 "'{m}' checkpoints are not supported ({})",
-                if gpt_oss {
-                    "gpt-oss: mxfp4, or F32, F16 or BF16 weights"
+                if mxfp4 {
+                    format!("{}: mxfp4, or F32, F16 or BF16 weights", family.gguf_name())
                 } else {
-                    "use F32, F16 or BF16 weights"
+                    "use F32, F16 or BF16 weights".to_string()
                 }
             ),
         )),
@@ -355,12 +336,6 @@ fn quantization(c: &Config, family: Family) -> Result<(), Error> {
 /// checked hyper-parameters.
 fn family_config(c: &Config, family: Family, md: &mut Metadata) -> Result<Hp, Error> {
     match family {
-        Family::Llama
-        | Family::Mistral
-        | Family::Qwen2
-        | Family::Qwen3
-        | Family::Qwen3Moe
-        | Family::Qwen2Moe => llama_config(c, family, md),
         Family::Gpt2 => gpt2_config(c, md),
         Family::Table(t) => (t.config)(c, &mut Keys { md, arch: t.arch }),
     }
@@ -376,11 +351,7 @@ pub fn open(dir: &Path) -> Result<GgufFile, Error> {
         source: source.clone(),
     };
     let archs = architectures(&st.config);
-    let Some((class, family)) = archs
-        .iter()
-        .find_map(|a| HF_DECODERS.iter().find(|(name, _)| name == a))
-        .copied()
-    else {
+    let Some((class, family)) = hf_class(&archs) else {
         return Err(c.bad(
             "architectures",
             format!(

@@ -1,6 +1,7 @@
 //! Chat prompts: a model's `tokenizer.chat_template` (Jinja, as Hugging Face
 //! writes them) rendered with `minijinja` in a sandbox, or, for models that
-//! have none, a built-in template chosen by architecture ([`builtin_template`]:
+//! have none, a built-in template chosen by architecture ([`builtin_template`],
+//! the family's `models::registry` entry:
 //! Gemma's turn format for Gemma models, ChatML otherwise).
 //!
 //! Templates come from model files and are untrusted: rendering runs in a
@@ -21,12 +22,14 @@ use serde::Serialize;
 use serde_json::Value as Json;
 
 use crate::formats::gguf::GgufFile;
+use crate::models::registry::{self, BuiltinChat};
 use crate::tokenize::Tokenizer;
 
+mod bounded;
 mod fit;
 pub mod sandbox;
 pub use fit::{fit_prompt, FittedPrompt, PromptBudget, PromptError};
-use sandbox::{LimitedWriter, MAX_OUTPUT};
+use sandbox::MAX_OUTPUT;
 
 /// The metadata key holding a GGUF file's chat template.
 pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
@@ -55,18 +58,25 @@ pub const GEMMA_TEMPLATE: &str = "{%- set ns = namespace(system='') -%}\
 {%- endfor -%}\
 {%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
 
-/// Architectures (`general.architecture`) that use [`GEMMA_TEMPLATE`].
-const GEMMA_ARCHITECTURES: [&str; 4] = ["gemma", "gemma2", "gemma3", "gemma3n"];
-
 /// The template for a model file that carries none, by its
-/// `general.architecture`: Gemma's turn format for Gemma models, ChatML
+/// `general.architecture`: the family's own (`models::registry`,
+/// `DecoderFamily::chat`: Gemma's turn format for Gemma models), ChatML
 /// for everything else.
 pub fn builtin_template(architecture: Option<&str>) -> ChatTemplate {
-    match architecture {
-        Some(arch) if GEMMA_ARCHITECTURES.contains(&arch) => ChatTemplate::gemma(),
-        _ => ChatTemplate::chatml(),
+    let chat = match architecture {
+        Some(arch) if OTHER_GEMMA_ARCHITECTURES.contains(&arch) => BuiltinChat::Gemma,
+        Some(arch) => registry::by_arch(arch).map_or(BuiltinChat::ChatMl, |f| f.chat),
+        None => BuiltinChat::ChatMl,
+    };
+    match chat {
+        BuiltinChat::Gemma => ChatTemplate::gemma(),
+        BuiltinChat::ChatMl => ChatTemplate::chatml(),
     }
 }
+
+/// Gemma architectures ferrite does not run (no registry entry), whose
+/// files [`model_template`] may still be asked for a template.
+const OTHER_GEMMA_ARCHITECTURES: [&str; 2] = ["gemma", "gemma3n"];
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -183,11 +193,62 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         fuel: u64,
     ) -> Result<String, TemplateError> {
-        // Fuel is an environment setting; a clone shares the compiled
-        // template and costs a few reference counts.
+        // Fuel is an environment setting; a clone shares the functions and
+        // filters and costs a few reference counts.
         let mut env = self.env.clone();
         env.set_fuel(Some(fuel));
-        let template = env
+        // The template is compiled again for each render (a fraction of a
+        // millisecond): the rewritten instructions borrow the source.
+        let compiled = bounded::compile(&env, "chat", &self.source)
+            .map_err(|e| TemplateError(e.to_string()))?;
+        let ctx = minijinja::context! {
+            messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+            tools => tools.map(|t| minijinja::Value::from(minijinja::value::Serde(t))),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        let mut text = String::new();
+        let rendered = minijinja::machinery::eval(
+            &env,
+            &compiled.instructions,
+            ctx,
+            &compiled.blocks,
+            &mut minijinja::machinery::make_string_output(&mut text),
+            compiled.initial_auto_escape.clone(),
+        );
+        match rendered {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
+                return Err(TemplateError(sandbox::budget_message(fuel)))
+            }
+            Err(e) => return Err(TemplateError(e.to_string())),
+        }
+        // Every write was paid for with fuel, so the text is within the
+        // budget's bytes; the prompt's own limit is checked on the result.
+        if text.len() > MAX_OUTPUT {
+            return Err(TemplateError(format!(
+                "the rendered prompt is longer than {MAX_OUTPUT} bytes"
+            )));
+        }
+        Ok(text)
+    }
+}
+
+impl ChatTemplate {
+    /// The render minijinja's own instructions give (no bounded operators,
+    /// no fuel, everything else as [`ChatTemplate::render_json`]). Only
+    /// for tests that check the bounded render gives the same text on real
+    /// templates; never for untrusted templates.
+    #[doc(hidden)]
+    pub fn reference_render_json(
+        &self,
+        messages: &[Json],
+        tools: Option<&Json>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let template = self
+            .env
             .get_template("chat")
             .map_err(|e| TemplateError(e.to_string()))?;
         let ctx = minijinja::context! {
@@ -197,21 +258,7 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        let mut out = LimitedWriter::new(MAX_OUTPUT);
-        let rendered = template.render_captured_to(ctx, &mut out);
-        if out.exceeded {
-            return Err(TemplateError(format!(
-                "the rendered prompt is longer than {MAX_OUTPUT} bytes"
-            )));
-        }
-        match rendered {
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
-                return Err(TemplateError(sandbox::budget_message(fuel)))
-            }
-            Err(e) => return Err(TemplateError(e.to_string())),
-        }
-        String::from_utf8(out.buf).map_err(|_| TemplateError("rendered text is not UTF-8".into()))
+        template.render(ctx).map_err(|e| TemplateError(e.to_string()))
     }
 }
 
@@ -446,6 +493,26 @@ mod tests {
                 .render(&[Message::new("user", "Hi")], true)
                 .unwrap();
             assert!(text.starts_with("<|im_start|>user\nHi"), "{arch:?}: {text}");
+        }
+    }
+
+    /// The built-in template of every architecture name: Gemma's for the
+    /// Gemma families (with or without a registry entry), ChatML else.
+    #[test]
+    fn builtin_template_by_architecture() {
+        let gemma = ["gemma", "gemma2", "gemma3", "gemma3n"];
+        let mut archs: Vec<&str> = registry::architectures();
+        archs.extend(["gemma", "gemma3n", "mistral", "t5", ""]);
+        for arch in archs {
+            let text = builtin_template(Some(arch))
+                .render(&[Message::new("user", "Hi")], true)
+                .unwrap();
+            let want = if gemma.contains(&arch) {
+                "<start_of_turn>user\nHi"
+            } else {
+                "<|im_start|>user\nHi"
+            };
+            assert!(text.starts_with(want), "{arch}: {text}");
         }
     }
 

@@ -10,3 +10,4 @@ pub mod json;
 
 pub mod sampler;
 pub mod session;
+pub mod speculative;

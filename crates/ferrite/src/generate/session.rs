@@ -9,6 +9,7 @@ use crate::dump::TensorDump;
 use crate::generate::continuation::{Continuation, Pick};
 use crate::generate::json::Grammar;
 use crate::generate::sampler::Sampler;
+use crate::generate::speculative::{Speculate, Speculation};
 use crate::models::decoder::{DecoderState, Logits};
 use crate::models::CausalLm;
 use crate::parallel::Threads;
@@ -29,6 +30,10 @@ pub struct GenerateOptions {
     /// Constrain the text to one JSON value of this grammar (the
     /// `response_format` / `--json-schema` constraint).
     pub json: Option<Arc<Grammar>>,
+    /// Speculative decoding for this call (`None`: plain decoding, unless
+    /// the session has its own, [`Session::set_speculation`]). Changes no
+    /// output.
+    pub speculate: Option<Speculate>,
 }
 
 /// Why generation ended.
@@ -72,6 +77,11 @@ pub struct Stats {
     pub generated_tokens: usize,
     /// Time spent generating.
     pub generation_time: Duration,
+    /// Tokens a drafter proposed (speculative decoding; 0 without).
+    pub drafted: usize,
+    /// Drafted tokens that were what the model picked, and so cost no
+    /// forward pass of their own.
+    pub accepted: usize,
 }
 
 impl Stats {
@@ -86,7 +96,7 @@ impl Stats {
     /// One line for stderr.
     pub fn summary(&self) -> String {
         let fed = self.prompt_tokens - self.reused_tokens;
-        format!(
+        let mut line = format!(
             "prompt: {} tokens ({} new), {:.1} tok/s | generated: {} tokens, {:.1} tok/s",
             self.prompt_tokens,
             fed,
@@ -96,19 +106,31 @@ impl Stats {
                 self.generated_tokens.saturating_sub(1),
                 self.generation_time
             ),
-        )
+        );
+        if self.drafted > 0 {
+            line.push_str(&format!(
+                " | drafted: {}, accepted: {} ({:.1}%)",
+                self.drafted,
+                self.accepted,
+                100.0 * self.accepted as f64 / self.drafted as f64
+            ));
+        }
+        line
     }
 }
 
 /// A model, its tokenizer and one sequence's state.
 pub struct Session<'a> {
-    model: &'a dyn CausalLm,
-    tokenizer: &'a Tokenizer,
-    state: DecoderState,
+    pub(super) model: &'a dyn CausalLm,
+    pub(super) tokenizer: &'a Tokenizer,
+    pub(super) state: DecoderState,
     /// The tokens whose keys and values the cache holds, in order.
-    tokens: Vec<u32>,
+    pub(super) tokens: Vec<u32>,
     /// Logits after the last token of `tokens`.
-    logits: Vec<f32>,
+    pub(super) logits: Vec<f32>,
+    /// Drafts to verify instead of one forward pass per token (`None`:
+    /// plain decoding).
+    spec: Option<Speculation<'a>>,
     /// Counts and timings of the last prompt and generation.
     pub stats: Stats,
 }
@@ -131,8 +153,34 @@ impl<'a> Session<'a> {
             state: model.new_state(n_ctx, threads)?,
             tokens: Vec::new(),
             logits: Vec::new(),
+            spec: None,
             stats: Stats::default(),
         })
+    }
+
+    /// Speculative decoding from now on (`None`: plain decoding): each
+    /// forward pass also scores the tokens `spec`'s drafter guesses, and
+    /// keeps those the sampler would have picked. The text, the tokens,
+    /// the stop reason and the cache are the same bits as without; only
+    /// the number of forward passes changes.
+    pub fn set_speculation(&mut self, spec: Option<Speculation<'a>>) {
+        self.spec = spec;
+    }
+
+    /// The sequence's state (its KV cache; the library's own tests compare
+    /// caches).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn state(&self) -> &DecoderState {
+        &self.state
+    }
+
+    /// The state, writable (the library's own tests limit how far the cache
+    /// may rewind).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn state_mut(&mut self) -> &mut DecoderState {
+        &mut self.state
     }
 
     /// Positions the session has room for.
@@ -206,6 +254,16 @@ impl<'a> Session<'a> {
     ) -> Result<StopReason, Error> {
         if self.tokens.is_empty() {
             return Err(Error::Input("generate called before set_prompt".into()));
+        }
+        if let Some(mut spec) = self.spec.take() {
+            let result = self.generate_speculative(&mut spec, sampler, opts, on_text);
+            self.spec = Some(spec);
+            return result;
+        }
+        if let Some(s) = &opts.speculate {
+            let threads = self.state.threads.clone();
+            let mut spec = s.build(self.tokenizer, self.n_ctx(), threads)?;
+            return self.generate_speculative(&mut spec, sampler, opts, on_text);
         }
         let mut cont = Continuation::new(
             self.tokenizer,

@@ -27,6 +27,10 @@
 //!
 //! Reference: llama.cpp `src/models/gemma3.cpp` (graph and hyper-parameters),
 //! `src/llama-hparams.cpp` (`set_swa_pattern`, `is_masked_swa`).
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too: the Hugging Face class read as it (`HF`, Gemma 2's mapping with
+//! Gemma 3's variant) and the converter's keys (`convert_keys`).
 
 use std::sync::Arc;
 
@@ -38,6 +42,14 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm, Shape};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::{BuiltinChat, DecoderFamily};
+use crate::formats::hf_decoder::HfFamily;
+use crate::models::gemma2;
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, global_rope, rope_parameters, Ctx};
+use crate::formats::gguf::{Metadata, Value};
+use serde_json::Value as Json;
 
 /// What differs between Gemma 2 and Gemma 3 (`models::gemma2` holds
 /// Gemma 2's).
@@ -299,6 +311,104 @@ pub fn load_variant(file: Arc<GgufFile>, v: &Variant) -> Result<Decoder, Error> 
         blocks,
         head,
     })
+}
+
+// How a Hugging Face directory of this family becomes its GGUF file
+// (`formats::hf_decoder` runs it).
+
+/// `Gemma3ForCausalLM` directories (the text model).
+const HF: HfFamily = HfFamily {
+    arch: "gemma3",
+    config: |c, k| gemma2::gemma_config(c, k, &GEMMA3),
+    layer: &gemma2::HF_LAYER,
+    norm_plus_one: true,
+    permute_qk: false,
+    mxfp4: false,
+    modules: None,
+    special: None,
+};
+
+/// The Gemma 3 family: GGUF `gemma3`, read from `Gemma3ForCausalLM` (the
+/// text model), chatted with Gemma's turns.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Gemma3ForCausalLM", HfMapping::Table(&HF))],
+    chat: BuiltinChat::Gemma,
+    convert: Some(ConvertSpec {
+        sentencepiece: true,
+        trims_token_embd: true,
+        ..ConvertSpec::new(convert_keys)
+    }),
+    ..DecoderFamily::new(GEMMA3.arch, load)
+};
+
+/// `Gemma3Model`: the generic keys, then some again with Gemma 3's
+/// defaults (a key written again keeps its place).
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    let uint_or = |key: &str, default: u32| -> Result<Value, Error> {
+        x.find(&[key])
+            .map_or(Ok(Value::U32(default)), |v| x.uint(v, key))
+    };
+    let float_or = |key: &str, default: f64| -> Result<Value, Error> {
+        x.find(&[key])
+            .map_or(Ok(Value::F32(default as f32)), |v| x.float(v, key))
+    };
+    x.put(
+        md,
+        "context_length",
+        uint_or("max_position_embeddings", 131072)?,
+    );
+    x.put(
+        md,
+        "attention.head_count",
+        uint_or("num_attention_heads", 8)?,
+    );
+    x.put(
+        md,
+        "attention.layer_norm_rms_epsilon",
+        float_or("rms_norm_eps", 1e-6)?,
+    );
+    x.put(md, "attention.key_length", uint_or("head_dim", 256)?);
+    x.put(md, "attention.value_length", uint_or("head_dim", 256)?);
+    let rp = rope_parameters(x.c);
+    let theta = match global_rope(&rp).get("rope_theta") {
+        Some(t) => x.float(t, "rope_theta")?,
+        None => Value::F32(1_000_000.0),
+    };
+    x.put(md, "rope.freq_base", theta);
+    if x.c
+        .get("attn_logit_softcapping")
+        .is_some_and(|v| !v.is_null())
+    {
+        return Err(x.bad(
+            "attn_logit_softcapping",
+            "Gemma 3 has none (the converter refuses it)",
+        ));
+    }
+    // Written when truthy (not null, not 0).
+    if let Some(v) = x
+        .find(&["final_logit_softcapping"])
+        .filter(|v| v.as_f64() != Some(0.0))
+    {
+        x.put(
+            md,
+            "final_logit_softcapping",
+            x.float(v, "final_logit_softcapping")?,
+        );
+    }
+    if x.c.get("sliding_window_pattern").and_then(Json::as_u64) != Some(1) {
+        x.put(
+            md,
+            "attention.sliding_window",
+            x.need_uint(&["sliding_window"])?,
+        );
+    }
+    x.put(
+        md,
+        "attention.head_count_kv",
+        uint_or("num_key_value_heads", 4)?,
+    );
+    Ok(())
 }
 
 #[cfg(test)]

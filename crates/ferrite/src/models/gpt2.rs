@@ -11,6 +11,10 @@
 //!
 //! Reference: llama.cpp `src/models/gpt2.cpp`; HF `modeling_gpt2.py`
 //! (`gelu_new` is the tanh approximation).
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too (its Hugging Face mapping is written in `formats::hf_decoder`, the
+//! `Family::Gpt2` arms: `Conv1D` weights transposed, its own names).
 
 use std::sync::Arc;
 
@@ -23,6 +27,11 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{bad_key, Ctx};
+use crate::formats::gguf::{Metadata, Value};
 
 /// Loads a GPT-2 file.
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
@@ -66,4 +75,47 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
         blocks,
         head: build::head(norm, output),
     })
+}
+
+/// The GPT-2 family: GGUF `gpt2`, read from `GPT2LMHeadModel`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("GPT2LMHeadModel", HfMapping::Gpt2)],
+    convert: Some(ConvertSpec {
+        check: Some(convert_check),
+        ..ConvertSpec::new(convert_keys)
+    }),
+    ..DecoderFamily::new("gpt2", load)
+};
+
+/// `GPT2Model` (instead of the generic keys).
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    x.put(md, "block_count", x.need_uint(&["n_layer"])?);
+    x.put(md, "context_length", x.need_uint(&["n_ctx"])?);
+    let n_embd = x.need_uint(&["n_embd"])?;
+    let ff = match n_embd {
+        Value::U32(n) => Value::U32(4 * n),
+        _ => unreachable!("need_uint gives U32"),
+    };
+    x.put(md, "embedding_length", n_embd);
+    x.put(md, "feed_forward_length", ff);
+    x.put(md, "attention.head_count", x.need_uint(&["n_head"])?);
+    x.put(
+        md,
+        "attention.layer_norm_epsilon",
+        x.need_float(&["layer_norm_epsilon"])?,
+    );
+    x.file_type(md);
+    Ok(())
+}
+
+/// The converter's GPT-2 reads `n_ctx` (`config.json` at `source`).
+fn convert_check(c: &serde_json::Value, source: &str) -> Result<(), Error> {
+    if c.get("n_ctx").is_none() {
+        return Err(bad_key(
+            source,
+            "n_ctx",
+            "missing (convert_hf_to_gguf.py's GPT-2 needs it)",
+        ));
+    }
+    Ok(())
 }

@@ -10,6 +10,10 @@
 //! permuted Q/K rows for ggml's "normal" rope).
 //!
 //! Reference: llama.cpp `src/models/llama.cpp`; llama2.c `run.c`.
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too: the Hugging Face classes read as it, with their `config.json` keys
+//! and module names (`HF`, `MISTRAL_HF`), and the converter's keys.
 
 use std::sync::Arc;
 
@@ -21,6 +25,13 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Mlp, Norm, Shape};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
+use crate::formats::hf_decoder::{dense_config, window_keys, Config, HfFamily, Keys, LLAMA_LAYER};
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::formats::gguf::{Metadata, Value};
+use serde_json::Value as Json;
 
 /// What distinguishes the members of the Llama family.
 pub struct Family {
@@ -115,4 +126,71 @@ pub fn load_family_with(file: Arc<GgufFile>, f: &Family, mlp: MlpOf) -> Result<D
         blocks,
         head: build::head(norm, output),
     })
+}
+
+/// `LlamaForCausalLM` directories: Llama's keys, Q/K rows permuted for
+/// adjacent-pair RoPE, no sliding window.
+pub(crate) const HF: HfFamily = HfFamily {
+    arch: "llama",
+    config: |c, k| dense_config(c, k, |_, _, _| Ok(())),
+    // Llama's modules (without Qwen3's Q/K norms).
+    layer: LLAMA_LAYER.split_at(9).0,
+    norm_plus_one: false,
+    permute_qk: true,
+    mxfp4: false,
+    modules: None,
+    special: None,
+};
+
+/// `MistralForCausalLM` directories: Llama's, with `sliding_window` (null:
+/// none) on every layer.
+pub(crate) const MISTRAL_HF: HfFamily = HfFamily {
+    config: |c, k| dense_config(c, k, mistral_window),
+    ..HF
+};
+
+/// Mistral's window: `sliding_window` on every one of the `n_layers`
+/// layers, when it is set.
+fn mistral_window(c: &Config, n_layers: usize, k: &mut Keys) -> Result<(), Error> {
+    match c.opt_size("sliding_window")? {
+        Some(_) => window_keys(c, k, vec![true; n_layers]),
+        None => Ok(()),
+    }
+}
+
+/// The Llama family: GGUF `llama`, read from `LlamaForCausalLM` and
+/// `MistralForCausalLM` directories (Mistral: a sliding window on every
+/// layer).
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[
+        ("LlamaForCausalLM", HfMapping::Table(&HF)),
+        ("MistralForCausalLM", HfMapping::Table(&MISTRAL_HF)),
+    ],
+    // llama.cpp calls an 80-layer grouped-query Llama 70B.
+    is_70b: Some(|n_layer, n_head, n_head_kv| n_layer == 80 && n_head != n_head_kv),
+    convert: Some(ConvertSpec {
+        space_prefix: true,
+        ..ConvertSpec::new(convert_keys)
+    }),
+    ..DecoderFamily::new("llama", load)
+};
+
+/// `LlamaModel` (and `SmolLM3Model`): the generic keys, then the vocabulary
+/// size and the rotated dimensions.
+pub(crate) fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    x.put(md, "vocab_size", x.need_uint(&["vocab_size"])?);
+    let dim = match x.find(&["head_dim"]) {
+        Some(d) => x.uint(d, "head_dim")?,
+        None => {
+            let width = x.c.get("hidden_size").and_then(Json::as_u64);
+            let heads = x.c.get("num_attention_heads").and_then(Json::as_u64);
+            match (width, heads) {
+                (Some(w), Some(h)) if h > 0 => Value::U32((w / h) as u32),
+                _ => return Err(x.bad("num_attention_heads", "missing")),
+            }
+        }
+    };
+    x.put(md, "rope.dimension_count", dim);
+    Ok(())
 }

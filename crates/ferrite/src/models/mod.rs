@@ -1,5 +1,7 @@
 //! Model architectures. Each file holds a typed config read from the file's
-//! metadata, a loader, and a forward pass built from `crate::layers`.
+//! metadata, a loader, and a forward pass built from `crate::layers`; a
+//! decoder family's file also holds the rest of what the family is (its
+//! `registry::DecoderFamily`), and `decoder_families!` below lists them.
 
 pub mod build;
 mod causal_lm;
@@ -8,25 +10,42 @@ pub mod decoder;
 // which is rewriting them (attention / KV cache): see issue 28.
 
 pub mod encoder;
-pub mod gemma2;
-pub mod gemma3;
-pub mod gpt2;
-pub mod gpt_oss;
 pub mod hparams;
-pub mod llama;
 pub mod marian;
-pub mod olmo2;
-pub mod phi3;
-pub mod qwen2;
-pub mod qwen3;
-pub mod qwen_moe;
+pub(crate) mod registry;
 pub mod seq2seq;
-pub mod smollm3;
 pub mod t5;
 // Documentation of the public items in these files waits for wave/attn,
 // which is rewriting them (attention / KV cache): see issue 28.
 
 pub mod transformer;
+
+/// Declares each decoder family's module (its file in `models/`) and lists
+/// the `DecoderFamily` constants it exports in `DECODERS`, in this order.
+macro_rules! decoder_families {
+    ($($module:ident: $($family:ident),+;)*) => {
+        $(pub mod $module;)*
+
+        /// The decoder families, by `general.architecture`: the one list
+        /// every lookup reads (`registry::by_arch`, `registry::by_hf_class`).
+        pub(crate) const DECODERS: &[&registry::DecoderFamily] = &[$($(&$module::$family),+),*];
+    };
+}
+
+// Adding a decoder family is its file and one line here.
+decoder_families! {
+    llama: FAMILY;
+    qwen2: FAMILY;
+    qwen3: FAMILY;
+    gemma3: FAMILY;
+    gpt2: FAMILY;
+    qwen_moe: QWEN3MOE_FAMILY, QWEN2MOE_FAMILY;
+    gemma2: FAMILY;
+    phi3: FAMILY;
+    olmo2: FAMILY;
+    smollm3: FAMILY;
+    gpt_oss: FAMILY;
+}
 
 use std::sync::Arc;
 
@@ -35,33 +54,12 @@ use crate::Error;
 use encoder::weights::WeightSource;
 use encoder::Encoder;
 use hparams::HParams;
-use transformer::Decoder;
 
 pub use causal_lm::CausalLm;
 
-/// A loader of one decoder architecture from a GGUF file.
-type LoadDecoder = fn(Arc<GgufFile>) -> Result<Decoder, Error>;
-
-/// The decoder architectures ferrite runs, by `general.architecture`: the
-/// one place an architecture name is matched.
-const DECODERS: [(&str, LoadDecoder); 12] = [
-    ("llama", llama::load),
-    ("qwen2", qwen2::load),
-    ("qwen3", qwen3::load),
-    ("gemma3", gemma3::load),
-    ("gpt2", gpt2::load),
-    ("qwen3moe", qwen_moe::load_qwen3moe),
-    ("qwen2moe", qwen_moe::load_qwen2moe),
-    ("gemma2", gemma2::load),
-    ("phi3", phi3::load),
-    ("olmo2", olmo2::load),
-    ("smollm3", smollm3::load),
-    (gpt_oss::ARCH, gpt_oss::load),
-];
-
 /// Names of the decoder architectures [`load_causal_lm`] runs.
 pub fn supported_architectures() -> Vec<&'static str> {
-    DECODERS.iter().map(|(name, _)| *name).collect()
+    registry::architectures()
 }
 
 /// Loads the decoder model in a GGUF file, by its `general.architecture`.
@@ -73,8 +71,8 @@ pub fn load_causal_lm(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>, Error> {
             "no general.architecture in the metadata",
         ));
     };
-    match DECODERS.iter().find(|(name, _)| *name == arch) {
-        Some((_, load)) => Ok(Box::new(load(file)?)),
+    match registry::by_arch(arch) {
+        Some(family) => Ok(Box::new((family.load)(file)?)),
         None => Err(Error::model(
             source,
             format!(
@@ -104,31 +102,26 @@ pub struct EncoderArch {
     /// Whether its models were trained with task prefixes
     /// (`embed::Task`; nomic-embed-text).
     pub task_prefixes: bool,
+    /// How `ferrite convert` writes it (`None`: not converted).
+    pub(crate) convert: Option<EncoderConvert>,
 }
 
-/// The encoder architectures, the one place their names are matched.
-pub const ENCODERS: [EncoderArch; 3] = [
-    EncoderArch {
-        gguf: Some(("bert", encoder::bert::from_gguf)),
-        hf_name: "bert",
-        from_hf: encoder::bert::from_hf,
-        matryoshka_layer_norm: false,
-        task_prefixes: false,
-    },
-    EncoderArch {
-        gguf: Some(("nomic-bert", encoder::nomic_bert::from_gguf)),
-        hf_name: "nomic_bert",
-        from_hf: encoder::nomic_bert::from_hf,
-        matryoshka_layer_norm: true,
-        task_prefixes: true,
-    },
-    EncoderArch {
-        gguf: None,
-        hf_name: "mpnet",
-        from_hf: encoder::mpnet::from_hf,
-        matryoshka_layer_norm: false,
-        task_prefixes: false,
-    },
+/// How `ferrite convert` writes an encoder family.
+pub(crate) struct EncoderConvert {
+    /// The HF classes (`config.json` `architectures`) converted as it.
+    pub(crate) classes: &'static [&'static str],
+    /// The keys and the vocabulary.
+    pub(crate) spec: crate::convert::families::ConvertSpec,
+    /// Its HF tensor names.
+    pub(crate) layout: &'static crate::convert::bert::TensorLayout,
+}
+
+/// The encoder families (each's entry is in its file in
+/// `models/encoder/`): the one list their names are looked up in.
+pub const ENCODERS: [&EncoderArch; 3] = [
+    &encoder::bert::FAMILY,
+    &encoder::nomic_bert::FAMILY,
+    &encoder::mpnet::FAMILY,
 ];
 
 /// The encoder architecture named `name` in a GGUF file (`hf: false`) or
@@ -143,9 +136,10 @@ pub fn encoder_arch(name: &str, hf: bool, source: &str) -> Result<&'static Encod
     };
     ENCODERS
         .iter()
+        .copied()
         .find(|a| key(a) == Some(name))
         .ok_or_else(|| {
-            let known: Vec<&str> = ENCODERS.iter().filter_map(key).collect();
+            let known: Vec<&str> = ENCODERS.iter().copied().filter_map(key).collect();
             let what = if hf {
                 "config.json model_type"
             } else {

@@ -11,6 +11,10 @@
 //! read as llama.cpp reads them.
 //!
 //! Reference: llama.cpp `src/models/olmo2.cpp`; HF `modeling_olmo2.py`.
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too: the Hugging Face class read as it, with its `config.json` keys
+//! and module names (`HF`), and the converter's keys (`convert_keys`).
 
 use std::sync::Arc;
 
@@ -22,6 +26,13 @@ use crate::models::hparams::HParams;
 use crate::models::transformer::{Attention, Block, Decoder, GatedAct, Norm};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
+use crate::formats::hf_decoder::{llama_keys, Config, HfFamily, Hp, Keys, LayerName};
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::formats::gguf::{Array, Metadata, Value};
+use serde_json::Value as Json;
 
 /// Loads an OLMo 2 file.
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
@@ -74,4 +85,83 @@ pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
         blocks,
         head: build::head(norm, output),
     })
+}
+
+// How a Hugging Face directory of this family becomes its GGUF file
+// (`formats::hf_decoder` runs it).
+
+/// Per-layer modules of `Olmo2ForCausalLM` directories.
+const HF_LAYER: [(&str, LayerName); 11] = [
+    ("self_attn.q_proj", names::attn_q),
+    ("self_attn.k_proj", names::attn_k),
+    ("self_attn.v_proj", names::attn_v),
+    ("self_attn.o_proj", names::attn_output),
+    ("self_attn.q_norm", names::attn_q_norm),
+    ("self_attn.k_norm", names::attn_k_norm),
+    ("post_attention_layernorm", names::post_attention_norm),
+    ("post_feedforward_layernorm", names::post_ffw_norm),
+    ("mlp.gate_proj", names::ffn_gate),
+    ("mlp.up_proj", names::ffn_up),
+    ("mlp.down_proj", names::ffn_down),
+];
+
+/// `Olmo2ForCausalLM` directories.
+pub(crate) const HF: HfFamily = HfFamily {
+    arch: "olmo2",
+    config: hf_config,
+    layer: &HF_LAYER,
+    norm_plus_one: false,
+    permute_qk: false,
+    mxfp4: false,
+    modules: None,
+    special: None,
+};
+
+/// OLMo 2's `config.json`: Llama's keys (untied unless it says so).
+fn hf_config(c: &Config, k: &mut Keys) -> Result<Hp, Error> {
+    if c.get("sliding_window").is_some() {
+        return Err(c.bad(
+            "sliding_window",
+            "sliding windows (OLMo 3) are not supported",
+        ));
+    }
+    let mut hp = llama_keys(c, k, "hidden_act", &["silu"])?;
+    hp.tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
+    Ok(hp)
+}
+
+/// The OLMo 2 family: GGUF `olmo2`, read from `Olmo2ForCausalLM`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Olmo2ForCausalLM", HfMapping::Table(&HF))],
+    convert: Some(ConvertSpec::new(convert_keys)),
+    ..DecoderFamily::new("olmo2", load)
+};
+
+/// `Olmo2Model`: the generic keys, then the window (when `config.json`
+/// has one: OLMo 3).
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    let Some(w) = x.find(&["sliding_window"]) else {
+        return Ok(());
+    };
+    x.put(md, "attention.sliding_window", x.uint(w, "sliding_window")?);
+    let pattern: Vec<bool> = match x.c.get("layer_types").and_then(Json::as_array) {
+        Some(types) => types
+            .iter()
+            .map(|t| t.as_str() == Some("sliding_attention"))
+            .collect(),
+        None => {
+            let n =
+                x.c.get("num_hidden_layers")
+                    .and_then(Json::as_u64)
+                    .ok_or_else(|| x.bad("num_hidden_layers", "missing"))?;
+            (0..n).map(|i| (i + 1) % 4 != 0).collect()
+        }
+    };
+    x.put(
+        md,
+        "attention.sliding_window_pattern",
+        Value::Array(Array::Bool(pattern)),
+    );
+    Ok(())
 }

@@ -6,6 +6,10 @@
 //! `dim / heads` (`attention.key_length`).
 //!
 //! Reference: llama.cpp `src/models/qwen3.cpp`; HF `modeling_qwen3.py`.
+//!
+//! The family's registry entry (`FAMILY`, see `models::registry`) is here
+//! too: the Hugging Face class read as it, with its `config.json` keys
+//! and module names (`HF`), and the converter's keys.
 
 use std::sync::Arc;
 
@@ -14,6 +18,11 @@ use crate::layers::rope::RopeStyle;
 use crate::models::llama::{load_family, Family};
 use crate::models::transformer::Decoder;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
+use crate::formats::hf_decoder::{dense_config, qwen_window, HfFamily, LLAMA_LAYER};
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::generic_keys;
 
 const QWEN3: Family = Family {
     rope_style: RopeStyle::Halves,
@@ -26,3 +35,22 @@ const QWEN3: Family = Family {
 pub fn load(file: Arc<GgufFile>) -> Result<Decoder, Error> {
     load_family(file, &QWEN3)
 }
+
+/// `Qwen3ForCausalLM` directories: Qwen2's, with the per-head Q/K norms.
+const HF: HfFamily = HfFamily {
+    arch: "qwen3",
+    config: |c, k| dense_config(c, k, qwen_window),
+    layer: &LLAMA_LAYER,
+    norm_plus_one: false,
+    permute_qk: false,
+    mxfp4: false,
+    modules: None,
+    special: None,
+};
+
+/// The Qwen3 family: GGUF `qwen3`, read from `Qwen3ForCausalLM`.
+pub(crate) const FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Qwen3ForCausalLM", HfMapping::Table(&HF))],
+    convert: Some(ConvertSpec::new(generic_keys)),
+    ..DecoderFamily::new("qwen3", load)
+};

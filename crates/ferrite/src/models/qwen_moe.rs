@@ -16,6 +16,11 @@
 //!
 //! Reference: llama.cpp `src/models/qwen3moe.cpp`, `qwen2moe.cpp`; HF
 //! `modeling_qwen3_moe.py`, `modeling_qwen2_moe.py`.
+//!
+//! The families' registry entries (`QWEN3MOE_FAMILY`, `QWEN2MOE_FAMILY`,
+//! see `models::registry`) are here too: the Hugging Face classes read as
+//! them (`QWEN3MOE_HF`, `QWEN2MOE_HF`, with `formats::hf_decoder`'s expert
+//! keys and stacking in `moe.rs`) and the converter's keys.
 
 use std::sync::Arc;
 
@@ -28,6 +33,12 @@ use crate::models::llama::{load_family_with, Family};
 use crate::models::transformer::{Decoder, Mlp, Shape};
 use crate::tensor::Loader;
 use crate::Error;
+use crate::formats::hf_decoder::Family as HfMapping;
+use crate::models::registry::DecoderFamily;
+use crate::formats::hf_decoder::{map_module, qwen_moe_config, HfFamily, LLAMA_LAYER};
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::formats::gguf::Metadata;
 
 const QWEN3_MOE: Family = Family {
     rope_style: RopeStyle::Halves,
@@ -177,4 +188,61 @@ pub fn widen_ffn(d: &mut Decoder) {
             d.shape.ffn_dim = d.shape.ffn_dim.max(m.ffn_dim());
         }
     }
+}
+
+/// `Qwen3MoeForCausalLM` directories: Qwen3's keys and modules (with the
+/// per-head Q/K norms), Qwen's window, and the experts (`map_module`
+/// stacks `mlp.experts.E.*` into `ffn_*_exps`).
+const QWEN3MOE_HF: HfFamily = HfFamily {
+    arch: "qwen3moe",
+    config: qwen_moe_config,
+    layer: &LLAMA_LAYER,
+    norm_plus_one: false,
+    permute_qk: false,
+    mxfp4: false,
+    modules: Some(map_module),
+    special: None,
+};
+
+/// `Qwen2MoeForCausalLM` directories: Qwen2's keys and modules, the
+/// experts and the shared expert.
+const QWEN2MOE_HF: HfFamily = HfFamily {
+    arch: "qwen2moe",
+    layer: LLAMA_LAYER.split_at(9).0,
+    ..QWEN3MOE_HF
+};
+
+/// Qwen3-MoE: GGUF `qwen3moe`, read from `Qwen3MoeForCausalLM`.
+pub(crate) const QWEN3MOE_FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Qwen3MoeForCausalLM", HfMapping::Table(&QWEN3MOE_HF))],
+    convert: Some(ConvertSpec::new(convert_keys)),
+    ..DecoderFamily::new("qwen3moe", load_qwen3moe)
+};
+
+/// Qwen2-MoE: GGUF `qwen2moe`, read from `Qwen2MoeForCausalLM`.
+pub(crate) const QWEN2MOE_FAMILY: DecoderFamily = DecoderFamily {
+    hf: &[("Qwen2MoeForCausalLM", HfMapping::Table(&QWEN2MOE_HF))],
+    convert: Some(ConvertSpec::new(convert_keys)),
+    ..DecoderFamily::new("qwen2moe", load_qwen2moe)
+};
+
+/// `Qwen2MoeModel` (and `Qwen3MoeModel`): the generic keys, then the
+/// expert sizes.
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    if let Some(v) = x.find(&["moe_intermediate_size"]) {
+        x.put(
+            md,
+            "expert_feed_forward_length",
+            x.uint(v, "moe_intermediate_size")?,
+        );
+    }
+    if let Some(v) = x.find(&["shared_expert_intermediate_size"]) {
+        x.put(
+            md,
+            "expert_shared_feed_forward_length",
+            x.uint(v, "shared_expert_intermediate_size")?,
+        );
+    }
+    Ok(())
 }

@@ -9,6 +9,7 @@ use ferrite_kernels::GgmlType;
 
 use super::file_type::*;
 use crate::formats::gguf::{GgufHeader, TensorInfo};
+use crate::models::registry;
 
 /// Whether ggml counts `t` as quantized (`ggml_is_quantized`).
 pub fn is_quantized(t: GgmlType) -> bool {
@@ -186,13 +187,19 @@ impl ModelFacts {
         let n_head = first("attention.head_count").unwrap_or(0);
         let n_head_kv = first("attention.head_count_kv").unwrap_or(n_head);
         let n_gqa = n_head.checked_div(n_head_kv).unwrap_or(0);
-        // Only LLM_TYPE_70B changes a choice; these are the architectures
-        // whose loaders call an 80-layer (Jais2: 68-layer) model that.
-        let is_70b = match arch.as_str() {
-            "llama" => n_layer == 80 && n_head != n_head_kv,
-            "qwen2" | "deci" | "olmo" => n_layer == 80,
-            "jais2" => n_layer == 68,
-            _ => false,
+        // Only LLM_TYPE_70B changes a choice: the rule of a family ferrite
+        // runs is its registry entry's; these are the other architectures
+        // whose llama.cpp loaders call an 80-layer (Jais2: 68-layer) model
+        // that (a file ferrite cannot run can still be quantized).
+        let is_70b = match registry::by_arch(&arch) {
+            Some(family) => family
+                .is_70b
+                .is_some_and(|rule| rule(n_layer, n_head, n_head_kv)),
+            None => match arch.as_str() {
+                "deci" | "olmo" => n_layer == 80,
+                "jais2" => n_layer == 68,
+                _ => false,
+            },
         };
         Ok(ModelFacts {
             falcon: arch == "falcon",
@@ -550,5 +557,42 @@ mod tests {
                 "blk.10.a"
             ]
         );
+    }
+
+    /// llama.cpp's `LLM_TYPE_70B` per architecture: the registry's rule for
+    /// the families ferrite runs (Llama: 80 layers with grouped-query
+    /// attention; Qwen2: 80 layers), mix.rs's own for the others.
+    #[test]
+    fn seventy_b_by_architecture() {
+        use crate::formats::gguf::{Metadata, Value};
+        let facts = |arch: &str, layers: u32, heads: u32, kv_heads: u32| {
+            let mut metadata = Metadata::default();
+            metadata.insert("general.architecture".into(), Value::String(arch.into()));
+            metadata.insert(format!("{arch}.block_count"), Value::U32(layers));
+            metadata.insert(format!("{arch}.attention.head_count"), Value::U32(heads));
+            metadata.insert(
+                format!("{arch}.attention.head_count_kv"),
+                Value::U32(kv_heads),
+            );
+            let h = GgufHeader {
+                version: 3,
+                metadata,
+                tensors: Vec::new(),
+                alignment: 32,
+                data_offset: 0,
+            };
+            ModelFacts::new(&h).unwrap().is_70b
+        };
+        assert!(facts("llama", 80, 64, 8));
+        assert!(!facts("llama", 80, 64, 64));
+        assert!(!facts("llama", 40, 64, 8));
+        assert!(facts("qwen2", 80, 64, 64));
+        assert!(!facts("qwen2", 64, 64, 8));
+        assert!(!facts("qwen3", 80, 64, 8));
+        assert!(!facts("olmo2", 80, 64, 8));
+        assert!(facts("olmo", 80, 64, 8));
+        assert!(facts("deci", 80, 64, 8));
+        assert!(facts("jais2", 68, 64, 8));
+        assert!(!facts("jais2", 80, 64, 8));
     }
 }

@@ -22,8 +22,8 @@ use crate::dot::sum_blocks;
 use crate::quant::float::f16_le;
 use crate::quant::q4_k::scale_min_k4;
 use crate::quant::{
-    BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
-    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QK,
+    BlockIq4Nl, BlockIq4Xs, BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QK,
 };
 use crate::GgmlType;
 
@@ -49,6 +49,8 @@ pub(super) fn kernel(set: KernelSet, w: GgmlType) -> Option<DotFn> {
         (KernelSet::Neon, Q5K) => neon::q5_k,
         (KernelSet::Neon, Q6K) => neon::q6_k,
         (KernelSet::Neon, Mxfp4) => neon::mxfp4,
+        (KernelSet::Neon, Iq4Nl) => neon::iq4_nl,
+        (KernelSet::Neon, Iq4Xs) => neon::iq4_xs,
         (KernelSet::Dotprod, Q4_0) => dotprod::q4_0,
         (KernelSet::Dotprod, Q4_1) => dotprod::q4_1,
         (KernelSet::Dotprod, Q5_0) => dotprod::q5_0,
@@ -60,6 +62,8 @@ pub(super) fn kernel(set: KernelSet, w: GgmlType) -> Option<DotFn> {
         (KernelSet::Dotprod, Q5K) => dotprod::q5_k,
         (KernelSet::Dotprod, Q6K) => dotprod::q6_k,
         (KernelSet::Dotprod, Mxfp4) => dotprod::mxfp4,
+        (KernelSet::Dotprod, Iq4Nl) => dotprod::iq4_nl,
+        (KernelSet::Dotprod, Iq4Xs) => dotprod::iq4_xs,
         _ => return None,
     })
 }
@@ -88,7 +92,10 @@ macro_rules! entries {
     };
 }
 
-entries!(neon, Neon, "neon", q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, mxfp4);
+entries!(
+    neon, Neon, "neon", q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, mxfp4, iq4_nl,
+    iq4_xs
+);
 entries!(
     dotprod,
     Sdot,
@@ -103,7 +110,9 @@ entries!(
     q4_k,
     q5_k,
     q6_k,
-    mxfp4
+    mxfp4,
+    iq4_nl,
+    iq4_xs
 );
 
 /// Float weights: the scalar reference's 32 lanes (`crate::dot::float`)
@@ -281,6 +290,64 @@ unsafe fn mxfp4<M: Mul8>(w: &[u8], a: &[u8]) -> f32 {
             let (lo, hi) = (vqtbl1q_u8(table, lo), vqtbl1q_u8(table, hi));
             block_dot::<M>(lo, hi, 0, &ab.qs)
         };
+        (wb.d() * ab.d()) * isum as f32
+    })
+}
+
+/// One run of sixteen IQ4 code bytes against its 32 activations: the codes
+/// looked up in `KVALUES_IQ4NL` (one `tbl` per 16), then the exact sum.
+/// (Every product fits: `|KVALUES_IQ4NL| <= 127`, so `|w * x| <= 127 * 128`.)
+///
+/// # Safety
+///
+/// As [`Mul8::dot4`].
+#[inline(always)]
+unsafe fn iq4_run<M: Mul8>(table: uint8x16_t, qs: &[u8; QK / 2], x: &[i8; QK]) -> i32 {
+    let (lo, hi) = nibbles(qs);
+    // SAFETY: NEON is part of every aarch64 target; the rest is the
+    // caller's contract.
+    unsafe { block_dot::<M>(vqtbl1q_u8(table, lo), vqtbl1q_u8(table, hi), 0, x) }
+}
+
+/// The IQ4 table as NEON bytes.
+#[inline(always)]
+fn iq4_table() -> uint8x16_t {
+    // SAFETY: NEON is part of every aarch64 target.
+    unsafe { vreinterpretq_u8_s8(super::load_i8(&crate::quant::iq4::KVALUES_IQ4NL)) }
+}
+
+/// IQ4_NL x Q8_0, as `crate::dot::iq4::iq4_nl_q8_0`.
+///
+/// # Safety
+///
+/// As [`Mul8::dot4`].
+#[inline(always)]
+unsafe fn iq4_nl<M: Mul8>(w: &[u8], a: &[u8]) -> f32 {
+    let table = iq4_table();
+    sum_blocks(w, a, |wb: &BlockIq4Nl, ab: &BlockQ8_0| {
+        // SAFETY: the caller's contract.
+        let isum = unsafe { iq4_run::<M>(table, &wb.qs, &ab.qs) };
+        (wb.d() * ab.d()) * isum as f32
+    })
+}
+
+/// IQ4_XS x Q8_K, as `crate::dot::iq4::iq4_xs_q8_k`: each run's exact sum
+/// times its scale, one term per super-block.
+///
+/// # Safety
+///
+/// As [`Mul8::dot4`].
+#[inline(always)]
+unsafe fn iq4_xs<M: Mul8>(w: &[u8], a: &[u8]) -> f32 {
+    let table = iq4_table();
+    sum_blocks(w, a, |wb: &BlockIq4Xs, ab: &BlockQ8K| {
+        let mut isum = 0i32;
+        for r in 0..8 {
+            let qs: &[u8; QK / 2] = wb.qs[16 * r..16 * r + 16].try_into().expect("16 bytes");
+            let x: &[i8; QK] = ab.qs[32 * r..32 * r + 32].try_into().expect("32 values");
+            // SAFETY: the caller's contract.
+            isum += wb.run_scale(r) * unsafe { iq4_run::<M>(table, qs, x) };
+        }
         (wb.d() * ab.d()) * isum as f32
     })
 }

@@ -9,9 +9,9 @@
 //!
 //! | weights                      | activations |
 //! |------------------------------|-------------|
-//! | Q4_0, Q5_0, Q8_0, MXFP4      | Q8_0        |
+//! | Q4_0, Q5_0, Q8_0, MXFP4, IQ4_NL | Q8_0     |
 //! | Q4_1, Q5_1                   | Q8_1        |
-//! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K | Q8_K        |
+//! | Q2_K ... Q6_K, IQ4_XS        | Q8_K        |
 //! | F32, F16, BF16               | F32         |
 //!
 //! ggml pairs F16 weights with F16 activations and BF16 with BF16; we keep
@@ -60,6 +60,7 @@
 
 pub(crate) mod float;
 pub mod interleave;
+pub(crate) mod iq4;
 pub(crate) mod k_quants;
 mod legacy;
 
@@ -220,6 +221,8 @@ pub fn scalar_vec_dot_kernel(w: GgmlType) -> Option<VecDotKernel> {
         Q4K => kernel(Q8K, k_quants::q4_k_q8_k),
         Q5K => kernel(Q8K, k_quants::q5_k_q8_k),
         Q6K => kernel(Q8K, k_quants::q6_k_q8_k),
+        Iq4Nl => kernel(Q8_0, iq4::iq4_nl_q8_0),
+        Iq4Xs => kernel(Q8K, iq4::iq4_xs_q8_k),
         _ => None,
     }
 }

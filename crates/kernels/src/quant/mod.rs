@@ -13,6 +13,7 @@
 use std::fmt;
 
 pub(crate) mod float;
+pub mod iq4;
 mod ksearch;
 pub mod mxfp4;
 pub mod q2_k;
@@ -29,6 +30,7 @@ pub mod q8_1;
 pub mod q8_k;
 
 pub use float::{bf16_bits_from_f32, f16_bits_from_f32};
+pub use iq4::{BlockIq4Nl, BlockIq4Xs};
 pub use mxfp4::BlockMxfp4;
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
@@ -170,13 +172,15 @@ impl GgmlType {
                 | Q6K
                 | Q8K
                 | Mxfp4
+                | Iq4Nl
+                | Iq4Xs
         )
     }
 
     /// Whether [`quantize`] supports this type: the same types as
-    /// [`dequantize`].
+    /// [`dequantize`] except the i-quants, which are only read.
     pub fn can_quantize(self) -> bool {
-        self.can_dequantize()
+        self.can_dequantize() && !matches!(self, GgmlType::Iq4Nl | GgmlType::Iq4Xs)
     }
 
     /// (name, values per block, bytes per block), from ggml's type traits.
@@ -379,6 +383,8 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantE
         Q6K => blocks_to_f32(src, dst, BlockQ6K::to_f32),
         Q8K => blocks_to_f32(src, dst, BlockQ8K::to_f32),
         Mxfp4 => blocks_to_f32(src, dst, BlockMxfp4::to_f32),
+        Iq4Nl => blocks_to_f32(src, dst, BlockIq4Nl::to_f32),
+        Iq4Xs => blocks_to_f32(src, dst, BlockIq4Xs::to_f32),
         _ => {
             return Err(QuantError::Unsupported {
                 ty: t,

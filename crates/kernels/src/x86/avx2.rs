@@ -23,6 +23,7 @@ pub(crate) mod convert;
 mod float;
 pub(crate) mod gemm;
 mod gemm_w8a16;
+mod iq4;
 mod k_quants;
 mod legacy;
 pub(crate) mod math;
@@ -84,6 +85,8 @@ fn kernel_fn(w: GgmlType) -> Option<DotFn> {
         Q5_1 => legacy::q5_1_q8_1,
         Q8_0 => legacy::q8_0_q8_0,
         Mxfp4 => mxfp4::mxfp4_q8_0,
+        Iq4Nl => iq4::iq4_nl_q8_0,
+        Iq4Xs => iq4::iq4_xs_q8_k,
         Q4K => k_quants::q4_k_q8_k,
         Q5K => k_quants::q5_k_q8_k,
         Q6K => k_quants::q6_k_q8_k,

@@ -318,33 +318,22 @@ pub fn rope(c: &Config, k: &mut Keys, dims: usize) -> Result<Option<Vec<f32>>, E
 
 /// Sliding-window attention as `attention.sliding_window` (the window, in
 /// positions including the query's own, as transformers' mask) and
-/// `attention.sliding_window_pattern` (per layer: whether it slides):
-/// Mistral's `sliding_window` on every layer (null: none); Qwen2 / Qwen3's
-/// when `use_sliding_window`, on the layers `layer_types` marks
-/// `sliding_attention` (else those from `max_window_layers` on, as
-/// transformers derives them). convert_hf_to_gguf.py writes neither for
-/// these classes (llama.cpp runs them without a window).
-pub(super) fn sliding_window(
-    c: &Config,
-    f: Family,
-    n_layers: usize,
-    k: &mut Keys,
-) -> Result<(), Error> {
-    let flags = match f {
-        Family::Mistral => match c.opt_size("sliding_window")? {
-            Some(_) => vec![true; n_layers],
-            None => return Ok(()),
-        },
-        Family::Qwen2 | Family::Qwen3 if c.opt_bool("use_sliding_window")? == Some(true) => {
-            match c.get("layer_types") {
-                Some(v) => layer_types(c, v, n_layers)?,
-                None => {
-                    let from = c.opt_size("max_window_layers")?.unwrap_or(0);
-                    (0..n_layers).map(|l| l >= from).collect()
-                }
-            }
+/// `attention.sliding_window_pattern` (per layer: whether it slides), for
+/// Qwen2 / Qwen3 (and their MoE) configs: when `use_sliding_window`, on the
+/// layers `layer_types` marks `sliding_attention` (else those from
+/// `max_window_layers` on, as transformers derives them).
+/// convert_hf_to_gguf.py writes neither for these classes (llama.cpp runs
+/// them without a window).
+pub(crate) fn qwen_window(c: &Config, n_layers: usize, k: &mut Keys) -> Result<(), Error> {
+    if c.opt_bool("use_sliding_window")? != Some(true) {
+        return Ok(());
+    }
+    let flags = match c.get("layer_types") {
+        Some(v) => layer_types(c, v, n_layers)?,
+        None => {
+            let from = c.opt_size("max_window_layers")?.unwrap_or(0);
+            (0..n_layers).map(|l| l >= from).collect()
         }
-        _ => return Ok(()),
     };
     window_keys(c, k, flags)
 }
@@ -384,16 +373,31 @@ pub fn layer_types(c: &Config, v: &Json, n: usize) -> Result<Vec<bool>, Error> {
         .collect()
 }
 
-/// Llama and Qwen2 hyper-parameters into `md`.
-pub(super) fn llama_config(c: &Config, f: Family, md: &mut Metadata) -> Result<Hp, Error> {
-    let mut k = Keys {
-        md,
-        arch: f.gguf_name(),
-    };
+/// A sliding-window rule of a Llama-style family: the layer count, the
+/// keys being written.
+pub(crate) type Window = fn(&Config, usize, &mut Keys) -> Result<(), Error>;
+
+/// A dense Llama-style config (Llama, Mistral, Qwen2, Qwen3): its
+/// sliding-window keys by `window` (checked first), then [`llama_keys`]
+/// with a SiLU MLP, untied unless `tie_word_embeddings`.
+pub(crate) fn dense_config(c: &Config, k: &mut Keys, window: Window) -> Result<Hp, Error> {
+    llama_style_config(c, k, window, false)
+}
+
+/// [`dense_config`] with Qwen's mixture-of-experts keys (`moe.rs`) after
+/// the window: Qwen3-MoE, Qwen2-MoE.
+pub(crate) fn qwen_moe_config(c: &Config, k: &mut Keys) -> Result<Hp, Error> {
+    llama_style_config(c, k, qwen_window, true)
+}
+
+/// See [`dense_config`] and [`qwen_moe_config`].
+fn llama_style_config(c: &Config, k: &mut Keys, window: Window, moe: bool) -> Result<Hp, Error> {
     let n_layers = layers(c, "num_hidden_layers")?;
-    sliding_window(c, f.dense(), n_layers, &mut k)?;
-    moe::moe_config(c, f, n_layers, &mut k)?;
-    let mut hp = llama_keys(c, &mut k, "hidden_act", &["silu"])?;
+    window(c, n_layers, k)?;
+    if moe {
+        moe::moe_config(c, n_layers, k)?;
+    }
+    let mut hp = llama_keys(c, k, "hidden_act", &["silu"])?;
     hp.tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
     Ok(hp)
 }

@@ -27,16 +27,8 @@ use super::{Config, Family, Keys, Out, Reshape};
 use crate::formats::gguf::{Metadata, Value};
 use crate::Error;
 
-/// The expert keys of `c` into `k` (nothing for the dense families).
-pub(super) fn moe_config(
-    c: &Config,
-    f: Family,
-    n_layers: usize,
-    k: &mut Keys,
-) -> Result<(), Error> {
-    if !matches!(f, Family::Qwen3Moe | Family::Qwen2Moe) {
-        return Ok(());
-    }
+/// The expert keys of `c` into `k`.
+pub(crate) fn moe_config(c: &Config, n_layers: usize, k: &mut Keys) -> Result<(), Error> {
     let (key, n_experts) = match c.opt_size("num_experts")? {
         Some(n) => ("num_experts", n),
         None => ("num_local_experts", c.size("num_local_experts")?),
@@ -87,23 +79,25 @@ pub(super) fn moe_config(
 /// Marks a per-expert tensor's name for [`stack_experts`]: `{stacked}#{e}`.
 const EXPERT_MARK: char = '#';
 
-/// The GGUF name of MoE module `module` of layer `l` (`None`: not an MoE
-/// module); per-expert matrices get a marked name, stacked later.
-pub(super) fn map_module(
-    f: Family,
+/// The GGUF name of MoE module `module` of layer `l` of a model of GGUF
+/// architecture `arch` (`None`: not an MoE module); per-expert matrices
+/// get a marked name, stacked later (`HfFamily::modules` of the Qwen MoE
+/// families).
+pub(crate) fn map_module(
+    arch: &str,
     l: usize,
     module: &str,
     bias: bool,
     source: &str,
     name: &str,
 ) -> Result<Option<(String, Reshape)>, Error> {
-    if !matches!(f, Family::Qwen3Moe | Family::Qwen2Moe) || !module.starts_with("mlp.") {
+    if !module.starts_with("mlp.") {
         return Ok(None);
     }
     let unknown = || {
         Error::model(
             source,
-            format!("tensor '{name}' is not part of a {} model", f.gguf_name()),
+            format!("tensor '{name}' is not part of a {arch} model"),
         )
     };
     if bias {

@@ -93,52 +93,6 @@ pub(crate) fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<M
         }
     };
     match f {
-        Family::Llama
-        | Family::Mistral
-        | Family::Qwen2
-        | Family::Qwen3
-        | Family::Qwen3Moe
-        | Family::Qwen2Moe => {
-            let fixed = match name {
-                "model.embed_tokens.weight" => Some(names::TOKEN_EMBD),
-                "model.norm.weight" => Some(names::OUTPUT_NORM),
-                "lm_head.weight" if hp.tied => return Ok(None),
-                "lm_head.weight" => Some(names::OUTPUT),
-                _ => None,
-            };
-            if let Some(n) = fixed {
-                return Ok(Some((n.to_string(), Reshape::None)));
-            }
-            let (l, rest) = layer_of(name, "model.layers.").ok_or_else(unknown)?;
-            let l = layer(l)?;
-            if rest == "self_attn.rotary_emb.inv_freq" {
-                return Ok(None);
-            }
-            let (module, bias) = module_of(rest).ok_or_else(unknown)?;
-            if module.ends_with("_norm")
-                && module.starts_with("self_attn.")
-                && !matches!(f.dense(), Family::Qwen3)
-            {
-                return Err(unknown());
-            }
-            if let Some(mapped) = moe::map_module(f, l, module, bias, source, name)? {
-                return Ok(Some(mapped));
-            }
-            let (_, gguf) = LLAMA_LAYER
-                .iter()
-                .find(|(m, _)| *m == module)
-                .ok_or_else(unknown)?;
-            let reshape = match (f, module) {
-                (Family::Llama | Family::Mistral, "self_attn.q_proj") => {
-                    Reshape::RopePairs(hp.n_heads)
-                }
-                (Family::Llama | Family::Mistral, "self_attn.k_proj") => {
-                    Reshape::RopePairs(hp.n_kv_heads)
-                }
-                _ => Reshape::None,
-            };
-            Ok(Some((weight_or_bias(gguf(l), bias), reshape)))
-        }
         Family::Table(t) => {
             let plus_one = |gguf: String| {
                 let reshape = if t.norm_plus_one && name.ends_with("norm.weight") {
@@ -161,6 +115,11 @@ pub(crate) fn map_name(f: Family, hp: &Hp, name: &str, source: &str) -> Result<M
                 return Ok(None);
             }
             let (module, bias) = module_of(rest).ok_or_else(unknown)?;
+            if let Some(modules) = t.modules {
+                if let Some(mapped) = modules(t.arch, l, module, bias, source, name)? {
+                    return Ok(Some(mapped));
+                }
+            }
             let (_, gguf) = t
                 .layer
                 .iter()

@@ -13,6 +13,18 @@
 //! line by a hundred thousand spaces runs out after a few megabytes and
 //! fails with [`budget_message`].
 //!
+//! Fuel is charged once a value exists, so an operation that builds
+//! gigabytes in one step would outrun it: `+` and `*` on lists, slices,
+//! `chain` and `zip` build lazy views (a view of views doubles forty times
+//! for free), and writing a value as text (`{{ x }}`, `~`, `|string`,
+//! `|upper`, ...) of a list that shares one big string a thousand times
+//! makes a gigabyte. The renders therefore run minijinja's instructions as
+//! rewritten by [`super::bounded`]: those operators build lists paid for
+//! slot by slot, and text is written through a writer that stops where the
+//! fuel left stops paying. The bound: no single operation creates more
+//! than the remaining fuel's bytes, and what it creates is then charged,
+//! so a render never holds much more than its budget's bytes.
+//!
 //! The functions and filters ferrite adds pay for what they make too:
 //! `tojson` writes at most what the remaining fuel can pay for, and
 //! Python's `str.format` (from `minijinja_contrib`'s methods, which charge
@@ -24,6 +36,8 @@ use std::io;
 
 use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, State, Value};
+
+use super::bounded;
 
 /// Fuel every render gets, whatever its input: about 64 MB of data or a
 /// million instructions. Real templates use a few thousand fuel for a short
@@ -72,12 +86,16 @@ pub(super) fn environment(source: &str) -> Result<Environment<'static>, JinjaErr
         if method == "format" && value.kind() == ValueKind::String {
             check_format_padding(state, value.as_str().unwrap_or(""))?;
         }
+        // Arguments that are not strings are written as text by some
+        // methods (`'{}'.format(x)`, `''.join(x)`): measured first.
+        bounded::check_args(state, args, false)?;
         minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
     });
     env.add_function(
         "raise_exception",
-        |msg: String| -> Result<String, JinjaError> {
-            Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+        |state: &State, msg: Value| -> Result<String, JinjaError> {
+            bounded::check_args(state, std::slice::from_ref(&msg), false)?;
+            Err(JinjaError::new(ErrorKind::InvalidOperation, msg.to_string()))
         },
     );
     env.add_filter(
@@ -97,13 +115,16 @@ pub(super) fn environment(source: &str) -> Result<Environment<'static>, JinjaErr
         // fixed one instead of the clock.
         "01 Jan 2025".to_string()
     });
+    bounded::install(&mut env);
+    // Compiled here once to report syntax errors when the template is
+    // loaded; renders use `bounded::compile`'s rewritten instructions.
     env.add_template_owned("chat", source.to_string())?;
     Ok(env)
 }
 
 /// Bytes of data the fuel left in `state` can pay for (unbounded when fuel
 /// is off, as it never is for chat templates).
-fn remaining_bytes(state: &State) -> usize {
+pub(super) fn remaining_bytes(state: &State) -> usize {
     match state.fuel_levels() {
         Some((_, remaining)) => {
             usize::try_from(remaining.saturating_mul(BYTES_PER_FUEL)).unwrap_or(usize::MAX)

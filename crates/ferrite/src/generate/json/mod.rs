@@ -10,6 +10,7 @@ pub mod feasible;
 pub mod grammar;
 pub mod machine;
 pub mod number;
+mod one_of;
 pub mod regex;
 pub mod schema;
 mod string;

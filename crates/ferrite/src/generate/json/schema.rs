@@ -13,7 +13,8 @@
 //! `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum`, see
 //! [`super::number`]), boolean, null, a list of types, `anyOf` / `oneOf`
 //! (the first member that may start with the reply's next character is
-//! followed), `enum` and `const` of any size (one byte trie per grammar,
+//! followed; a `oneOf` only when no value can match two of its branches,
+//! see [`super::one_of`]), `enum` and `const` of any size (one byte trie per grammar,
 //! within [`MAX_TRIE_NODES`]; checked against `type`), and `$ref` into the
 //! schema itself (`#/$defs/...`, `#/definitions/...`, `#`; recursion
 //! through nesting is bounded at run time, left recursion and cycles with
@@ -38,6 +39,7 @@ use super::grammar::{
 };
 use super::check::{self, BOUNDS, CONSTRAINING, REFUSED};
 use super::number::NumRange;
+use super::one_of;
 use super::regex::Dfa;
 use super::trie::Trie;
 use crate::Error;
@@ -383,6 +385,16 @@ impl<'s> Compiler<'s> {
                     Some(a) if !a.is_empty() => a,
                     _ => return Err(self.bad(format!("{key} must be a non-empty list"))),
                 };
+                if key == "oneOf" {
+                    if let Some((i, j)) = one_of::overlapping(self.root, list) {
+                        return Err(self.bad(format!(
+                            "'oneOf' branches {i} and {j} may both match one value, and oneOf \
+                             means exactly one; ferrite takes a oneOf whose branches differ in \
+                             type, in const / enum values, or in a required property's const / \
+                             enum (a tagged union): use anyOf if any matching branch will do"
+                        )));
+                    }
+                }
                 let mut members = Vec::with_capacity(list.len());
                 for (i, m) in list.iter().enumerate() {
                     members.push(self.sub(m, &[key, &i.to_string()], depth)?);

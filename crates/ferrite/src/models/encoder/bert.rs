@@ -15,6 +15,12 @@ use super::weights::{token_tables, Dense, WeightSource};
 use super::{Encoder, EncoderLayer, Mlp, Norm, Positions};
 use crate::models::hparams::HParams;
 use crate::Error;
+use crate::convert::bert::{bert_keys, TensorLayout};
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::convert::vocab::VocabKind;
+use crate::formats::gguf::Metadata;
+use crate::models::{EncoderArch, EncoderConvert};
 
 /// The activation a `hidden_act` names.
 pub(crate) fn activation(name: &str) -> Option<Activation> {
@@ -204,3 +210,46 @@ pub(crate) fn load(
         layers,
     })
 }
+
+/// BERT tensor names for the converter (older checkpoints' LayerNorm
+/// `gamma` / `beta` are renamed `weight` / `bias` first).
+const CONVERT_LAYOUT: TensorLayout = TensorLayout {
+    layer_prefix: "encoder.layer.",
+    embd_norm: "embeddings.LayerNorm",
+    layer: &[
+        ("attention.self.query", "attn_q"),
+        ("attention.self.key", "attn_k"),
+        ("attention.self.value", "attn_v"),
+        ("attention.output.dense", "attn_output"),
+        ("attention.output.LayerNorm", "attn_output_norm"),
+        ("intermediate.dense", "ffn_up"),
+        ("output.dense", "ffn_down"),
+        ("output.LayerNorm", "layer_output_norm"),
+        ("attention.output.layer_norm", "attn_output_norm"),
+        ("output.layer_norm", "layer_output_norm"),
+    ],
+};
+
+/// `BertModel`: the generic keys, then not causal and the pooling.
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    generic_keys(x, md)?;
+    bert_keys(x, md)
+}
+
+/// The BERT family: GGUF `bert`, HF `model_type` `bert`; converted from
+/// `BertModel`, `BertForMaskedLM` and `CamembertModel` directories.
+pub(crate) const FAMILY: EncoderArch = EncoderArch {
+    gguf: Some(("bert", from_gguf)),
+    hf_name: "bert",
+    from_hf,
+    matryoshka_layer_norm: false,
+    task_prefixes: false,
+    convert: Some(EncoderConvert {
+        classes: &["BertModel", "BertForMaskedLM", "CamembertModel"],
+        spec: ConvertSpec {
+            vocab: VocabKind::Bert,
+            ..ConvertSpec::new(convert_keys)
+        },
+        layout: &CONVERT_LAYOUT,
+    }),
+};

@@ -18,6 +18,7 @@ use super::config::{JsonConfig, Sizes};
 use super::weights::WeightSource;
 use super::{Encoder, RelativeBias};
 use crate::Error;
+use crate::models::EncoderArch;
 
 /// The position id of the first token: MPNet's `padding_idx` (1) + 1.
 const FIRST_POSITION: usize = 2;
@@ -84,3 +85,14 @@ pub fn from_hf(src: &WeightSource, config: &serde_json::Value) -> Result<Encoder
     });
     Ok(encoder)
 }
+
+/// The MPNet family: HF `model_type` `mpnet` only (llama.cpp has no GGUF
+/// layout for it, so it is neither read from GGUF nor converted).
+pub(crate) const FAMILY: EncoderArch = EncoderArch {
+    gguf: None,
+    hf_name: "mpnet",
+    from_hf,
+    matryoshka_layer_norm: false,
+    task_prefixes: false,
+    convert: None,
+};

@@ -20,6 +20,13 @@ use super::weights::{token_tables, Dense, WeightSource};
 use super::{Encoder, EncoderLayer, Mlp, Positions};
 use crate::models::hparams::HParams;
 use crate::Error;
+use crate::convert::bert::{bert_keys, TensorLayout};
+use crate::convert::families::ConvertSpec;
+use crate::convert::keys::{generic_keys, Ctx};
+use crate::convert::vocab::VocabKind;
+use crate::formats::gguf::Metadata;
+use crate::models::{EncoderArch, EncoderConvert};
+use serde_json::Value as Json;
 
 /// How positions are rotated: base and optional dynamic NTK scaling.
 struct Rope {
@@ -260,4 +267,163 @@ fn load(src: &WeightSource, s: &Sizes, rope: &Rope, layout: &Layout) -> Result<E
         embd_norm: layer_norm(src, layout.embd_norm(), dim, s.eps)?,
         layers,
     })
+}
+
+/// nomic-bert tensor names for the converter (nomic's own checkpoints).
+const CONVERT_LAYOUT: TensorLayout = TensorLayout {
+    layer_prefix: "encoder.layers.",
+    embd_norm: "emb_ln",
+    layer: &[
+        ("attn.Wqkv", "attn_qkv"),
+        ("attn.out_proj", "attn_output"),
+        ("mlp.fc11", "ffn_up"),
+        ("mlp.fc12", "ffn_gate"),
+        ("mlp.fc2", "ffn_down"),
+        ("norm1", "attn_output_norm"),
+        ("norm2", "layer_output_norm"),
+    ],
+};
+
+/// The nomic-bert family: GGUF `nomic-bert`, HF `model_type`
+/// `nomic_bert`, converted from `NomicBertModel` directories; a Matryoshka
+/// cut layer-normalizes first and its models take task prefixes.
+pub(crate) const FAMILY: EncoderArch = EncoderArch {
+    gguf: Some(("nomic-bert", from_gguf)),
+    hf_name: "nomic_bert",
+    from_hf,
+    matryoshka_layer_norm: true,
+    task_prefixes: true,
+    convert: Some(EncoderConvert {
+        classes: &["NomicBertModel"],
+        spec: ConvertSpec {
+            vocab: VocabKind::Bert,
+            ..ConvertSpec::new(convert_keys)
+        },
+        layout: &CONVERT_LAYOUT,
+    }),
+};
+
+/// `NomicBertModel`: the converter's checks (it converts nomic-embed-text
+/// v1/v1.5's layout only), then `BertModel`'s keys.
+///
+/// The converter reads the hyper-parameters through transformers'
+/// `AutoConfig`, which (transformers 5) is transformers' own
+/// `NomicBertConfig`: `hidden_size`, `num_hidden_layers`,
+/// `num_attention_heads`, `intermediate_size`, `max_position_embeddings`
+/// and a derived `head_dim` (written as the key and value lengths) rather
+/// than the remote code's `n_embd`, `n_layer`, `n_head`, `n_inner`. Those
+/// are taken here from either spelling, transformers' first; the context
+/// length without `max_position_embeddings` is the converter's own rule
+/// (8192 positions trained on 2048: 2048).
+fn convert_keys(x: &Ctx, md: &mut Metadata) -> Result<(), Error> {
+    let c = nomic_config(x)?;
+    let y = Ctx {
+        dir: x.dir,
+        c: &c,
+        arch: x.arch,
+        file_type: x.file_type,
+    };
+    generic_keys(&y, md)?;
+    bert_keys(&y, md)
+}
+
+/// `config.json` with transformers' names filled in from the remote
+/// code's (see [`convert_keys`]), after the converter's checks.
+fn nomic_config(x: &Ctx) -> Result<Json, Error> {
+    let c = x.c;
+    let moe = c.get("moe_every_n_layers");
+    if moe.is_some_and(|v| !v.is_null() && v != &Json::from(0) && v != &Json::Bool(false)) {
+        return Err(x.bad(
+            "moe_every_n_layers",
+            "nomic-bert mixture of experts (nomic-embed-text-v2-moe) is not converted",
+        ));
+    }
+    let tok = x.dir.join("tokenizer.json");
+    let shown = tok.display().to_string();
+    let text = std::fs::read_to_string(&tok).map_err(|e| Error::io(&shown, e))?;
+    let j: Json = serde_json::from_str(&text)
+        .map_err(|e| Error::model(&shown, format!("invalid JSON: {e}")))?;
+    match j.pointer("/model/type").and_then(Json::as_str) {
+        Some("WordPiece") => {}
+        Some("Unigram") => {
+            return Err(Error::model(
+                shown,
+                "a nomic-bert Unigram (XLM-RoBERTa) vocabulary is not converted",
+            ))
+        }
+        t => {
+            return Err(Error::model(
+                shown,
+                format!("unknown tokenizer {t:?} (the converter knows WordPiece and Unigram)"),
+            ))
+        }
+    }
+    let is = |k: &str, want: &Json, what: &str| -> Result<(), Error> {
+        match c.get(k) {
+            Some(v) if v == want => Ok(()),
+            Some(_) => Err(x.bad(k, &format!("must be {what} (the converter's nomic-bert)"))),
+            None => Err(x.bad(k, "missing (the converter's nomic-bert needs it)")),
+        }
+    };
+    is("activation_function", &Json::from("swiglu"), "\"swiglu\"")?;
+    for k in [
+        "causal",
+        "qkv_proj_bias",
+        "mlp_fc1_bias",
+        "mlp_fc2_bias",
+        "prenorm",
+        "rotary_emb_interleaved",
+    ] {
+        is(k, &Json::Bool(false), "false")?;
+    }
+    if c.get("rotary_emb_fraction").and_then(Json::as_f64) != Some(1.0) {
+        return Err(x.bad("rotary_emb_fraction", "must be 1.0 (the converter's nomic-bert)"));
+    }
+    is("rotary_emb_scale_base", &Json::Null, "null")?;
+    let positions = c.get("n_positions").and_then(Json::as_u64);
+    let trained = c
+        .get("max_trained_positions")
+        .map_or(Some(2048), Json::as_u64);
+    let ctx = match (positions, trained) {
+        (Some(8192), Some(2048)) => 2048,
+        (Some(2048), Some(2048)) => 512,
+        _ => {
+            return Err(x.bad(
+                "n_positions",
+                &format!(
+                    "{positions:?} with max_trained_positions {trained:?}: not a layout the converter knows (8192/2048 or 2048/2048)"
+                ),
+            ))
+        }
+    };
+    let mut m = c.as_object().cloned().unwrap_or_default();
+    for (ours, theirs) in [
+        ("hidden_size", "n_embd"),
+        ("num_hidden_layers", "n_layer"),
+        ("num_attention_heads", "n_head"),
+        ("intermediate_size", "n_inner"),
+    ] {
+        if m.get(ours).is_none_or(Json::is_null) {
+            let v = m.get(theirs).cloned().unwrap_or(Json::Null);
+            m.insert(ours.into(), v);
+        }
+    }
+    if m.get("max_position_embeddings").is_none_or(Json::is_null) {
+        m.insert("max_position_embeddings".into(), Json::from(ctx));
+    }
+    if m.get("head_dim").is_none_or(Json::is_null) {
+        let size = |k: &str| m.get(k).and_then(Json::as_u64);
+        match (size("hidden_size"), size("num_attention_heads")) {
+            (Some(w), Some(h)) if h > 0 && w % h == 0 => {
+                m.insert("head_dim".into(), Json::from(w / h));
+            }
+            _ => {
+                return Err(x.bad(
+                    "n_head",
+                    "missing, zero or not a divisor of n_embd",
+                ))
+            }
+        }
+    }
+    Ok(Json::Object(m))
 }
