@@ -274,6 +274,39 @@ pub fn accumulate_tile(p: &[f32], spans: &[(u32, u32)], alpha: &[f32], v: &[f32]
     (crate::table::active().accumulate_tile.f)(p, spans, alpha, v, &mut acc[..rows * hd])
 }
 
+/// Converts `n` f16 key rows (row `j`: `2 * head_dim` bytes at byte
+/// `j * stride` of `src`, as the cache's runs hold them) to f32 into a
+/// transposed key block: `kt[d * KEY_BLOCK + lane0 + j] = k_j[d]`, the
+/// layout [`scores_tile`] reads. The conversion is exact, so every set
+/// gives the same values; the fast sets transpose 8 x 8 at a time.
+pub fn f16_keys_to_block(
+    src: &[u8],
+    stride: usize,
+    n: usize,
+    head_dim: usize,
+    kt: &mut [f32],
+    lane0: usize,
+) {
+    if n == 0 || head_dim == 0 {
+        return;
+    }
+    assert!(src.len() >= (n - 1) * stride + 2 * head_dim && stride >= 2 * head_dim);
+    assert!(lane0 + n <= KEY_BLOCK && kt.len() >= head_dim * KEY_BLOCK);
+    (crate::table::active().f16_keys_to_block.f)(src, stride, n, head_dim, kt, lane0)
+}
+
+/// Converts `n` f16 rows (as in [`f16_keys_to_block`]) to f32, one after
+/// the other: `dst[j * head_dim + d] = v_j[d]` (a block's values, as
+/// [`accumulate_tile`] reads them). Exact in every set.
+pub fn f16_rows_to_f32(src: &[u8], stride: usize, n: usize, head_dim: usize, dst: &mut [f32]) {
+    if n == 0 || head_dim == 0 {
+        return;
+    }
+    assert!(src.len() >= (n - 1) * stride + 2 * head_dim && stride >= 2 * head_dim);
+    assert!(dst.len() >= n * head_dim);
+    (crate::table::active().f16_rows_to_f32.f)(src, stride, n, head_dim, dst)
+}
+
 /// The portable builds (the scalar set's entries, and the reference for
 /// tests).
 pub mod reference {
@@ -292,12 +325,89 @@ pub mod reference {
     ) {
         super::portable::accumulate_tile(p, spans, alpha, v, acc)
     }
+
+    /// As [`super::f16_keys_to_block`], one value at a time.
+    pub fn f16_keys_to_block(
+        src: &[u8],
+        stride: usize,
+        n: usize,
+        head_dim: usize,
+        kt: &mut [f32],
+        lane0: usize,
+    ) {
+        f16_keys_tail(src, stride, n, 0..head_dim, kt, lane0)
+    }
+
+    /// Values `dims` of `n` key rows into the transposed block, one at a
+    /// time (the reference, and the fast sets' leftovers).
+    pub(crate) fn f16_keys_tail(
+        src: &[u8],
+        stride: usize,
+        n: usize,
+        dims: std::ops::Range<usize>,
+        kt: &mut [f32],
+        lane0: usize,
+    ) {
+        for j in 0..n {
+            for d in dims.clone() {
+                let b = [src[j * stride + 2 * d], src[j * stride + 2 * d + 1]];
+                kt[d * super::KEY_BLOCK + lane0 + j] = crate::quant::float::f16_le(b);
+            }
+        }
+    }
+
+    /// As [`super::f16_rows_to_f32`].
+    pub fn f16_rows_to_f32(src: &[u8], stride: usize, n: usize, head_dim: usize, dst: &mut [f32]) {
+        for j in 0..n {
+            crate::quant::float::f16_to_f32(
+                &src[j * stride..j * stride + 2 * head_dim],
+                &mut dst[j * head_dim..(j + 1) * head_dim],
+            );
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dispatch::KernelSet;
+
+    /// Every set converts and transposes f16 rows to the reference's
+    /// values, for head sizes with and without a tail of 8, runs of 1 to
+    /// 17 rows at any lane, and a stride wider than a row.
+    #[test]
+    fn every_set_converts_key_and_value_rows_as_the_reference() {
+        let mut rng = crate::xorshift(0x5eed_0f16_0000_0046);
+        for head_dim in [1usize, 7, 8, 64, 80, 130] {
+            let stride = 2 * head_dim + 6;
+            for (n, lane0) in [(1usize, 0usize), (8, 3), (16, 48), (17, 40), (9, 0)] {
+                let mut src: Vec<u8> = (0..n * stride).map(|_| (rng() >> 56) as u8).collect();
+                // Some infinities and NaNs among the values (their bits too).
+                src[1] = 0x7c;
+                src[0] = 0;
+                let kt0: Vec<f32> = (0..head_dim * KEY_BLOCK).map(|i| i as f32).collect();
+                let mut kt_ref = kt0.clone();
+                reference::f16_keys_to_block(&src, stride, n, head_dim, &mut kt_ref, lane0);
+                let mut v_ref = vec![0f32; n * head_dim];
+                reference::f16_rows_to_f32(&src, stride, n, head_dim, &mut v_ref);
+                assert_eq!(kt_ref[lane0].to_bits(), f32::INFINITY.to_bits());
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                for set in KernelSet::ALL {
+                    let Some(t) = set.table() else {
+                        eprintln!("SKIPPED {}: not supported by this CPU", set.name());
+                        continue;
+                    };
+                    let mut kt = kt0.clone();
+                    (t.f16_keys_to_block.f)(&src, stride, n, head_dim, &mut kt, lane0);
+                    let mut v = vec![0f32; n * head_dim];
+                    (t.f16_rows_to_f32.f)(&src, stride, n, head_dim, &mut v);
+                    let name = set.name();
+                    assert_eq!(bits(&kt), bits(&kt_ref), "{name} keys hd={head_dim} n={n}");
+                    assert_eq!(bits(&v), bits(&v_ref), "{name} values hd={head_dim} n={n}");
+                }
+            }
+        }
+    }
 
     /// Every set's loops give the portable build's bits, for head sizes
     /// with and without a constant accumulator, odd row counts and spans.

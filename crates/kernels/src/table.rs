@@ -49,6 +49,12 @@ pub type ScoresTileFn = fn(&[f32], usize, &[f32], f32, &mut [f32]);
 /// `crate::attend_tile::accumulate_tile` (arguments checked by the
 /// wrapper).
 pub type AccumulateTileFn = fn(&[f32], &[(u32, u32)], &[f32], &[f32], &mut [f32]);
+/// `crate::attend_tile::f16_keys_to_block` (arguments checked by the
+/// wrapper).
+pub type F16KeysToBlockFn = fn(&[u8], usize, usize, usize, &mut [f32], usize);
+/// `crate::attend_tile::f16_rows_to_f32` (arguments checked by the
+/// wrapper).
+pub type F16RowsToF32Fn = fn(&[u8], usize, usize, usize, &mut [f32]);
 /// `crate::math::activate`.
 pub type ActivateFn = fn(Activation, &mut [f32]);
 /// `crate::math::silu_mul`.
@@ -90,6 +96,8 @@ pub struct KernelTable {
     pub weighted_sum_f16: Entry<WeightedSumFn>,
     pub scores_tile: Entry<ScoresTileFn>,
     pub accumulate_tile: Entry<AccumulateTileFn>,
+    pub f16_keys_to_block: Entry<F16KeysToBlockFn>,
+    pub f16_rows_to_f32: Entry<F16RowsToF32Fn>,
     pub activate: Entry<ActivateFn>,
     pub silu_mul: Entry<SiluMulFn>,
     pub layer_norm: Entry<LayerNormFn>,
@@ -116,6 +124,8 @@ pub enum Kernel {
     WeightedSumF16,
     ScoresTile,
     AccumulateTile,
+    F16KeysToBlock,
+    F16RowsToF32,
     Activate,
     SiluMul,
     LayerNorm,
@@ -133,7 +143,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 21] = [
+    pub const ALL: [Kernel; 23] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
         Kernel::GemmW8A16Panels,
@@ -141,6 +151,8 @@ impl Kernel {
         Kernel::WeightedSumF16,
         Kernel::ScoresTile,
         Kernel::AccumulateTile,
+        Kernel::F16KeysToBlock,
+        Kernel::F16RowsToF32,
         Kernel::Activate,
         Kernel::SiluMul,
         Kernel::LayerNorm,
@@ -169,6 +181,8 @@ impl KernelTable {
             Kernel::WeightedSumF16 => self.weighted_sum_f16.by,
             Kernel::ScoresTile => self.scores_tile.by,
             Kernel::AccumulateTile => self.accumulate_tile.by,
+            Kernel::F16KeysToBlock => self.f16_keys_to_block.by,
+            Kernel::F16RowsToF32 => self.f16_rows_to_f32.by,
             Kernel::Activate => self.activate.by,
             Kernel::SiluMul => self.silu_mul.by,
             Kernel::LayerNorm => self.layer_norm.by,
@@ -217,6 +231,14 @@ impl KernelTable {
             },
             accumulate_tile: Entry {
                 f: crate::attend_tile::reference::accumulate_tile,
+                by,
+            },
+            f16_keys_to_block: Entry {
+                f: crate::attend_tile::reference::f16_keys_to_block,
+                by,
+            },
+            f16_rows_to_f32: Entry {
+                f: crate::attend_tile::reference::f16_rows_to_f32,
                 by,
             },
             activate: Entry {

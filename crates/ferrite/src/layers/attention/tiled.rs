@@ -40,8 +40,9 @@
 use std::ops::Range;
 
 use ferrite_kernels::attend::F16Rows;
-use ferrite_kernels::attend_tile::{accumulate_tile, scores_tile, KEY_BLOCK};
-use ferrite_kernels::dispatch::f16_to_f32_row;
+use ferrite_kernels::attend_tile::{
+    accumulate_tile, f16_keys_to_block, f16_rows_to_f32, scores_tile, KEY_BLOCK,
+};
 use ferrite_kernels::math::{exp, exp_shifted_sum, max_value};
 
 use super::{AttnShape, Positions};
@@ -65,7 +66,7 @@ pub fn queries_per_tile(group: usize) -> usize {
 /// states per row.
 pub fn attention_scratch_len(head_dim: usize, group: usize) -> usize {
     let rows = queries_per_tile(group) * group.max(1);
-    2 * KEY_BLOCK * head_dim + head_dim + rows * (head_dim + KEY_BLOCK + 2 * (head_dim + 2))
+    2 * KEY_BLOCK * head_dim + rows * (head_dim + KEY_BLOCK + 2 * (head_dim + 2))
 }
 
 /// Online-softmax states of a tile's rows: the running maximum, sum and
@@ -92,8 +93,6 @@ struct Tile<'a> {
     kt: &'a mut [f32],
     /// A block's values, row after row.
     vb: &'a mut [f32],
-    /// One key row being converted.
-    row: &'a mut [f32],
     /// The tile's queries, row after row.
     q: &'a mut [f32],
     /// The tile's scores, [`KEY_BLOCK`] per row.
@@ -106,7 +105,6 @@ impl<'a> Tile<'a> {
     fn carve(buf: &'a mut [f32], rows: usize, hd: usize) -> Tile<'a> {
         let (kt, rest) = buf.split_at_mut(KEY_BLOCK * hd);
         let (vb, rest) = rest.split_at_mut(KEY_BLOCK * hd);
-        let (row, rest) = rest.split_at_mut(hd);
         let (q, rest) = rest.split_at_mut(rows * hd);
         let (s, rest) = rest.split_at_mut(rows * KEY_BLOCK);
         let (chunk, rest) = States::carve(rest, rows, hd);
@@ -114,7 +112,6 @@ impl<'a> Tile<'a> {
         Tile {
             kt,
             vb,
-            row,
             q,
             s,
             chunk,
@@ -413,27 +410,20 @@ fn load_block<'c>(
         }
         return;
     }
+    // Each run's rows converted (and the keys transposed) in one call.
     runs.clear();
     cache.key_runs(load.clone(), off, runs);
     let mut lane = lane0;
     for run in runs.iter() {
-        for j in 0..run.n {
-            f16_to_f32_row(&run.bytes[j * run.stride..], tile.row);
-            put_key(lane, tile.row);
-            lane += 1;
-        }
+        f16_keys_to_block(run.bytes, run.stride, run.n, hd, tile.kt, lane);
+        lane += run.n;
     }
     runs.clear();
     cache.value_runs(load.clone(), off, runs);
     let mut lane = lane0;
     for run in runs.iter() {
-        for j in 0..run.n {
-            f16_to_f32_row(
-                &run.bytes[j * run.stride..],
-                &mut tile.vb[lane * hd..(lane + 1) * hd],
-            );
-            lane += 1;
-        }
+        f16_rows_to_f32(run.bytes, run.stride, run.n, hd, &mut tile.vb[lane * hd..]);
+        lane += run.n;
     }
 }
 
