@@ -452,6 +452,71 @@ def mxfp4_only():
     hfdec.write_json(OUT / "goldens.json", goldens)
 
 
+def q8_margins():
+    """`--q8-margins`: for each token of the MXFP4 goldens' sequences, the
+    smallest distance of any q8_0 rounding of the q8 reference's expert
+    inputs from a tie (|x| / d half-way between two integers), in steps,
+    and its smallest top-k / next router logit gap: a token whose margin is
+    within float32 noise (|x| / d is up to 127.5,
+    where float32's spacing is 7.6e-6) may round either way in two correct
+    float32 programs."""
+    import json
+
+    import torch
+
+    torch.set_num_threads(2)
+    goldens = json.loads((OUT / "goldens.json").read_text())
+    rows = {}
+
+    def note(x, tokens):
+        b = x.reshape(x.shape[0], -1, 32)
+        d = b.abs().amax(dim=2, keepdim=True) / 127
+        y = (b.abs() * torch.where(d > 0, 1 / d, torch.zeros_like(d))).double()
+        m = (y - torch.floor(y) - 0.5).abs().reshape(x.shape[0], -1).amin(dim=1)
+        for t, v in zip(tokens.tolist(), m.tolist()):
+            rows[t] = min(rows.get(t, 1.0), v)
+        return moefix.q8_0(x)
+
+    model = load_mxfp4_reference(OUT / MXFP4_NAME)
+    for name, m in model.named_modules():
+        if not name.endswith("mlp.experts"):
+            continue
+
+        def forward(hidden_states, router_indices=None, routing_weights=None, self=m):
+            # q8_experts' loop, each rounding's margin noted.
+            next_states = torch.zeros_like(hidden_states)
+            for e in range(self.num_experts):
+                token_idx, top_k_pos = torch.where(router_indices == e)
+                if token_idx.numel() == 0:
+                    continue
+                x = note(hidden_states[token_idx], token_idx)
+                gate_up = x @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
+                h = note(self._apply_gate(gate_up), token_idx)
+                out = h @ self.down_proj[e] + self.down_proj_bias[e]
+                next_states.index_add_(0, token_idx, out * routing_weights[token_idx, top_k_pos, None])
+            return next_states
+
+        m.forward = forward
+    gaps = {}
+    k = model.config.num_experts_per_tok
+
+    def hook(module, args, out):
+        # Each token's gap between its k-th and (k+1)-th router logit.
+        logits = out[0].float().sort(dim=-1, descending=True).values
+        for t, g in enumerate((logits[:, k - 1] - logits[:, k]).tolist()):
+            gaps[t] = min(gaps.get(t, float("inf")), g)
+
+    for n, m in model.named_modules():
+        if n.endswith("mlp.router"):
+            m.register_forward_hook(hook)
+    for seq in goldens["models"][MXFP4_NAME]["q8_reference"]["logits"]["sequences"]:
+        rows.clear()
+        gaps.clear()
+        hfdec.logits_of(model, seq["ids"])
+        for t in sorted(rows):
+            print(f"{seq['name']} row {t}: {rows[t]:.2e} of a step from a tie, router gap {gaps[t]:.2e}")
+
+
 def main():
     import torch
     from tokenizers import AddedToken
@@ -525,5 +590,7 @@ def main():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--mxfp4"]:
         mxfp4_only()
+    elif sys.argv[1:] == ["--q8-margins"]:
+        q8_margins()
     else:
         main()
