@@ -452,14 +452,24 @@ def mxfp4_only():
     hfdec.write_json(OUT / "goldens.json", goldens)
 
 
-def q8_margins():
-    """`--q8-margins`: for each token of the MXFP4 goldens' sequences, the
-    smallest distance of any q8_0 rounding of the q8 reference's expert
-    inputs from a tie (|x| / d half-way between two integers), in steps,
-    and its smallest top-k / next router logit gap: a token whose margin is
-    within float32 noise (|x| / d is up to 127.5,
-    where float32's spacing is 7.6e-6) may round either way in two correct
-    float32 programs."""
+# A q8_0 rounding of the q8 reference whose input is this close to a tie
+# may round either way in two correct float32 programs: the int8 codes'
+# |x| / d (in steps; float32's spacing is 7.6e-6 at 64..128) and the f16
+# rounding of the block scale d = max|x| / 127 (in f16 steps; one float32
+# spacing of d is 1.2e-4 of one, and max|x| carries the float32 noise of
+# the sums before it).
+INT8_TIE_STEPS = 1e-5
+F16_TIE_STEPS = 1e-3
+
+
+def q8_margins(write):
+    """`--q8-margins [--write]`: for each token of the MXFP4 goldens' q8
+    reference sequences, the smallest distance of any q8_0 rounding of its
+    expert inputs from a tie (int8 codes and f16 block scales, in steps)
+    and its smallest top-k / next router logit gap; with --write, the rows
+    with a rounding within INT8_TIE_STEPS / F16_TIE_STEPS of a tie are
+    stored as each sequence's "tie_rows" in goldens.json (nothing else
+    changes)."""
     import json
 
     import torch
@@ -472,9 +482,14 @@ def q8_margins():
         b = x.reshape(x.shape[0], -1, 32)
         d = b.abs().amax(dim=2, keepdim=True) / 127
         y = (b.abs() * torch.where(d > 0, 1 / d, torch.zeros_like(d))).double()
-        m = (y - torch.floor(y) - 0.5).abs().reshape(x.shape[0], -1).amin(dim=1)
-        for t, v in zip(tokens.tolist(), m.tolist()):
-            rows[t] = min(rows.get(t, 1.0), v)
+        m8 = (y - torch.floor(y) - 0.5).abs().reshape(x.shape[0], -1).amin(dim=1)
+        h = d.half()
+        step = torch.from_numpy(np.spacing(h.abs().numpy())).double()
+        m16 = (0.5 - (d.double() - h.double()).abs() / torch.where(step > 0, step, 1)).abs()
+        m16 = m16.reshape(x.shape[0], -1).amin(dim=1)
+        for t, a, c in zip(tokens.tolist(), m8.tolist(), m16.tolist()):
+            old = rows.get(t, (1.0, 1.0))
+            rows[t] = (min(old[0], a), min(old[1], c))
         return moefix.q8_0(x)
 
     model = load_mxfp4_reference(OUT / MXFP4_NAME)
@@ -483,7 +498,7 @@ def q8_margins():
             continue
 
         def forward(hidden_states, router_indices=None, routing_weights=None, self=m):
-            # q8_experts' loop, each rounding's margin noted.
+            # q8_experts' loop, each rounding's margins noted.
             next_states = torch.zeros_like(hidden_states)
             for e in range(self.num_experts):
                 token_idx, top_k_pos = torch.where(router_indices == e)
@@ -514,7 +529,11 @@ def q8_margins():
         gaps.clear()
         hfdec.logits_of(model, seq["ids"])
         for t in sorted(rows):
-            print(f"{seq['name']} row {t}: {rows[t]:.2e} of a step from a tie, router gap {gaps[t]:.2e}")
+            print(f"{seq['name']} row {t}: int8 {rows[t][0]:.2e}, f16 scale {rows[t][1]:.2e} of a step "
+                  f"from a tie, router gap {gaps[t]:.2e}")
+        seq["tie_rows"] = [t for t in sorted(rows) if rows[t][0] < INT8_TIE_STEPS or rows[t][1] < F16_TIE_STEPS]
+    if write:
+        hfdec.write_json(OUT / "goldens.json", goldens)
 
 
 def main():
@@ -590,7 +609,7 @@ def main():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--mxfp4"]:
         mxfp4_only()
-    elif sys.argv[1:] == ["--q8-margins"]:
-        q8_margins()
+    elif sys.argv[1:2] == ["--q8-margins"]:
+        q8_margins(sys.argv[2:] == ["--write"])
     else:
         main()
