@@ -17,7 +17,9 @@ softmax, each result stored as float32; ferrite's logits are compared with
 it on every row (tests/hf_decoders.rs).
 
 Writes testdata/hf-decoders/emulated-<name>.q8_0.f32 and
-q8-emulation.json. Needs numpy and gguf-py (llama.cpp's, under
+q8-emulation.json, whose "tie_rows" are each sequence's rows with a
+rounding within TIE_STEPS of a tie (`--margins [NAME...]` prints every
+row's smallest margin and where it is). Needs numpy and gguf-py (llama.cpp's, under
 $FERRITE_LLAMACPP, scripts/env.sh).
 """
 import json
@@ -38,6 +40,31 @@ F32 = np.float32
 MODELS = ["tiny-qwen3", "tiny-gemma2", "tiny-phi3"]
 
 
+# A rounding whose input is closer than this to a tie, in steps of the
+# rounding, may round either way in two correct float32 programs: an int8
+# input |x| / d is up to 127.5, where float32's spacing is 7.6e-6, and x
+# itself carries the float32 noise of the sums before it. Rows with such a
+# rounding are listed as "tie_rows" in q8-emulation.json.
+TIE_STEPS = 1e-5
+
+# --margins: per token row, the smallest distance of any rounding's input
+# from a tie (half-way between two results), in units of the rounding's
+# step, and where it was: {row: (margin, site)}.
+MARGINS = None
+SITE = ""
+
+
+def note_margins(m, kind):
+    """Records the row minima of `m` (rows x values: distances from a tie
+    in steps) for --margins."""
+    if MARGINS is None:
+        return
+    m = m.reshape(m.shape[0], -1)
+    for row, v in enumerate(m.min(axis=1)):
+        if row not in MARGINS or v < MARGINS[row][0]:
+            MARGINS[row] = (float(v), f"{SITE} {kind}")
+
+
 def q8_0(x):
     """x rounded as ggml's quantize_row_q8_0 rounds a matrix input: blocks
     of 32, d = amax / 127 in f32, q = round-half-away(x * (1/d)), value
@@ -45,12 +72,18 @@ def q8_0(x):
     b = x.reshape(-1, 32).astype(F32)
     d = (np.abs(b).max(axis=1, keepdims=True) / F32(127)).astype(F32)
     inv = np.where(d > 0, F32(1) / np.where(d > 0, d, 1), 0).astype(F32)
-    q = np.sign(b) * np.floor((np.abs(b) * inv).astype(F32) + F32(0.5))
+    y = (np.abs(b) * inv).astype(F32)
+    note_margins(np.abs(y - np.floor(y) - 0.5).reshape(x.shape[0], -1), "int8")
+    q = np.sign(b) * np.floor(y + F32(0.5))
     return (q * d.astype(np.float16).astype(F32)).reshape(x.shape).astype(F32)
 
 
 def f16(x):
-    return x.astype(np.float16).astype(F32)
+    h = x.astype(np.float16)
+    step = np.spacing(np.abs(h)).astype(np.float64)
+    err = np.abs(x.astype(np.float64) - h.astype(np.float64))
+    note_margins(np.abs(0.5 - err / np.where(step > 0, step, 1)).reshape(x.shape[0], -1), "f16")
+    return h.astype(F32)
 
 
 def rms_norm(x, w, eps):
@@ -118,8 +151,10 @@ class Model:
         x = w["token_embd.weight"][ids]
         if fam == "gemma2":
             x = x * F32(np.sqrt(self.hidden))
+        global SITE
         for l in range(self.cfg["num_hidden_layers"]):
             p = f"blk.{l}."
+            SITE = f"layer {l}"
             h = rms_norm(x, w[p + "attn_norm.weight"], self.eps)
             if fam == "phi3":
                 qkv = linear(h, w[p + "attn_qkv.weight"])
@@ -159,7 +194,27 @@ class Model:
         return out
 
 
+def margins(name):
+    """Prints, for each token row of `name`'s sequences, the smallest
+    distance of any int8 or f16 rounding's input from a tie (in steps) and
+    where: a row whose margin is within float32 noise (~1e-5 of a step at
+    most) may round either way in two correct float32 programs."""
+    global MARGINS
+    goldens = json.loads((DIR / "goldens.json").read_text(encoding="utf-8"))
+    model = Model(name)
+    for seq in goldens["models"][name]["q8_0_reference"]["logits"]["sequences"]:
+        MARGINS = {}
+        model.logits(np.array(seq["ids"]), seq.get("n_ctx", 128))
+        for row in sorted(MARGINS):
+            m, site = MARGINS[row]
+            print(f"{name} {seq['name']} row {row}: {m:.2e} of a step from a tie ({site})")
+
+
 def main():
+    if sys.argv[1:2] == ["--margins"]:
+        for name in sys.argv[2:] or MODELS:
+            margins(name)
+        return
     goldens = json.loads((DIR / "goldens.json").read_text(encoding="utf-8"))
     summary = {}
     for name in MODELS:
@@ -169,7 +224,11 @@ def main():
         chunks, seqs, offset = [], [], 0
         for seq in entry["sequences"]:
             ids = np.array(seq["ids"])
+            global MARGINS
+            MARGINS = {}
             logits = model.logits(ids, seq.get("n_ctx", 128))
+            ties = sorted(r for r, (m, _) in MARGINS.items() if m < TIE_STEPS)
+            MARGINS = None
             theirs = hf[seq["offset"]:seq["offset"] + logits.size].reshape(logits.shape)
             rows = np.abs(logits - theirs).max(-1)
             apart = np.nonzero(rows > 1e-4)[0]
@@ -177,12 +236,12 @@ def main():
                   f"{int(apart[0]) if apart.size else None}", file=sys.stderr)
             chunks.append(logits.astype("<f4").tobytes())
             seqs.append({"name": seq["name"], "ids": seq["ids"], "offset": offset, **(
-                {"n_ctx": seq["n_ctx"]} if "n_ctx" in seq else {})})
+                {"n_ctx": seq["n_ctx"]} if "n_ctx" in seq else {}), "tie_rows": ties})
             offset += logits.size
         file = f"emulated-{name}.q8_0.f32"
         (DIR / file).write_bytes(b"".join(chunks))
         summary[name] = {"file": file, "dtype": "f32", "byte_order": "little",
-                         "n_vocab": entry["n_vocab"], "sequences": seqs}
+                         "n_vocab": entry["n_vocab"], "tie_steps": TIE_STEPS, "sequences": seqs}
     (DIR / "q8-emulation.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
 
 

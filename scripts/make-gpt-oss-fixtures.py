@@ -452,6 +452,90 @@ def mxfp4_only():
     hfdec.write_json(OUT / "goldens.json", goldens)
 
 
+# A q8_0 rounding of the q8 reference whose input is this close to a tie
+# may round either way in two correct float32 programs: the int8 codes'
+# |x| / d (in steps; float32's spacing is 7.6e-6 at 64..128) and the f16
+# rounding of the block scale d = max|x| / 127 (in f16 steps; one float32
+# spacing of d is 1.2e-4 of one, and max|x| carries the float32 noise of
+# the sums before it).
+INT8_TIE_STEPS = 1e-5
+F16_TIE_STEPS = 1e-3
+
+
+def q8_margins(write):
+    """`--q8-margins [--write]`: for each token of the MXFP4 goldens' q8
+    reference sequences, the smallest distance of any q8_0 rounding of its
+    expert inputs from a tie (int8 codes and f16 block scales, in steps)
+    and its smallest top-k / next router logit gap; with --write, the rows
+    with a rounding within INT8_TIE_STEPS / F16_TIE_STEPS of a tie are
+    stored as each sequence's "tie_rows" in goldens.json (nothing else
+    changes)."""
+    import json
+
+    import torch
+
+    torch.set_num_threads(2)
+    goldens = json.loads((OUT / "goldens.json").read_text())
+    rows = {}
+
+    def note(x, tokens):
+        b = x.reshape(x.shape[0], -1, 32)
+        d = b.abs().amax(dim=2, keepdim=True) / 127
+        y = (b.abs() * torch.where(d > 0, 1 / d, torch.zeros_like(d))).double()
+        m8 = (y - torch.floor(y) - 0.5).abs().reshape(x.shape[0], -1).amin(dim=1)
+        h = d.half()
+        step = torch.from_numpy(np.spacing(h.abs().numpy())).double()
+        m16 = (0.5 - (d.double() - h.double()).abs() / torch.where(step > 0, step, 1)).abs()
+        m16 = m16.reshape(x.shape[0], -1).amin(dim=1)
+        for t, a, c in zip(tokens.tolist(), m8.tolist(), m16.tolist()):
+            old = rows.get(t, (1.0, 1.0))
+            rows[t] = (min(old[0], a), min(old[1], c))
+        return moefix.q8_0(x)
+
+    model = load_mxfp4_reference(OUT / MXFP4_NAME)
+    for name, m in model.named_modules():
+        if not name.endswith("mlp.experts"):
+            continue
+
+        def forward(hidden_states, router_indices=None, routing_weights=None, self=m):
+            # q8_experts' loop, each rounding's margins noted.
+            next_states = torch.zeros_like(hidden_states)
+            for e in range(self.num_experts):
+                token_idx, top_k_pos = torch.where(router_indices == e)
+                if token_idx.numel() == 0:
+                    continue
+                x = note(hidden_states[token_idx], token_idx)
+                gate_up = x @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
+                h = note(self._apply_gate(gate_up), token_idx)
+                out = h @ self.down_proj[e] + self.down_proj_bias[e]
+                next_states.index_add_(0, token_idx, out * routing_weights[token_idx, top_k_pos, None])
+            return next_states
+
+        m.forward = forward
+    gaps = {}
+    k = model.config.num_experts_per_tok
+
+    def hook(module, args, out):
+        # Each token's gap between its k-th and (k+1)-th router logit.
+        logits = out[0].float().sort(dim=-1, descending=True).values
+        for t, g in enumerate((logits[:, k - 1] - logits[:, k]).tolist()):
+            gaps[t] = min(gaps.get(t, float("inf")), g)
+
+    for n, m in model.named_modules():
+        if n.endswith("mlp.router"):
+            m.register_forward_hook(hook)
+    for seq in goldens["models"][MXFP4_NAME]["q8_reference"]["logits"]["sequences"]:
+        rows.clear()
+        gaps.clear()
+        hfdec.logits_of(model, seq["ids"])
+        for t in sorted(rows):
+            print(f"{seq['name']} row {t}: int8 {rows[t][0]:.2e}, f16 scale {rows[t][1]:.2e} of a step "
+                  f"from a tie, router gap {gaps[t]:.2e}")
+        seq["tie_rows"] = [t for t in sorted(rows) if rows[t][0] < INT8_TIE_STEPS or rows[t][1] < F16_TIE_STEPS]
+    if write:
+        hfdec.write_json(OUT / "goldens.json", goldens)
+
+
 def main():
     import torch
     from tokenizers import AddedToken
@@ -525,5 +609,7 @@ def main():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--mxfp4"]:
         mxfp4_only()
+    elif sys.argv[1:2] == ["--q8-margins"]:
+        q8_margins(sys.argv[2:] == ["--write"])
     else:
         main()

@@ -119,3 +119,37 @@ fn bench_errors_are_one_line_and_nonzero() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"));
     }
 }
+
+/// `-d DEPTH` (llama-bench's): pp and tg measured after DEPTH tokens
+/// already in the cache; the table names the tests as llama-bench does
+/// (`pp8 @ d40`), the JSON reports the depth, and a depth that does not
+/// fit the model's context is a usage error.
+#[test]
+fn bench_at_depth_reports_the_depth() {
+    let out = ferrite(&[
+        "bench", "smollm2", "-p", "8", "-n", "2", "-d", "40", "-r", "1", "-t", "2", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Json = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(j["n_depth"], 40, "{j}");
+    for key in ["pp_tok_s", "tg_tok_s"] {
+        let rate = j[key].as_f64().unwrap_or_else(|| panic!("{key}: {j}"));
+        assert!(rate.is_finite() && rate > 0.0, "{key}: {j}");
+    }
+    let out = ferrite(&[
+        "bench", "smollm2", "-p", "8", "-n", "2", "-d", "40", "-r", "1", "-t", "2",
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(table.contains("| pp8 @ d40 |"), "{table}");
+    assert!(table.contains("| tg2 @ d40 |"), "{table}");
+    let out = ferrite(&["bench", "smollm2", "-p", "8", "-n", "0", "-d", "100000000"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("depth of 100000000"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

@@ -326,6 +326,16 @@ const CASES: &[Case] = &[
         check: json_object,
     },
     Case {
+        line: "ferrite bench smollm2 -p 64 -n 16 -d 512 -r 1",
+        subs: &[],
+        check: |out| {
+            assert!(
+                out.contains("pp64 @ d512") && out.contains("tg16 @ d512"),
+                "{out}"
+            )
+        },
+    },
+    Case {
         line: "ferrite bench minilm --texts testdata/embed/bench-sentences.txt -t 1",
         subs: &[],
         check: |out| assert!(out.contains("sentences/s"), "{out}"),

@@ -133,10 +133,11 @@ fn hashes() -> Vec<(&'static str, u64)> {
 }
 
 /// The hashes on x86_64 (Zen 4: the scalar, AVX2 and AVX-512 sets all
-/// give them).
+/// give them). The GPT-2 ones re-pinned once by issue 46 (tiled attention's
+/// new summation order; the other checks do not run decoder attention).
 const X86: [(&str, u64); 6] = [
-    ("gpt2 f32", 0xf865_2c86_f4ac_4e4c),
-    ("gpt2 f16", 0x2d82_5e83_3add_1908),
+    ("gpt2 f32", 0x82cf_1b54_e159_12c0),
+    ("gpt2 f16", 0x345a_23a1_def3_c884),
     ("gpt2 q8_0", 0x7960_c0f8_a915_18ff),
     ("bert-tiny", 0x5784_9799_2c76_6043),
     ("marian f32", 0x043e_dc46_97e2_11ed),

@@ -222,6 +222,8 @@ fn absurd_hyper_parameters_are_errors() {
                 "dimension_count",
             ),
             ("rope.scaling.type", Value::String("yarn".into()), "scaling"),
+            // Past what tiled attention's score kernel takes (issue 46).
+            ("attention.key_length", Value::U32(2048), "key_length"),
         ] {
             // GPT-2 has no RoPE: its keys are ignored there.
             if arch == "gpt2" && key.starts_with("rope.") {

@@ -12,9 +12,10 @@ mod common;
 
 use common::batching::assert_batch_independent;
 use common::decoder_goldens::{
-    check_greedy_cases, damaged_copy, greedy_agreement, load_edited_gguf, max_logit_error_in,
+    check_greedy_cases, damaged_copy, f32_file, greedy_agreement, load_edited_gguf,
+    max_logit_error_in, top_gap,
 };
-use common::ids;
+use common::{argmax, ids};
 
 use std::path::PathBuf;
 
@@ -234,7 +235,7 @@ fn attention_sinks_match_transformers() {
                 sinks: with_sinks.then_some(&sinks[..]),
             };
             let pool = Threads::new(threads);
-            let mut scratch = vec![0f32; threads * attention_scratch_len(n, n_heads / n_kv)];
+            let mut scratch = vec![0f32; threads * attention_scratch_len(hd, n_heads / n_kv)];
             let mut out = vec![0f32; n * n_heads * hd];
             let at = Positions { start: 0, n };
             attention(&q, &cache, at, &shape, &mut scratch, &mut out, &pool);
@@ -492,6 +493,20 @@ fn mxfp4_error(model: &dyn CausalLm, logits: &Json) -> f32 {
 /// transformers measures (`max_distance_from_f32`, 4.1 on these tiny
 /// random logits of std ~6: router near-ties flip): asserted within that
 /// plus `3 noise`; its greedy runs (a top-1/top-2 gap of 0.001) reported.
+///
+/// Rows where one of the q8 reference's own q8_0 roundings is within
+/// float32 noise of a tie (`tie_rows`, from `make-gpt-oss-fixtures.py
+/// --q8-margins --write`: an int8 code within 1e-5 of a step, or a block
+/// scale's f16 rounding within 1e-3 of an f16 step, 8 float32 spacings)
+/// are printed, not bounded: two correct float32 programs may round them
+/// apart. Tiled attention's summation order (issue 46) does so on len40
+/// row 33 only: layer 3's expert input there has a block whose scale
+/// `max|x| / 127` is exactly half-way between two f16 values in the
+/// reference (0.02001190185546875, rounded to even, up) and one float32
+/// spacing lower in ferrite (rounded down), a 7.6e-4 change of that
+/// block's scale: 1.6e-2 in the layer's output and 1.2e-2 in the row's
+/// logits. Ferrite's own layer-3 input run through transformers' layer
+/// gives ferrite's output within 3.8e-6 on every row.
 #[test]
 fn mxfp4_directory_matches_hf() {
     let m = mxfp4_entry();
@@ -505,7 +520,7 @@ fn mxfp4_directory_matches_hf() {
     let noise = m["f32_noise"].as_f64().unwrap() as f32;
     assert!(noise > 0.0 && noise < 1e-3, "{noise}");
     let q8 = &m["q8_reference"];
-    let err = max_logit_error_in(model.as_ref(), &q8["logits"], &dir(), 6.0 * noise);
+    let err = q8_error_off_ties(model.as_ref(), &q8["logits"], 6.0 * noise);
     let d = q8["max_distance_from_f32"].as_f64().unwrap() as f32;
     let far = mxfp4_error(model.as_ref(), &m["logits"]);
     eprintln!(
@@ -524,6 +539,42 @@ fn mxfp4_directory_matches_hf() {
         cases.len(),
         m["min_greedy_gap"].as_f64().unwrap()
     );
+}
+
+/// The largest |logit - reference| of `entry`'s sequences off their
+/// `tie_rows` (printed instead); the top-1 must be the reference's on
+/// every other row whose top-1/top-2 gap exceeds `tie`.
+fn q8_error_off_ties(model: &dyn CausalLm, entry: &Json, tie: f32) -> f32 {
+    let hf = f32_file(&dir().join(entry["file"].as_str().unwrap()));
+    let n_vocab = model.n_vocab();
+    let mut worst = 0f32;
+    for seq in entry["sequences"].as_array().unwrap() {
+        let ours = common::all_logits(model, &ids(&seq["ids"]));
+        let off = seq["offset"].as_u64().unwrap() as usize;
+        let theirs = &hf[off..off + ours.len()];
+        let ties = ids(&seq["tie_rows"]);
+        let rows = ours.chunks_exact(n_vocab).zip(theirs.chunks_exact(n_vocab));
+        for (row, (a, b)) in rows.enumerate() {
+            let err = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            if ties.contains(&(row as u32)) {
+                eprintln!(
+                    "{}: row {row} (a tie) {err:.2e} from the reference",
+                    seq["name"]
+                );
+                continue;
+            }
+            if top_gap(b) > tie {
+                let name = &seq["name"];
+                assert_eq!(argmax(a), argmax(b), "{name}: top-1 at row {row}");
+            }
+            worst = worst.max(err);
+        }
+    }
+    worst
 }
 
 /// `ferrite convert` of the MXFP4 directory (the converter's bytes: see

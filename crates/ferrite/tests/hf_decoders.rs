@@ -904,8 +904,16 @@ fn converted_gguf_files_match_hf() {
 /// here. For those three the rows are checked against an independent numpy
 /// implementation of the same roundings with float64 products
 /// (`scripts/emulate-q8-decoders.py`), which leaves the HF reference at the
-/// same rows; ferrite is within the f32 bound of it on every row (measured
-/// 9.5e-7). What the HF reference says of them is printed.
+/// same rows; ferrite is within the f32 bound of it (measured 9.5e-7) on
+/// every row but the emulation's `tie_rows`: rows where one of its own
+/// roundings is within 1e-5 of a step of a tie (under one float32 spacing
+/// of an int8 input near 127; `emulate-q8-decoders.py --margins` prints
+/// every row's margin), printed, not bounded. Tiled attention's summation
+/// order (issue 46) rounds apart there on tiny-phi3's 72-token sequence,
+/// row 14 only: its layer-1 int8 input is 1.9e-6 of a step from a tie in
+/// the float64 emulation, and ferrite's logits there are 3.6e-2 off; a
+/// flipped key or value would move every later row, which stays bounded.
+/// What the HF reference says of them is printed.
 #[test]
 fn q8_0_gguf_files_match_their_dequantized_reference() {
     let g = golden();
@@ -920,8 +928,23 @@ fn q8_0_gguf_files_match_their_dequantized_reference() {
         let path = dir().join(files["q8_0"].as_str().unwrap());
         let (_file, model) = open_causal_lm(&path).unwrap();
         if let Some(emulated) = emulation.get(name) {
-            let err = max_logit_error_within(model.as_ref(), emulated, &dir(), 2.0 * F32_MAX);
-            eprintln!("{name} q8_0: max |logit - numpy emulation| = {err:.2e}");
+            // Every row within the f32 bound of the emulation, except the
+            // rows it lists with a rounding within float32 noise of a tie.
+            let rows = row_errors(model.as_ref(), emulated, &dir(), 2.0 * F32_MAX);
+            let mut err = 0f32;
+            for ((seq, errs), want) in rows.iter().zip(emulated["sequences"].as_array().unwrap()) {
+                let ties = ids(&want["tie_rows"]);
+                for (row, &e) in errs.iter().enumerate() {
+                    if ties.contains(&(row as u32)) {
+                        eprintln!(
+                            "{name} q8_0 {seq}: row {row} (a tie) {e:.2e} from the emulation"
+                        );
+                    } else {
+                        err = err.max(e);
+                    }
+                }
+            }
+            eprintln!("{name} q8_0: max |logit - numpy emulation| = {err:.2e} off the tie rows");
             assert!(err <= F32_MAX, "{name} q8_0 against the emulation: {err}");
             emulated_checked += 1;
             let hf =

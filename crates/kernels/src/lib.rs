@@ -9,6 +9,7 @@
 mod aarch64;
 pub mod attend;
 pub mod attend_f32;
+pub mod attend_tile;
 pub mod columns;
 pub mod disjoint;
 pub mod dispatch;

@@ -9,7 +9,7 @@
 //! falling back. Nothing outside the tables asks which set is active.
 //!
 //! Every entry gives the scalar reference's bits (see the modules of the
-//! public wrappers: `crate::math`, `crate::attend`, `crate::attend_f32`,
+//! public wrappers: `crate::math`, `crate::attend`, `crate::attend_tile`, `crate::attend_f32`,
 //! `crate::columns`, `crate::gemm`,
 //! `crate::gemm_f16`, `crate::gemm_w8a16`, `crate::quant::q8_0`, `crate::dispatch::f16_to_f32_row`,
 //! `crate::quant::quantize`).
@@ -44,6 +44,17 @@ pub type GemmW8A16PanelsFn = unsafe fn(Acts, &PackedW8, Range<usize>, OutPtr);
 pub type ScoresFn = fn(&[f32], usize, &[F16Rows], usize, f32, &mut [f32]);
 /// `crate::attend::weighted_sum_f16`.
 pub type WeightedSumFn = fn(&[f32], usize, &[F16Rows], &mut [f32]);
+/// `crate::attend_tile::scores_tile` (arguments checked by the wrapper).
+pub type ScoresTileFn = fn(&[f32], usize, &[f32], f32, &mut [f32]);
+/// `crate::attend_tile::accumulate_tile` (arguments checked by the
+/// wrapper).
+pub type AccumulateTileFn = fn(&[f32], &[(u32, u32)], &[f32], &[f32], &mut [f32]);
+/// `crate::attend_tile::f16_keys_to_block` (arguments checked by the
+/// wrapper).
+pub type F16KeysToBlockFn = fn(&[u8], usize, usize, usize, &mut [f32], usize);
+/// `crate::attend_tile::f16_rows_to_f32` (arguments checked by the
+/// wrapper).
+pub type F16RowsToF32Fn = fn(&[u8], usize, usize, usize, &mut [f32]);
 /// `crate::math::activate`.
 pub type ActivateFn = fn(Activation, &mut [f32]);
 /// `crate::math::silu_mul`.
@@ -83,6 +94,10 @@ pub struct KernelTable {
     pub gemm_w8a16_panels: Entry<GemmW8A16PanelsFn>,
     pub scores_f16: Entry<ScoresFn>,
     pub weighted_sum_f16: Entry<WeightedSumFn>,
+    pub scores_tile: Entry<ScoresTileFn>,
+    pub accumulate_tile: Entry<AccumulateTileFn>,
+    pub f16_keys_to_block: Entry<F16KeysToBlockFn>,
+    pub f16_rows_to_f32: Entry<F16RowsToF32Fn>,
     pub activate: Entry<ActivateFn>,
     pub silu_mul: Entry<SiluMulFn>,
     pub layer_norm: Entry<LayerNormFn>,
@@ -107,6 +122,10 @@ pub enum Kernel {
     GemmW8A16Panels,
     ScoresF16,
     WeightedSumF16,
+    ScoresTile,
+    AccumulateTile,
+    F16KeysToBlock,
+    F16RowsToF32,
     Activate,
     SiluMul,
     LayerNorm,
@@ -124,12 +143,16 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 19] = [
+    pub const ALL: [Kernel; 23] = [
         Kernel::GemmPanels,
         Kernel::GemmF16Panels,
         Kernel::GemmW8A16Panels,
         Kernel::ScoresF16,
         Kernel::WeightedSumF16,
+        Kernel::ScoresTile,
+        Kernel::AccumulateTile,
+        Kernel::F16KeysToBlock,
+        Kernel::F16RowsToF32,
         Kernel::Activate,
         Kernel::SiluMul,
         Kernel::LayerNorm,
@@ -156,6 +179,10 @@ impl KernelTable {
             Kernel::GemmW8A16Panels => self.gemm_w8a16_panels.by,
             Kernel::ScoresF16 => self.scores_f16.by,
             Kernel::WeightedSumF16 => self.weighted_sum_f16.by,
+            Kernel::ScoresTile => self.scores_tile.by,
+            Kernel::AccumulateTile => self.accumulate_tile.by,
+            Kernel::F16KeysToBlock => self.f16_keys_to_block.by,
+            Kernel::F16RowsToF32 => self.f16_rows_to_f32.by,
             Kernel::Activate => self.activate.by,
             Kernel::SiluMul => self.silu_mul.by,
             Kernel::LayerNorm => self.layer_norm.by,
@@ -196,6 +223,22 @@ impl KernelTable {
             },
             weighted_sum_f16: Entry {
                 f: crate::attend::reference::weighted_sum_f16,
+                by,
+            },
+            scores_tile: Entry {
+                f: crate::attend_tile::reference::scores_tile,
+                by,
+            },
+            accumulate_tile: Entry {
+                f: crate::attend_tile::reference::accumulate_tile,
+                by,
+            },
+            f16_keys_to_block: Entry {
+                f: crate::attend_tile::reference::f16_keys_to_block,
+                by,
+            },
+            f16_rows_to_f32: Entry {
+                f: crate::attend_tile::reference::f16_rows_to_f32,
                 by,
             },
             activate: Entry {

@@ -8,14 +8,18 @@
 //!   pseudo-random ids: the rate of decoding does not depend on the ids);
 //! - one warm-up run first (the whole prompt for pp, one token for tg), then
 //!   REPS timed runs, each from an empty cache; t/s is the mean ± sample
-//!   standard deviation of the per-run rates.
+//!   standard deviation of the per-run rates;
+//! - `-d DEPTH` (llama-bench's `-d`): both tests start from a cache that
+//!   already holds DEPTH tokens (BOS, then pseudo-random ids), filled once
+//!   and not timed; each run starts from a fork of it (the blocks shared,
+//!   copy-on-write), so every run sees the same DEPTH positions.
 
 use crate::error::{CliError, CliResult};
 use std::io::{self, Write};
 use std::time::Instant;
 
 use ferrite::serving::CausalLm;
-use ferrite::serving::{DecoderState, Logits};
+use ferrite::serving::{DecoderState, KvCache, Logits};
 use ferrite_kernels::dispatch::kernel_set_name;
 
 use super::common::load;
@@ -33,6 +37,10 @@ pub struct Args {
     /// Threads, 1 to 512 (default: one per core).
     #[arg(short = 't', long, value_parser = super::input::parse_threads, allow_negative_numbers = true)]
     threads: Option<usize>,
+    /// Tokens already in the cache when each test starts (llama-bench's
+    /// `-d`): pp and tg measured at this depth.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    depth: usize,
     /// Timed repetitions of each test, after one warm-up run.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -118,30 +126,33 @@ impl TokenSource {
         (self.state % self.n_vocab) as u32
     }
 
-    /// `n` tokens that start a sequence.
-    fn sequence(&mut self, n: usize) -> Vec<u32> {
+    /// `n` tokens that start a sequence (`fresh`: BOS first) or go on
+    /// one.
+    fn sequence(&mut self, n: usize, fresh: bool) -> Vec<u32> {
         let mut tokens: Vec<u32> = (0..n).map(|_| self.next()).collect();
-        if let (Some(bos), Some(first)) = (self.bos, tokens.first_mut()) {
+        if let (Some(bos), Some(first), true) = (self.bos, tokens.first_mut(), fresh) {
             *first = bos;
         }
         tokens
     }
 }
 
-/// Runs one test: a warm-up, then `reps` timed runs of `run` from an empty
-/// cache; returns the rate of each run for `n_tokens` tokens.
+/// Runs one test: a warm-up, then `reps` timed runs of `run`, each from a
+/// fork of `base` (the cache at the test's depth); returns the rate of
+/// each run for `n_tokens` tokens.
 fn measure(
     state: &mut DecoderState,
+    base: &KvCache,
     reps: usize,
     n_tokens: usize,
     mut run: impl FnMut(&mut DecoderState, bool) -> CliResult,
 ) -> CliResult<Rate> {
-    state.cache.truncate(0);
+    state.cache = base.fork();
     run(state, true)?;
     let mut rates = Vec::with_capacity(reps);
     let mut cpu = Some(0.0);
     for _ in 0..reps {
-        state.cache.truncate(0);
+        state.cache = base.fork();
         let cpu0 = process_cpu_secs();
         let start = Instant::now();
         run(state, false)?;
@@ -158,12 +169,13 @@ fn measure(
 fn bench_pp(
     model: &dyn CausalLm,
     state: &mut DecoderState,
+    base: &KvCache,
     src: &mut TokenSource,
     a: &Args,
 ) -> CliResult<Rate> {
     let mut logits = Vec::new();
-    measure(state, a.reps, a.n_prompt, |state, _warm_up| {
-        let tokens = src.sequence(a.n_prompt);
+    measure(state, base, a.reps, a.n_prompt, |state, _warm_up| {
+        let tokens = src.sequence(a.n_prompt, base.is_empty());
         model
             .forward(&tokens, state, Logits::Last, &mut logits)
             .map_err(CliError::from)
@@ -173,13 +185,14 @@ fn bench_pp(
 fn bench_tg(
     model: &dyn CausalLm,
     state: &mut DecoderState,
+    base: &KvCache,
     src: &mut TokenSource,
     a: &Args,
 ) -> CliResult<Rate> {
     let mut logits = Vec::new();
-    measure(state, a.reps, a.n_gen, |state, warm_up| {
+    measure(state, base, a.reps, a.n_gen, |state, warm_up| {
         let n = if warm_up { 1 } else { a.n_gen };
-        for token in src.sequence(n) {
+        for token in src.sequence(n, base.is_empty()) {
             model.forward(&[token], state, Logits::Last, &mut logits)?;
         }
         Ok(())
@@ -265,13 +278,18 @@ pub fn run(args: Args) -> CliResult {
     let model = loaded.model();
     let threads = super::input::threads(args.threads)?;
     let n_threads = threads.count();
-    let n_ctx = args.n_prompt.max(args.n_gen).max(1);
-    if n_ctx > model.n_ctx_train() {
-        return Err(CliError::usage(format!(
-            "{n_ctx} tokens exceed the model's context of {}",
-            model.n_ctx_train()
-        )));
-    }
+    let n_ctx = args
+        .depth
+        .checked_add(args.n_prompt.max(args.n_gen).max(1))
+        .filter(|&n| n <= model.n_ctx_train())
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "a depth of {} plus {} tokens exceeds the model's context of {}",
+                args.depth,
+                args.n_prompt.max(args.n_gen),
+                model.n_ctx_train()
+            ))
+        })?;
     let mut state = model.new_state(n_ctx, threads)?;
     let mut src = TokenSource {
         bos: loaded
@@ -281,13 +299,19 @@ pub fn run(args: Args) -> CliResult {
         n_vocab: model.n_vocab().max(1) as u64,
         state: 0x5EED_1234_ABCD_0001,
     };
+    // The cache at the tests' depth, filled once (not timed).
+    if args.depth > 0 {
+        let tokens = src.sequence(args.depth, true);
+        model.forward(&tokens, &mut state, Logits::Last, &mut Vec::new())?;
+    }
+    let base = state.cache.fork();
     let pp = match args.n_prompt {
         0 => None,
-        _ => Some(bench_pp(model, &mut state, &mut src, &args)?),
+        _ => Some(bench_pp(model, &mut state, &base, &mut src, &args)?),
     };
     let tg = match args.n_gen {
         0 => None,
-        _ => Some(bench_tg(model, &mut state, &mut src, &args)?),
+        _ => Some(bench_tg(model, &mut state, &base, &mut src, &args)?),
     };
     let rss = peak_rss_bytes();
 
@@ -326,6 +350,7 @@ pub fn run(args: Args) -> CliResult {
             "threads": n_threads,
             "n_prompt": args.n_prompt,
             "n_gen": args.n_gen,
+            "n_depth": args.depth,
             "reps": args.reps,
             "pp_tok_s": mean(&pp),
             "pp_tok_s_sd": sd(&pp),
@@ -344,10 +369,15 @@ pub fn run(args: Args) -> CliResult {
              | --- | ---: | ---: | --- | ---: | ---: | ---: |\n",
         );
         let tests = [("pp", args.n_prompt, &pp), ("tg", args.n_gen, &tg)];
+        // llama-bench's name of a test at depth: `pp512 @ d4096`.
+        let at = match args.depth {
+            0 => String::new(),
+            d => format!(" @ d{d}"),
+        };
         for (test, n, rate) in tests {
             if let Some(r) = rate {
                 s += &format!(
-                    "| {name} | {} | {:.2} M | {kernels} | {n_threads} | {test}{n} | {:.2} ± {:.2} |\n",
+                    "| {name} | {} | {:.2} M | {kernels} | {n_threads} | {test}{n}{at} | {:.2} ± {:.2} |\n",
                     mib(size),
                     n_params as f64 / 1e6,
                     r.mean,

@@ -56,7 +56,7 @@ pub struct Workspace {
     pub(crate) proj: Vec<f32>,         // (chunk, dim) block output before the residual add
     pub(crate) gate: Vec<f32>,         // (chunk, ffn_dim)
     pub(crate) up: Vec<f32>,           // (chunk, ffn_dim)
-    pub(crate) attn_scratch: Vec<f32>, // (threads, n_ctx + head_dim)
+    pub(crate) attn_scratch: Vec<f32>, // (threads, attention_scratch_len)
     pub(crate) acts: QuantizedActs,
     pub(crate) rope: RopeTable,
     pub(crate) pos: Vec<usize>, // (chunk) position of each row in its sequence
@@ -100,8 +100,9 @@ impl RopeTable {
 }
 
 impl Workspace {
-    /// Buffers for a model of dimensions `d`, a context of `n_ctx` and `threads` threads.
-    pub fn new(d: DecoderDims, n_ctx: usize, threads: usize) -> Workspace {
+    /// Buffers for a model of dimensions `d` and `threads` threads (none
+    /// grows with the context).
+    pub fn new(d: DecoderDims, threads: usize) -> Workspace {
         let c = MAX_CHUNK;
         Workspace {
             x: vec![0.0; c * d.dim],
@@ -117,7 +118,7 @@ impl Workspace {
             attn_scratch: vec![
                 0.0;
                 threads
-                    * attention_scratch_len(n_ctx, d.q_dim / d.kv_dim.max(1))
+                    * attention_scratch_len(d.head_dim, d.q_dim / d.kv_dim.max(1))
             ],
             acts: QuantizedActs::default(),
             rope: RopeTable::new(d.rope_pairs),

@@ -180,6 +180,13 @@ impl HParams<'_> {
             }
             None => dim / n_heads,
         };
+        let most = ferrite_kernels::attend_tile::MAX_HEAD_DIM;
+        if head_dim == 0 || head_dim > most {
+            return Err(self.bad(
+                "attention.key_length",
+                &format!("a head size of {head_dim} (attention takes 1 to {most})"),
+            ));
+        }
         if let Some(v) = self.opt_size("attention.value_length")? {
             if v != head_dim {
                 return Err(self.bad(

@@ -26,15 +26,6 @@ pub use acts::QuantizedActs;
 pub use matmul::{matmul_each, matmul_many, MatmulJob, TILE_ROWS};
 pub use packed::Packed;
 
-/// The bytes of an f32 slice (little-endian on every platform we build
-/// for), as the kernels' f32 dot product takes them.
-pub fn f32_bytes(x: &[f32]) -> &[u8] {
-    // SAFETY: f32 has no padding and any byte pattern may be read as u8;
-    // the length is the same memory measured in bytes, and the lifetime is
-    // tied to the input borrow.
-    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
-}
-
 /// Bytes of one tensor: a stretch of a shared, memory-mapped file, or
 /// bytes made in memory (weights quantized at load).
 #[derive(Clone)]

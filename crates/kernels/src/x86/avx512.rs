@@ -68,6 +68,8 @@ pub(crate) const CLAIMS: &[Kernel] = &[
     Kernel::GemmW8A16Panels,
     Kernel::ScoresF16,
     Kernel::WeightedSumF16,
+    Kernel::ScoresTile,
+    Kernel::AccumulateTile,
     Kernel::Activate,
     Kernel::SiluMul,
     Kernel::ExpShiftedSum,
@@ -100,6 +102,11 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
     t.scores_f16 = Entry { f: scores_f16, by };
     t.weighted_sum_f16 = Entry {
         f: weighted_sum_f16,
+        by,
+    };
+    t.scores_tile = Entry { f: scores_tile, by };
+    t.accumulate_tile = Entry {
+        f: accumulate_tile,
         by,
     };
     t.activate = Entry { f: activate, by };
@@ -192,6 +199,18 @@ fn activate(act: crate::math::Activation, xs: &mut [f32]) {
 fn silu_mul(gate: &[f32], up: &mut [f32]) {
     // SAFETY: see above.
     unsafe { math::silu_mul(gate, up) }
+}
+
+/// As `crate::attend_tile::scores_tile`, four rows of 64 lanes at a time.
+fn scores_tile(q: &[f32], head_dim: usize, kt: &[f32], scale: f32, out: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { math::scores_tile(q, head_dim, kt, scale, out) }
+}
+
+/// As `crate::attend_tile::accumulate_tile`, over 16 lanes.
+fn accumulate_tile(p: &[f32], spans: &[(u32, u32)], alpha: &[f32], v: &[f32], acc: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { math::accumulate_tile(p, spans, alpha, v, acc) }
 }
 
 /// As `crate::math::exp_shifted_sum`, over 16 lanes.

@@ -1,17 +1,15 @@
-//! The library's one attention core: for some query heads over the keys
-//! and values of `n` positions, the scores, their modifiers (a bias per
-//! head and position, a soft-cap), the softmax (with a sink logit per
+//! The encoder-decoders' attention core: for some query heads over the
+//! keys and values of `n` positions, the scores, their modifiers (a bias
+//! per head and position, a soft-cap), the softmax (with a sink logit per
 //! head, if any) and the weighted sum of the values, in one fixed order.
-//! Every attention that reads a cache goes through it: the decoders'
-//! (causal, over a [`crate::kv_cache::LayerKv`], optionally
-//! windowed) and the encoder-decoders' (causal self-attention over a
-//! hypothesis' `LayerKv` of one-position blocks, read row by row,
+//! Marian's and T5's attention goes through it (causal self-attention over
+//! a hypothesis' `LayerKv` of one-position blocks, read row by row,
 //! bidirectional encoder self-attention, cross-attention over the
-//! encoder's keys).
+//! encoder's keys, T5's relative position bias). The decoders' attention
+//! is [`super::tiled`]'s (blocks of keys, an online softmax).
 //!
-//! What differs between them is only how the rows are read: f16 or f32,
-//! in runs of a block's rows or listed row by row, and the dot product
-//! the reading kernel takes. A
+//! What differs between the callers is only how the rows are read:
+//! listed row by row or in order. A
 //! storage gives the core its two loops as a [`KvSource`]; the mask is the
 //! caller's choice of positions (a causal query's span ends at itself, a
 //! window starts later, a bidirectional or cross query sees them all).
@@ -22,7 +20,6 @@
 //! `out[d] = sum_j p_j * v_j[d]` from 0, positions in order, each product
 //! rounded then added (no fused multiply-add).
 
-use ferrite_kernels::attend::{scores_f16, weighted_sum_f16, F16Rows};
 use ferrite_kernels::attend_f32;
 use ferrite_kernels::math::{exp, exp_shifted_sum, max_value, softmax};
 
@@ -122,29 +119,6 @@ pub fn softmax_sink(scores: &mut [f32], sink: Option<f32>) {
 fn softcap(scores: &mut [f32], cap: f32) {
     for s in scores.iter_mut() {
         *s = (*s / cap).tanh() * cap;
-    }
-}
-
-/// f16 keys and values as runs of rows (a paged cache's blocks, in
-/// position order), every query head reading the same rows: the kernels'
-/// f16 loops (`crate::dot`'s float order: 32 lanes folded in halves).
-pub struct F16Runs<'a> {
-    pub keys: &'a [F16Rows<'a>],
-    pub values: &'a [F16Rows<'a>],
-    pub head_dim: usize,
-}
-
-impl KvSource for F16Runs<'_> {
-    fn positions(&self) -> usize {
-        self.keys.iter().map(|r| r.n).sum()
-    }
-
-    fn scores(&self, q: &[f32], heads: usize, scale: f32, out: &mut [f32]) {
-        scores_f16(q, heads, self.keys, self.head_dim, scale, out);
-    }
-
-    fn weighted_sum(&self, p: &[f32], heads: usize, out: &mut [f32]) {
-        weighted_sum_f16(p, heads, self.values, out);
     }
 }
 

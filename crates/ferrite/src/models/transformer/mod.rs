@@ -311,10 +311,11 @@ impl Decoder {
         Ok(cache)
     }
 
-    /// Scratch buffers for forward passes of up to [`MAX_CHUNK`] rows over
-    /// caches of at most `n_ctx` positions (one per thread running
-    /// batches, shared by all the sequences of a batch).
-    pub fn new_workspace(&self, n_ctx: usize, threads: usize) -> Workspace {
-        Workspace::new(self.dims(), n_ctx, threads)
+    /// Scratch buffers for forward passes of up to [`MAX_CHUNK`] rows (one
+    /// per thread running batches, shared by all the sequences of a
+    /// batch). Their size does not depend on the context (`_n_ctx`, kept
+    /// for the callers): attention holds no row of scores per position.
+    pub fn new_workspace(&self, _n_ctx: usize, threads: usize) -> Workspace {
+        Workspace::new(self.dims(), threads)
     }
 }

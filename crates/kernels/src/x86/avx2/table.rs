@@ -35,6 +35,19 @@ pub(crate) unsafe fn override_table(t: &mut KernelTable) {
         f: weighted_sum_f16,
         by,
     };
+    t.scores_tile = Entry { f: scores_tile, by };
+    t.accumulate_tile = Entry {
+        f: accumulate_tile,
+        by,
+    };
+    t.f16_keys_to_block = Entry {
+        f: f16_keys_to_block,
+        by,
+    };
+    t.f16_rows_to_f32 = Entry {
+        f: f16_rows_to_f32,
+        by,
+    };
     t.activate = Entry { f: activate, by };
     t.silu_mul = Entry { f: silu_mul, by };
     t.layer_norm = Entry { f: layer_norm, by };
@@ -185,6 +198,16 @@ fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     unsafe { super::math::layer_norm(x, w, b, eps) }
 }
 
+fn scores_tile(q: &[f32], head_dim: usize, kt: &[f32], scale: f32, out: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::math::scores_tile(q, head_dim, kt, scale, out) }
+}
+
+fn accumulate_tile(p: &[f32], spans: &[(u32, u32)], alpha: &[f32], v: &[f32], acc: &mut [f32]) {
+    // SAFETY: see above.
+    unsafe { super::math::accumulate_tile(p, spans, alpha, v, acc) }
+}
+
 fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
     // SAFETY: see above.
     unsafe { super::math::exp_shifted_sum(xs, max) }
@@ -209,6 +232,25 @@ fn quantize_acts_row(x: &[f32], out: &mut [u8], facts: &mut [crate::quant::q8_0:
 fn quantize_q8k(x: &[f32; QK_K]) -> BlockQ8K {
     // SAFETY: see above.
     unsafe { super::quantize::q8k_block(x) }.unwrap_or_else(|| BlockQ8K::from_f32_scalar(x))
+}
+
+/// As `crate::attend_tile::f16_keys_to_block`, 8 x 8 values at a time.
+fn f16_keys_to_block(
+    src: &[u8],
+    stride: usize,
+    n: usize,
+    head_dim: usize,
+    kt: &mut [f32],
+    lane0: usize,
+) {
+    // SAFETY: see above; the wrapper checked the arguments.
+    unsafe { super::convert::f16_keys_to_block(src, stride, n, head_dim, kt, lane0) }
+}
+
+/// As `crate::attend_tile::f16_rows_to_f32`.
+fn f16_rows_to_f32(src: &[u8], stride: usize, n: usize, head_dim: usize, dst: &mut [f32]) {
+    // SAFETY: see above; the wrapper checked the arguments.
+    unsafe { super::convert::f16_rows_to_f32(src, stride, n, head_dim, dst) }
 }
 
 pub(crate) fn f16_to_f32(src: &[u8], dst: &mut [f32]) {

@@ -38,3 +38,38 @@ pub(crate) unsafe fn exp_shifted_sum(xs: &mut [f32], max: f32) -> f32 {
 pub(crate) unsafe fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     body::layer_norm(x, w, b, eps)
 }
+
+mod tile {
+    crate::attend_tile::tile_fns!();
+}
+
+/// `crate::attend_tile::scores_tile`'s body: four rows of 64 lanes at a
+/// time (16 accumulators of 16 lanes).
+///
+/// # Safety
+/// The CPU must support AVX512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn scores_tile(
+    q: &[f32],
+    head_dim: usize,
+    kt: &[f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    tile::scores_tile::<4, 64>(q, head_dim, kt, scale, out)
+}
+
+/// `crate::attend_tile::accumulate_tile`'s body, over 16 lanes.
+///
+/// # Safety
+/// The CPU must support AVX512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn accumulate_tile(
+    p: &[f32],
+    spans: &[(u32, u32)],
+    alpha: &[f32],
+    v: &[f32],
+    acc: &mut [f32],
+) {
+    tile::accumulate_tile(p, spans, alpha, v, acc)
+}
