@@ -244,13 +244,13 @@ pub async fn embeddings_legacy(
     ))
 }
 
-/// A model as `/api/tags` and `/api/ps` list it (`None`: a translator,
-/// which Ollama's API has no use for).
+/// A model as `/api/tags` and `/api/ps` list it (`None`: a translator or
+/// a reranker, which Ollama's API has no use for).
 fn model_entry(m: &Served, modified: &str) -> Option<Value> {
     let family = match &m.kind {
         Kind::Generate(_) => "decoder",
         Kind::Embed(_) => "embedder",
-        Kind::Translate(_) => return None,
+        Kind::Translate(_) | Kind::Rerank(_) => return None,
     };
     Some(
         json!({"name": m.name, "model": m.name, "modified_at": modified, "size": 0,
