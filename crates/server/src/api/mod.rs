@@ -12,6 +12,7 @@ pub mod misc;
 pub mod params;
 pub mod parts;
 pub mod render;
+pub mod responses;
 pub mod tools;
 pub mod translations;
 
@@ -54,6 +55,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/messages", post(anthropic::handle))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::handle))
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::handle))
         .route("/v1/translations", post(translations::handle))
@@ -72,7 +74,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// The routes `/metrics` counts responses of (any other path counts as
 /// `other`, so clients cannot grow the label set).
-const ROUTES: [&str; 14] = [
+const ROUTES: [&str; 15] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
@@ -86,6 +88,7 @@ const ROUTES: [&str; 14] = [
     "/v1/models/{id}",
     "/v1/messages",
     "/v1/messages/count_tokens",
+    "/v1/responses",
     "other",
 ];
 
