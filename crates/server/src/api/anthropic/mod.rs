@@ -318,3 +318,68 @@ pub async fn count_tokens(
     let prompt = chat::prompt(&state, &chat_req, "/v1/messages/count_tokens").await?;
     Ok(Json(json!({"input_tokens": prompt.tokens.len()})).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn translated(content: Value, role: &str) -> Result<Vec<Value>, ApiError> {
+        let mut out = Vec::new();
+        let m = InMessage {
+            role: role.into(),
+            content,
+        };
+        chat_messages(0, &m, &mut out).map(|_| out)
+    }
+
+    #[test]
+    fn blocks_become_the_chat_routes_messages() {
+        let calls = translated(
+            json!([{"type": "text", "text": "Let me look."},
+                   {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]),
+            "assistant",
+        )
+        .unwrap();
+        assert_eq!(
+            calls,
+            [
+                json!({"role": "assistant", "content": "Let me look.", "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]})
+            ]
+        );
+        let results = translated(
+            json!([{"type": "tool_result", "tool_use_id": "t1",
+                    "content": [{"type": "text", "text": "18 C"}]}]),
+            "user",
+        )
+        .unwrap();
+        assert_eq!(
+            results,
+            [json!({"role": "tool", "tool_call_id": "t1", "content": "18 C"})]
+        );
+        // A tool_use from the user, an image, a bad role: refused.
+        for (content, role) in [
+            (
+                json!([{"type": "tool_use", "id": "x", "name": "f"}]),
+                "user",
+            ),
+            (json!([{"type": "image", "source": {}}]), "user"),
+            (json!("hi"), "system"),
+            (json!(7), "user"),
+        ] {
+            let e = translated(content, role).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn errors_are_in_anthropics_shape() {
+        let body = reply::error_body(&ApiError::bad_request("nope"));
+        assert_eq!(
+            body,
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "nope"}})
+        );
+        let body = reply::error_body(&ApiError::unauthorized());
+        assert_eq!(body["error"]["type"], "authentication_error");
+    }
+}

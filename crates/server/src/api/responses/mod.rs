@@ -37,15 +37,18 @@ use crate::state::AppState;
 /// Most responses the store keeps (the oldest is forgotten first).
 pub const STORE_CAPACITY: usize = 256;
 
-/// Stored conversations by response id: the chat messages of a stored
-/// response's input and output.
+/// A stored response's conversation: the chat messages of its input and
+/// output.
+type Conversation = Arc<Vec<Value>>;
+
+/// Stored conversations by response id, and the ids oldest first.
 #[derive(Default)]
 pub struct Store {
-    inner: Mutex<(HashMap<String, Arc<Vec<Value>>>, VecDeque<String>)>,
+    inner: Mutex<(HashMap<String, Conversation>, VecDeque<String>)>,
 }
 
 impl Store {
-    fn get(&self, id: &str) -> Option<Arc<Vec<Value>>> {
+    fn get(&self, id: &str) -> Option<Conversation> {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         g.0.get(id).cloned()
     }
@@ -355,4 +358,52 @@ pub(crate) fn keep(state: &AppState, id: &str, mut messages: Vec<Value>, output:
         }
     }
     state.responses.put(id.to_string(), messages);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_items_become_the_chat_routes_messages() {
+        let mut out = Vec::new();
+        input_messages(
+            &json!([
+                {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "18 C"},
+            ]),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0], json!({"role": "user", "content": "Weather?"}));
+        assert_eq!(out[1]["tool_calls"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            out[2],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "18 C"})
+        );
+        for bad in [
+            json!(3),
+            json!([{"type": "image"}]),
+            json!([{"role": "wizard", "content": "x"}]),
+        ] {
+            assert!(input_messages(&bad, &mut Vec::new()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_store_keeps_only_the_latest() {
+        let store = Store::default();
+        for i in 0..STORE_CAPACITY + 10 {
+            store.put(format!("r{i}"), vec![json!(i)]);
+        }
+        assert!(store.get("r0").is_none());
+        assert!(store.get("r9").is_none());
+        assert!(store.get("r10").is_some());
+        let last = format!("r{}", STORE_CAPACITY + 9);
+        assert_eq!(*store.get(&last).unwrap(), vec![json!(STORE_CAPACITY + 9)]);
+        assert_eq!(store.inner.lock().unwrap().0.len(), STORE_CAPACITY);
+    }
 }
