@@ -222,9 +222,9 @@ def main():
     passed = failed = 0
     try:
         ac = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=KEY,
-                                 max_retries=0, timeout=300)
+                                 max_retries=0, timeout=900)
         oc = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY,
-                           max_retries=0, timeout=300)
+                           max_retries=0, timeout=900)
         tests = [
             ("messages_create", lambda: test_messages_create(ac, oc)),
             ("messages_stream_text", lambda: test_messages_stream_text(ac, oc)),
