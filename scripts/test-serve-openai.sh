@@ -2,7 +2,10 @@
 # Drives `ferrite serve` with the official `openai` Python package, LangChain
 # (`langchain-openai`) and litellm (crates/cli/tests/openai/test_openai_client.py),
 # then with the official `ollama` package and LangChain's `ChatOllama`
-# (`langchain-ollama`) on Ollama's routes (test_ollama_client.py).
+# (`langchain-ollama`) on Ollama's routes (test_ollama_client.py),
+# then the Anthropic Messages and OpenAI Responses routes with the official
+# `anthropic` and `openai` packages and `langchain-anthropic`
+# (crates/cli/tests/openai/test_anthropic_responses.py).
 # Makes its own venv with those from PyPI (FERRITE_OPENAI_VENV, default
 # $FERRITE_CACHE/ferrite-openai-venv, scripts/env.sh; a cold install takes about a minute) and uses
 # the binary `cargo test` builds (test profile, target/debug/ferrite).
@@ -20,6 +23,9 @@ fi
 if ! "$venv/bin/python" -c 'import ollama, langchain_ollama' 2>/dev/null; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'ollama>=0.4,<1' 'langchain-ollama>=0.3,<2'
 fi
+if ! "$venv/bin/python" -c 'import anthropic, langchain_anthropic' 2>/dev/null; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'anthropic>=0.40,<1' 'langchain-anthropic>=0.3,<2'
+fi
 # litellm would fetch its model price list from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 # Built alone, the binary sees the library without its feature `internals`
@@ -28,4 +34,5 @@ export LITELLM_LOCAL_MODEL_COST_MAP=True
 cargo build --quiet --profile test -p ferrite-cli
 scripts/fetch-models.sh smollm2 minilm nomic-embed-v1.5 qwen2.5-0.5b
 FERRITE_BIN=target/debug/ferrite "$venv/bin/python" crates/cli/tests/openai/test_openai_client.py
-FERRITE_BIN=target/debug/ferrite exec "$venv/bin/python" crates/cli/tests/openai/test_ollama_client.py
+FERRITE_BIN=target/debug/ferrite "$venv/bin/python" crates/cli/tests/openai/test_ollama_client.py
+FERRITE_BIN=target/debug/ferrite exec "$venv/bin/python" crates/cli/tests/openai/test_anthropic_responses.py

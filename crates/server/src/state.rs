@@ -27,6 +27,9 @@ pub struct AppState {
     idle: Notify,
     /// Unix time the server started (the `created` of `/v1/models`).
     pub started: u64,
+    /// Responses kept for `previous_response_id` (`/v1/responses` with
+    /// `store: true`).
+    pub responses: crate::api::responses::Store,
 }
 
 impl AppState {
@@ -40,6 +43,7 @@ impl AppState {
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             started,
+            responses: Default::default(),
         }
     }
 

@@ -48,6 +48,9 @@ pub struct Piece {
     /// A stop string appeared: `text` ends just before it, and the
     /// continuation is over.
     pub stopped: bool,
+    /// Which stop string appeared (its index in the list given), when
+    /// `stopped`.
+    pub stop: Option<usize>,
 }
 
 /// See the module's notes. The sampler is owned (`Sampler`) or borrowed
@@ -223,17 +226,23 @@ impl<'t, S: BorrowMut<Sampler>> Continuation<'t, S> {
             }
         }
         if let Some(cut) = find_stop(&self.pending, &self.stop) {
+            let which = self
+                .stop
+                .iter()
+                .position(|s| !s.is_empty() && self.pending[cut..].starts_with(s.as_str()));
             self.pending.truncate(cut);
             self.decoder = None;
             return Piece {
                 text: std::mem::take(&mut self.pending),
                 stopped: true,
+                stop: which,
             };
         }
         let safe = self.pending.len() - held_back(&self.pending, &self.stop);
         Piece {
             text: self.pending.drain(..safe).collect(),
             stopped: false,
+            stop: None,
         }
     }
 

@@ -19,6 +19,7 @@ use super::params::{Common, MAX_TOP_LOGPROBS};
 use super::render::Shape;
 use super::tools::{self, ToolMode};
 use crate::error::ApiError;
+use crate::generate::GenModel;
 use crate::state::AppState;
 
 /// A message's content: text, or a list of parts of which text is served.
@@ -173,9 +174,76 @@ pub async fn handle(
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
+    let prepared = prompt(&state, &req, "/v1/chat/completions").await?;
+    let job = job(&state, &req, prepared, arrived)?;
+    respond(&state, job).await
+}
+
+/// A chat request's model, prompt tokens and tools, checked (the part of
+/// a chat the Anthropic and Responses routes share, and all that
+/// `count_tokens` needs).
+pub(crate) struct Prompt {
+    pub model: Arc<GenModel>,
+    pub tokens: Vec<u32>,
+    pub tools: Option<tools::Tools>,
+}
+
+/// Renders `req`'s conversation (and tools) with its model's template
+/// into prompt tokens; `endpoint` names the route in errors.
+pub(crate) async fn prompt(
+    state: &AppState,
+    req: &ChatRequest,
+    endpoint: &str,
+) -> Result<Prompt, ApiError> {
     let model = state
         .models()?
-        .generator(req.common.model.as_deref(), "/v1/chat/completions")?;
+        .generator(req.common.model.as_deref(), endpoint)?;
+    let msgs = messages(req)?;
+    let tools = tools::tools(
+        req.tools.as_deref(),
+        req.functions.as_deref(),
+        req.tool_choice.as_ref(),
+        req.function_call.as_ref(),
+        req.parallel_tool_calls,
+        &model.template,
+    )?;
+    if tools.is_some() && req.common.response_format.is_some() {
+        return Err(ApiError::bad_param(
+            "response_format",
+            "response_format cannot be combined with tools",
+        ));
+    }
+    let conversation = json_messages(req, &msgs);
+    let rendered = tools.as_ref().map(|t| t.rendered.clone());
+    let m = model.clone();
+    let trusted = state.limits.parse_special_in_messages;
+    let tokens = tokio::task::spawn_blocking(move || {
+        let tools = rendered.as_ref();
+        if trusted {
+            m.template
+                .render_json(&conversation, tools, true)
+                .map(|text| with_bos(&m.tokenizer, m.tokenizer.encode(&text, false, true)))
+        } else {
+            guarded_json_prompt_tokens(&m.tokenizer, &m.template, &conversation, tools)
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
+    Ok(Prompt {
+        model,
+        tokens,
+        tools,
+    })
+}
+
+/// The generation job of a chat request whose prompt is `prepared`.
+pub(crate) fn job(
+    state: &AppState,
+    req: &ChatRequest,
+    prepared: Prompt,
+    arrived: Instant,
+) -> Result<Job, ApiError> {
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (Some(true), top) => {
             let top = top.unwrap_or(0);
@@ -195,38 +263,11 @@ pub async fn handle(
         }
         _ => None,
     };
-    let msgs = messages(&req)?;
-    let tools = tools::tools(
-        req.tools.as_deref(),
-        req.functions.as_deref(),
-        req.tool_choice.as_ref(),
-        req.function_call.as_ref(),
-        req.parallel_tool_calls,
-        &model.template,
-    )?;
-    if tools.is_some() && req.common.response_format.is_some() {
-        return Err(ApiError::bad_param(
-            "response_format",
-            "response_format cannot be combined with tools",
-        ));
-    }
-    let conversation = json_messages(&req, &msgs);
-    let rendered = tools.as_ref().map(|t| t.rendered.clone());
-    let m = model.clone();
-    let trusted = state.limits.parse_special_in_messages;
-    let prompt = tokio::task::spawn_blocking(move || {
-        let tools = rendered.as_ref();
-        if trusted {
-            m.template
-                .render_json(&conversation, tools, true)
-                .map(|text| with_bos(&m.tokenizer, m.tokenizer.encode(&text, false, true)))
-        } else {
-            guarded_json_prompt_tokens(&m.tokenizer, &m.template, &conversation, tools)
-        }
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
+    let Prompt {
+        model,
+        tokens: prompt,
+        tools,
+    } = prepared;
     let mut params = req
         .common
         .params(&model, &state.limits, prompt.len(), None, logprobs)?;
@@ -240,7 +281,7 @@ pub async fn handle(
         Some(ToolMode::Forced(g)) => params.json = Some(g),
         None => {}
     }
-    let job = Job {
+    Ok(Job {
         model,
         prompts: vec![(prompt, params)],
         echo: Vec::new(),
@@ -250,6 +291,5 @@ pub async fn handle(
         stream: req.common.stream(),
         include_usage: req.common.include_usage(),
         arrived,
-    };
-    respond(&state, job).await
+    })
 }

@@ -124,6 +124,29 @@ pub async fn respond(state: &Arc<AppState>, job: Job) -> Result<Response, ApiErr
     Ok(Json(reply.full(&choices, usage, logprobs)).into_response())
 }
 
+/// Queues a one-prompt `job` (the Anthropic and Responses routes) and
+/// hands back its events, with the guard that counts it in flight until
+/// the answer is sent.
+pub fn submit(
+    state: &Arc<AppState>,
+    job: Job,
+) -> Result<(UnboundedReceiver<Event>, InFlight), ApiError> {
+    let guard = state.begin();
+    let Some((prompt, params)) = job.prompts.into_iter().next() else {
+        return Err(ApiError::bad_param("prompt", "prompt is required"));
+    };
+    let (tx, rx) = unbounded_channel();
+    let req = GenRequest {
+        prompt,
+        params,
+        events: tx,
+        arrived: job.arrived,
+    };
+    let waiting = job.model.queue.push(req)?;
+    job.model.metrics.queue.set(waiting as i64);
+    Ok((rx, guard))
+}
+
 /// `ev` with its choice numbered `by` more.
 fn offset(ev: Event, by: usize) -> Event {
     match ev {

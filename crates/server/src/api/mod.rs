@@ -2,6 +2,7 @@
 //! (413 as an OpenAI error), CORS, request ids, tracing and panic catching
 //! (500 as an OpenAI error).
 
+pub mod anthropic;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
@@ -10,8 +11,10 @@ pub mod generation;
 pub mod misc;
 pub mod ollama;
 pub mod params;
+pub mod parts;
 pub mod render;
 pub mod rerank;
+pub mod responses;
 pub mod tools;
 pub mod translations;
 
@@ -52,6 +55,9 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn router(state: Arc<AppState>) -> Router {
     let protected = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/messages", post(anthropic::handle))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::handle))
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::handle))
         .route("/v1/translations", post(translations::handle))
@@ -80,7 +86,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// The routes `/metrics` counts responses of (any other path counts as
 /// `other`, so clients cannot grow the label set).
-const ROUTES: [&str; 22] = [
+const ROUTES: [&str; 25] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
@@ -102,6 +108,9 @@ const ROUTES: [&str; 22] = [
     "/api/tags",
     "/api/ps",
     "/api/version",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/responses",
     "other",
 ];
 
@@ -168,7 +177,8 @@ fn bearer_token(value: &str) -> Option<&str> {
 }
 
 /// Bearer-token check (constant time) when the server has a key; every
-/// path but `/health` and `/ready` needs it.
+/// path but `/health` and `/ready` needs it. The key may come as
+/// Anthropic's `x-api-key` header too.
 async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(want) = &state.api_key_hash {
         if OPEN_PATHS.contains(&req.uri().path()) || req.method() == axum::http::Method::OPTIONS {
@@ -179,8 +189,12 @@ async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Nex
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token)
+            .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()))
             .unwrap_or("");
         if !key_matches(given, want) {
+            if anthropic::PATHS.contains(&req.uri().path()) {
+                return anthropic::reply::AnthropicError(ApiError::unauthorized()).into_response();
+            }
             return ApiError::unauthorized().into_response();
         }
     }

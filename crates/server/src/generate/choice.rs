@@ -225,7 +225,10 @@ impl<'t> Choice<'t> {
         let piece = self.cont.push(token);
         emit(self.token_event(piece.text, logprob));
         if piece.stopped {
-            return Some(self.finish(FinishReason::Stop, confirmed, emit));
+            let reason = piece
+                .stop
+                .map_or(FinishReason::Stop, FinishReason::StopString);
+            return Some(self.finish(reason, confirmed, emit));
         }
         let cache = self.cache.as_ref()?;
         if self.cont.generated >= ends.params.max_tokens || confirmed >= cache.n_ctx() {

@@ -55,8 +55,11 @@ impl GenRequest {
 /// Why a choice ended, as OpenAI names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishReason {
-    /// End of generation token, end of turn, or a stop string.
+    /// End of generation token or end of turn.
     Stop,
+    /// A stop string appeared (its index in `GenParams::stop`); OpenAI
+    /// calls it `stop` too.
+    StopString(usize),
     /// `max_tokens` reached.
     Length,
     /// The reply ended with function calls (set when the reply is
@@ -69,7 +72,7 @@ pub enum FinishReason {
 impl FinishReason {
     pub fn as_str(self) -> &'static str {
         match self {
-            FinishReason::Stop => "stop",
+            FinishReason::Stop | FinishReason::StopString(_) => "stop",
             FinishReason::Length => "length",
             FinishReason::ToolCalls => "tool_calls",
             FinishReason::FunctionCall => "function_call",
