@@ -348,6 +348,8 @@ def main():
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--llama-args", default="",
                     help="extra llama-server arguments, e.g. '--poll 0' (no spin-waiting: fairer on a busy machine)")
+    ap.add_argument("--ferrite-args", default="",
+                    help="extra ferrite serve arguments, e.g. '--lookup' (speculative decoding)")
     ap.add_argument("--ban-tokens", default="0,2",
                     help="token ids given logit bias -100 in every request so that every reply runs "
                          "max_tokens (default: SmolLM2's <|endoftext|> and <|im_end|>)")
@@ -373,7 +375,8 @@ def main():
 
     fport = free_port()
     fproc = start([a.ferrite, "serve", a.model, "minilm", "--port", str(fport), "-t", str(a.threads),
-                   "--ctx", str(a.ctx_per_slot), "--max-seqs", str(max(streams))])
+                   "--ctx", str(a.ctx_per_slot), "--max-seqs", str(max(streams))]
+                  + a.ferrite_args.split())
     wait_ready(fport, "/ready", fproc)
     fmodel = os.path.basename(a.model).removesuffix(".gguf")
     try:
