@@ -48,9 +48,7 @@ QUERY = "what are the health benefits of drinking green tea every day?"
 
 
 def model_dir():
-    ref = pathlib.Path(os.environ.get("FERRITE_REFERENCE",
-                                      pathlib.Path.home() / ".cache" / "ferrite-reference"))
-    d = ref / "rerank" / "minilm-l6-ce-random"
+    d = common.REFERENCE / "rerank" / "minilm-l6-ce-random"
     if (d / "model.safetensors").exists():
         return d
     import shutil

@@ -13,7 +13,8 @@ ferrite's figure is `ferrite bench --lookup --json` (tg of the generated
 tokens, prompt prefilled once, not timed; it checks that the text equals
 plain decoding's); llama-lookup's is its own "decoded N tokens in S
 seconds" line (the prompt not included). Stdlib only; the binaries come
-from target/release (built here) and scripts/env.sh's llama.cpp build.
+from target/release (built here) and scripts/env.sh's llama.cpp build
+(scripts/common.py reads its settings).
 """
 
 import argparse
@@ -25,14 +26,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import common
+
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO / "bench" / "speculative"
-LLAMA_BIN = Path(
-    os.environ.get(
-        "FERRITE_LLAMACPP_BIN",
-        Path.home() / ".cache/ferrite-reference/llama.cpp/build/bin",
-    )
-)
+LLAMA_BIN = common.LLAMA_BIN
 
 
 def model_path(name):
