@@ -754,8 +754,12 @@ fn json_response_formats_parse_and_validate() {
         assert_eq!(streamed[0], text);
     }
     // json_object: every reply that ends by itself parses as an object.
+    // Which sampled replies end within 300 tokens depends on the logits'
+    // last bits (tiled attention changed them: of seeds 1..=3, two or
+    // more ended before, one now; of 1..=8, six now); eight seeds, at
+    // least half of them ending, keep the check from passing on nothing.
     let mut ended = 0;
-    for seed in 1..=3 {
+    for seed in 1..=8 {
         let r = s
             .post("/v1/chat/completions", &json!({
                 "messages": [{"role": "user", "content": "Give me a JSON object describing a cat."}],
@@ -771,8 +775,8 @@ fn json_response_formats_parse_and_validate() {
         }
     }
     assert!(
-        ended >= 2,
-        "only {ended} of 3 json_object replies ended within 300 tokens"
+        ended >= 4,
+        "only {ended} of 8 json_object replies ended within 300 tokens"
     );
     // Schemas outside the supported subset are refused, not ignored.
     let r = s.post(
